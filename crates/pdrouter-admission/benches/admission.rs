@@ -1,0 +1,221 @@
+//! Admission controller benchmarks.
+//!
+//! 1. `fast_path/acquire_release`: acquire + release with an empty queue, one task (no runtime:
+//!    the fast path completes on its first poll).
+//! 2. `contended_64_tasks/*`: 64 tasks doing acquire + release on a multi-thread runtime, with
+//!    ample slots (never waits) and with scarce slots (16 slots, permits held across a yield, so
+//!    requests queue and releases hand off).
+//! 3. `release_handoff/L`: cost of one release that hands the slot to the head of a queue of
+//!    `L` waiters (L = 100 vs 10,000): it must not grow with L.
+//!    `release_past_strict_waiters/L`: the worst case for the no-head-of-line rule: `L` older
+//!    waiters pinned to another full worker sit in front; the release skips them with one bit
+//!    test each, without calling their selectors.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use pdrouter_admission::{
+    Admission, AdmissionConfig, Admitted, Observer, Permit, Ranking, Rejection, Selector, Slot,
+};
+use tokio::time::Instant;
+
+struct Noop;
+impl Observer for Noop {}
+
+#[derive(Clone)]
+struct BenchSel {
+    slots: Arc<Vec<Arc<Slot>>>,
+    strict: Option<usize>,
+}
+
+impl Selector for BenchSel {
+    type Choice = usize;
+    fn rank(&mut self, has_room: &dyn Fn(&Slot) -> bool) -> Ranking<usize> {
+        let pick = |i: usize| {
+            let s = &self.slots[i];
+            has_room(s).then(|| (Arc::clone(s), i))
+        };
+        Ranking::Candidates(match self.strict {
+            Some(i) => pick(i).into_iter().collect(),
+            None => (0..self.slots.len()).filter_map(pick).collect(),
+        })
+    }
+    fn commit(&mut self, choice: &usize) {
+        black_box(choice);
+    }
+}
+
+fn setup(n: u32, q: usize, workers: usize) -> (Admission, Arc<Vec<Arc<Slot>>>) {
+    let adm = Admission::new(
+        AdmissionConfig {
+            max_inflight_per_worker: n,
+            queue_size: q,
+            queue_timeout: Duration::from_secs(3600),
+        },
+        Arc::new(Noop),
+    );
+    let slots = Arc::new((0..workers).map(|i| adm.slot(&format!("http://w{i}"))).collect());
+    (adm, slots)
+}
+
+type Acquire = Pin<Box<dyn Future<Output = Result<Admitted<usize>, Rejection>>>>;
+
+fn acquire(adm: &Admission, sel: BenchSel) -> Acquire {
+    let adm = adm.clone();
+    Box::pin(async move { adm.acquire(sel).await })
+}
+
+fn poll_once(fut: &mut Acquire) -> Option<Result<Admitted<usize>, Rejection>> {
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(r) => Some(r),
+        Poll::Pending => None,
+    }
+}
+
+fn fast_path(c: &mut Criterion) {
+    let (adm, slots) = setup(64, 100, 4);
+    let sel = BenchSel {
+        slots,
+        strict: None,
+    };
+    c.bench_function("fast_path/acquire_release", |b| {
+        b.iter(|| {
+            let fut = adm.acquire(sel.clone());
+            let mut fut = std::pin::pin!(fut);
+            let Poll::Ready(Ok(a)) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+            else {
+                panic!("fast path must be ready")
+            };
+            drop(black_box(a));
+        })
+    });
+}
+
+fn contended(c: &mut Criterion) {
+    const TASKS: u64 = 64;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("contended_64_tasks");
+    for (name, n, hold_across_yield) in [("ample_slots", 1024, false), ("scarce_slots_queueing", 4, true)] {
+        let (adm, slots) = setup(n, 10_000, 4);
+        let sel = BenchSel {
+            slots,
+            strict: None,
+        };
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let per_task = iters.div_ceil(TASKS);
+                rt.block_on(async {
+                    let start = Instant::now();
+                    let tasks: Vec<_> = (0..TASKS)
+                        .map(|_| {
+                            let adm = adm.clone();
+                            let sel = sel.clone();
+                            tokio::spawn(async move {
+                                for _ in 0..per_task {
+                                    let a = adm.acquire(sel.clone()).await.unwrap();
+                                    if hold_across_yield {
+                                        tokio::task::yield_now().await;
+                                    }
+                                    drop(black_box(a));
+                                }
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                    // Time per acquire+release (all tasks together).
+                    start.elapsed() / TASKS as u32
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Builds a queue: `pinned` waiters strict on worker 0 (held forever), then `queue_len` waiters
+/// for worker 1, whose single slot is held by the returned permit.
+fn queued(adm: &Admission, slots: &Arc<Vec<Arc<Slot>>>, pinned: usize, queue_len: usize) -> (Permit, Permit, std::collections::VecDeque<Acquire>, Vec<Acquire>) {
+    let strict = |i| BenchSel {
+        slots: Arc::clone(slots),
+        strict: Some(i),
+    };
+    let x = poll_once(&mut acquire(adm, strict(0))).unwrap().unwrap().permit;
+    let y = poll_once(&mut acquire(adm, strict(1))).unwrap().unwrap().permit;
+    let mut pinned_futs = Vec::new();
+    for _ in 0..pinned {
+        let mut f = acquire(adm, strict(0));
+        assert!(poll_once(&mut f).is_none());
+        pinned_futs.push(f);
+    }
+    let mut waiters = std::collections::VecDeque::new();
+    for _ in 0..queue_len {
+        let mut f = acquire(adm, strict(1));
+        assert!(poll_once(&mut f).is_none());
+        waiters.push_back(f);
+    }
+    (x, y, waiters, pinned_futs)
+}
+
+fn release_handoff(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    for (group, pinned_per_len) in [("release_handoff", false), ("release_past_strict_waiters", true)] {
+        let mut g = c.benchmark_group(group);
+        for len in [100usize, 10_000] {
+            g.bench_function(len.to_string(), |b| {
+                b.iter_custom(|iters| {
+                    let (adm, slots) = setup(1, 2 * len + 2, 2);
+                    let (pinned, queue_len) = if pinned_per_len { (len, 1) } else { (0, len) };
+                    let (x, mut permit, mut waiters, pinned_futs) =
+                        queued(&adm, &slots, pinned, queue_len);
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let start = Instant::now();
+                        drop(permit);
+                        total += start.elapsed();
+                        let mut head = waiters.pop_front().unwrap();
+                        permit = poll_once(&mut head).unwrap().unwrap().permit;
+                        let mut f = acquire(
+                            &adm,
+                            BenchSel {
+                                slots: Arc::clone(&slots),
+                                strict: Some(1),
+                            },
+                        );
+                        assert!(poll_once(&mut f).is_none());
+                        waiters.push_back(f);
+                    }
+                    drop((pinned_futs, waiters, permit, x));
+                    total
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = fast_path, contended, release_handoff
+}
+criterion_main!(benches);

@@ -1,0 +1,199 @@
+//! The slot ledger: one [`Slot`] (in-flight counter) per worker identity.
+//!
+//! The ledger maps a key to a `Weak<Slot>`. The entry lives exactly as long as the slot does:
+//! the slot's `Drop` removes it. So the same key yields the same `Arc<Slot>` while anything (a
+//! registry entry, a selector, a permit) still holds it, and a worker that is removed and
+//! registered again keeps its in-flight count. (Removing the entry earlier, e.g. as soon as a
+//! forgotten worker is idle, could hand out a second slot for the same key while a stale handle
+//! to the first one can still be reserved, and the two together could exceed the limit.)
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use crate::selector::Observer;
+
+type Map = Mutex<HashMap<Box<str>, Weak<Slot>>>;
+
+/// The slot is registered (the normal state).
+const LIVE: u8 = 0;
+/// [`Ledger::forget`] was called; `slot_forgotten` fires once it is idle.
+const FORGOTTEN: u8 = 1;
+/// Forgotten and `slot_forgotten` has fired for the current idle period.
+const REPORTED: u8 = 2;
+
+/// The admission state of one worker identity: its key and its in-flight Prefill count.
+///
+/// Obtained from [`Admission::slot`](crate::Admission::slot); selectors return it with each
+/// candidate. The count is changed only by the controller, never beyond the configured limit.
+pub struct Slot {
+    key: Box<str>,
+    pub(crate) inflight: AtomicU32,
+    /// One bit (slot number modulo 64) used as a cheap filter of waiters interested in the slot.
+    pub(crate) bit: u64,
+    state: AtomicU8,
+    ledger: Weak<Map>,
+}
+
+impl Slot {
+    /// The worker identity (URL, or URL@rank) this slot counts for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The number of admitted requests currently holding this slot.
+    pub fn inflight(&self) -> u32 {
+        self.inflight.load(SeqCst)
+    }
+
+    /// Reserves one unit if the count is below `limit`. Never exceeds `limit`.
+    pub(crate) fn try_reserve(&self, limit: u32) -> bool {
+        let mut cur = self.inflight.load(SeqCst);
+        loop {
+            if cur >= limit {
+                return false;
+            }
+            match self
+                .inflight
+                .compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst)
+            {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Whether the slot is in a forgotten state (the slow bookkeeping path is needed).
+    pub(crate) fn is_forgotten(&self) -> bool {
+        self.state.load(SeqCst) != LIVE
+    }
+}
+
+impl fmt::Debug for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Slot")
+            .field("key", &self.key)
+            .field("inflight", &self.inflight())
+            .field("forgotten", &self.is_forgotten())
+            .finish()
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Remove our own entry, unless the key was already given to a new slot.
+        let Some(map) = self.ledger.upgrade() else {
+            return;
+        };
+        let mut map = map.lock();
+        if let Some(weak) = map.get(&*self.key)
+            && std::ptr::eq(weak.as_ptr(), self)
+        {
+            map.remove(&*self.key);
+        }
+    }
+}
+
+/// Key → slot map.
+///
+/// Lock order: the queue lock may be held while the ledger lock is taken (a slot dropped under
+/// the queue lock removes its entry), never the reverse. No `Arc<Slot>` is dropped while the
+/// ledger lock is held (that would re-enter it).
+pub(crate) struct Ledger {
+    map: Arc<Map>,
+    next_id: AtomicU64,
+}
+
+impl Ledger {
+    pub(crate) fn new() -> Self {
+        Ledger {
+            map: Arc::new(Mutex::new(HashMap::new())),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot for `key`: the existing one if anything holds it, else a new idle one. A
+    /// forgotten slot becomes live again.
+    pub(crate) fn slot(&self, key: &str) -> Arc<Slot> {
+        let mut map = self.map.lock();
+        if let Some(slot) = map.get(key).and_then(Weak::upgrade) {
+            slot.state.store(LIVE, SeqCst);
+            return slot;
+        }
+        let id = self.next_id.fetch_add(1, SeqCst);
+        let slot = Arc::new(Slot {
+            key: key.into(),
+            inflight: AtomicU32::new(0),
+            bit: 1 << (id % 64),
+            state: AtomicU8::new(LIVE),
+            ledger: Arc::downgrade(&self.map),
+        });
+        map.insert(key.into(), Arc::downgrade(&slot));
+        slot
+    }
+
+    /// Marks `key` forgotten; fires `slot_forgotten` now if it is idle.
+    pub(crate) fn forget(&self, key: &str, observer: &dyn Observer) {
+        let (slot, fire) = {
+            let map = self.map.lock();
+            let Some(slot) = map.get(key).and_then(Weak::upgrade) else {
+                drop(map);
+                observer.slot_forgotten(key);
+                return;
+            };
+            slot.state.store(FORGOTTEN, SeqCst);
+            let fire = slot.inflight() == 0;
+            if fire {
+                slot.state.store(REPORTED, SeqCst);
+            }
+            (slot, fire)
+        };
+        if fire {
+            observer.slot_forgotten(key);
+        }
+        drop(slot);
+    }
+
+    /// A forgotten slot was reserved again (stale selection): re-arm its idle report.
+    pub(crate) fn reserved_forgotten(&self, slot: &Slot) {
+        let _map = self.map.lock();
+        let _ = slot.state.compare_exchange(REPORTED, FORGOTTEN, SeqCst, SeqCst);
+    }
+
+    /// A forgotten slot may have become idle: report it once.
+    pub(crate) fn released_forgotten(&self, slot: &Slot, observer: &dyn Observer) {
+        let fire = {
+            let _map = self.map.lock();
+            slot.inflight() == 0
+                && slot
+                    .state
+                    .compare_exchange(FORGOTTEN, REPORTED, SeqCst, SeqCst)
+                    .is_ok()
+        };
+        if fire {
+            observer.slot_forgotten(slot.key());
+        }
+    }
+
+    /// Live slots (collected under the lock, returned to be used and dropped outside it).
+    pub(crate) fn live(&self) -> Vec<Arc<Slot>> {
+        self.map.lock().values().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Number of entries (live or not yet cleaned up).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+}
+
+impl fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ledger")
+            .field("entries", &self.map.lock().len())
+            .finish()
+    }
+}

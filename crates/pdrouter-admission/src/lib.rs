@@ -1,0 +1,53 @@
+//! Per-worker Prefill admission with a bounded, late-binding FIFO wait queue (SPEC §4).
+//!
+//! [`Admission::acquire`] reserves one unit of a worker's in-flight cap `N` for a Prefill
+//! request, on the worker the request's [`Selector`] ranks best among those with room. When every
+//! matching worker is full the request waits in a router-wide queue of at most `Q` requests, for
+//! at most `T`. A waiter does not bind to a worker: it is re-ranked when capacity it could use
+//! appears and goes to whichever worker frees up first. The reservation is a [`Permit`], released
+//! exactly once when dropped.
+//!
+//! The crate knows nothing of HTTP, metrics libraries or routing policies: the router supplies a
+//! [`Selector`] (health, model pool, strict target, policy) and an [`Observer`] (metrics).
+//!
+//! # Invariants
+//!
+//! - A slot's in-flight count never exceeds `max_inflight_per_worker` (reservation is a CAS that
+//!   refuses at the limit).
+//! - At most `queue_size` requests wait; with `queue_size == 0` nothing ever waits.
+//! - A request for which no healthy worker matches is rejected `Unavailable` and never queued.
+//! - Filtering, policy ranking and reservation are one step; [`Selector::commit`] is called
+//!   exactly once per admission, only for the reserved choice.
+//! - No bypass: a new request never takes a unit an existing waiter could use; waiters that
+//!   compete for the same workers are served in arrival order.
+//! - No head-of-line blocking: a waiter that cannot use free capacity does not hold back later
+//!   waiters that can.
+//! - No stranding: a waiter never stays queued while a unit it can use is free (given the
+//!   [`Selector::rank`] contract and a [`notify`](Admission::notify) after registry changes).
+//! - A waiter's deadline is its enqueue instant plus `queue_timeout`; a grant that races with the
+//!   deadline is honoured.
+//! - Cancelling (dropping the acquire future) removes the waiter at once; anything it was
+//!   granted is released and passed on.
+//! - Nothing leaks: after any mix of admissions, releases, timeouts and cancellations,
+//!   [`Admission::queued`] and [`Admission::inflight_total`] return to zero.
+//! - Time is read only through `tokio::time`, so tests run on a paused clock.
+//! - No lock is held while a grant is sent or (except for `rank`/`commit` of waiters) while
+//!   caller code runs; no global lock is taken on the fast path when nobody waits.
+//!
+//! See the [`controller`] module docs for the hand-off and the race argument.
+
+mod config;
+pub mod controller;
+mod ledger;
+mod permit;
+mod queue;
+mod selector;
+
+pub use config::AdmissionConfig;
+pub use controller::Admission;
+pub use ledger::Slot;
+pub use permit::{Admitted, Permit};
+pub use selector::{Observer, Ranking, Rejection, Selector};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,71 @@
+//! The RAII reservation ([`Permit`]) and what an admitted request gets ([`Admitted`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::controller::Inner;
+use crate::ledger::Slot;
+
+/// A successful admission.
+#[derive(Debug)]
+pub struct Admitted<C> {
+    /// The selector's choice for the reserved worker.
+    pub choice: C,
+    /// The reservation; dropping it releases the slot.
+    pub permit: Permit,
+    /// How long the request waited in the queue ([`Duration::ZERO`] if it did not wait).
+    pub waited: Duration,
+}
+
+/// One reserved unit of a worker's Prefill slot, released exactly once, when it is dropped.
+///
+/// The router moves it into whatever lives until the Prefill phase ends (the Prefill response
+/// body), and shares it between all backend sub-requests of one client request by wrapping it in
+/// an `Arc<Permit>`: the slot is released when the last clone drops, so a batch holds one slot.
+/// Releasing hands the unit directly to the oldest waiter that can use it.
+#[must_use = "dropping the permit releases the slot at once"]
+pub struct Permit {
+    slot: Arc<Slot>,
+    inner: Arc<Inner>,
+    armed: bool,
+}
+
+impl Permit {
+    pub(crate) fn new(slot: Arc<Slot>, inner: Arc<Inner>) -> Self {
+        Permit {
+            slot,
+            inner,
+            armed: true,
+        }
+    }
+
+    /// The reserved worker's slot.
+    pub fn slot(&self) -> &Arc<Slot> {
+        &self.slot
+    }
+
+    /// Takes the reservation out without releasing it (the caller releases it).
+    pub(crate) fn disarm(mut self) -> Arc<Slot> {
+        self.armed = false;
+        Arc::clone(&self.slot)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.inner.release(&self.slot);
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("key", &self.slot.key())
+            .field("inflight", &self.slot.inflight())
+            .finish()
+    }
+}

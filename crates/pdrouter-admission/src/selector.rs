@@ -1,0 +1,120 @@
+//! The traits the router implements: [`Selector`] (worker choice) and [`Observer`] (metrics hooks).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ledger::Slot;
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    /// The wait queue was full (or the queue size is 0) and no slot was free: 429.
+    QueueFull,
+    /// The request waited for the whole queue timeout without getting a slot: 429.
+    QueueTimeout,
+    /// No healthy worker matches the request at all: 503, never queued.
+    Unavailable,
+}
+
+impl Rejection {
+    /// The metric label value: `"queue_full"`, `"queue_timeout"` or `"unavailable"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::QueueFull => "queue_full",
+            Rejection::QueueTimeout => "queue_timeout",
+            Rejection::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Rejection::QueueFull => "prefill admission queue is full",
+            Rejection::QueueTimeout => "timed out waiting in the prefill admission queue",
+            Rejection::Unavailable => "no healthy prefill worker is available",
+        })
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// Metrics hooks. Every method has a no-op default.
+///
+/// Hooks are called outside the controller's locks, so calls from different threads may reach the
+/// observer in a different order than the events happened. Values passed to
+/// [`inflight_changed`](Observer::inflight_changed) are read at call time (not taken from the
+/// event itself), so a gauge set from them converges on the true value with the last call.
+pub trait Observer: Send + Sync + 'static {
+    /// The in-flight count of the worker `key` changed; `inflight` is its current value.
+    fn inflight_changed(&self, _key: &str, _inflight: u32) {}
+    /// The number of waiting requests changed; `queued` is its current value.
+    fn queued_changed(&self, _queued: usize) {}
+    /// A request was admitted after waiting `waited` ([`Duration::ZERO`] when it did not wait).
+    /// Called once per admission that reached its caller.
+    fn admitted(&self, _waited: Duration) {}
+    /// A request was rejected.
+    fn rejected(&self, _reason: Rejection) {}
+    /// The worker `key` was [forgotten](crate::Admission::forget) and now has nothing in flight.
+    ///
+    /// This is the router's cue to remove the worker's `inflight` gauge series: it comes after the
+    /// last `inflight_changed(key, 0)` of that slot. It fires once each time a forgotten slot
+    /// becomes idle; if a stale selection reserves the forgotten slot again, a new
+    /// `inflight_changed` and, once idle again, a new `slot_forgotten` follow. Re-registering the
+    /// key (calling [`Admission::slot`](crate::Admission::slot)) before it is idle cancels it.
+    fn slot_forgotten(&self, _key: &str) {}
+}
+
+/// What [`Selector::rank`] found.
+pub enum Ranking<C> {
+    /// No healthy matching worker at all: the request is rejected with
+    /// [`Rejection::Unavailable`] and never queued. A request that is already waiting keeps
+    /// waiting (a circuit breaker may half-open before its deadline).
+    Unavailable,
+    /// The matching workers that have room, best first, each with the caller's choice value.
+    /// Empty means every matching worker is full.
+    Candidates(Vec<(Arc<Slot>, C)>),
+}
+
+impl<C> fmt::Debug for Ranking<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ranking::Unavailable => f.write_str("Unavailable"),
+            Ranking::Candidates(c) => f
+                .debug_list()
+                .entries(c.iter().map(|(slot, _)| slot.key()))
+                .finish(),
+        }
+    }
+}
+
+/// Worker selection for one request: filtering, policy ranking and policy commit.
+///
+/// The controller calls [`rank`](Selector::rank) whenever the request might be admitted (on
+/// arrival, and while it waits, each time capacity it could use appears), reserves the first
+/// candidate it can, and then calls [`commit`](Selector::commit) exactly once with that
+/// candidate's choice. A choice that is not reserved is never committed.
+pub trait Selector: Send + 'static {
+    /// What the caller gets back for the reserved worker (e.g. the worker handle).
+    type Choice: Send + 'static;
+
+    /// Re-reads live state (worker health, model pool, strict target, policy state) and returns
+    /// the candidates that have room (`has_room(slot)`), best first.
+    ///
+    /// Called with the queue lock held: must be quick and must not call back into the
+    /// [`Admission`](crate::Admission).
+    ///
+    /// Contract that lets a release wake only the waiters it concerns: ask `has_room` about every
+    /// worker the request could use (all healthy matching workers, or the strict target), and let
+    /// the result depend only on `has_room` answers and on state whose changes are followed by
+    /// [`Admission::notify`](crate::Admission::notify) (or announced with
+    /// [`notify_at`](crate::Admission::notify_at)). A waiting request is re-ranked when a slot it
+    /// asked about is released, and on every notify.
+    fn rank(&mut self, has_room: &dyn Fn(&Slot) -> bool) -> Ranking<Self::Choice>;
+
+    /// Records the reserved choice (stateful policies commit here). Called exactly once per
+    /// admission, only for the reserved choice. Called without locks on the fast path and with
+    /// the queue lock held for a waiter, so the same rules as for `rank` apply.
+    fn commit(&mut self, choice: &Self::Choice);
+}

@@ -1,0 +1,92 @@
+//! Response bodies that keep the in-flight guard alive until they are done.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body::{Frame, SizeHint};
+
+use crate::state::InflightGuard;
+
+/// A body of known length sent in one frame; holds an optional guard until
+/// hyper drops it (fully written or connection gone).
+#[derive(Debug)]
+struct OnceBody {
+    data: Option<Bytes>,
+    _guard: Option<InflightGuard>,
+}
+
+impl http_body::Body for OnceBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.get_mut().data.take().map(|d| Ok(Frame::data(d))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+pub(crate) const JSON: &str = "application/json";
+pub(crate) const SSE: &str = "text/event-stream";
+
+/// A complete response whose body is `data`.
+pub(crate) fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    data: impl Into<Bytes>,
+    guard: Option<InflightGuard>,
+) -> Response {
+    let data = data.into();
+    let body = OnceBody {
+        data: (!data.is_empty()).then_some(data),
+        _guard: guard,
+    };
+    let mut resp = Response::new(Body::new(body));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if content_type == SSE {
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
+    resp
+}
+
+/// JSON error `{"error":{"message":..}}` with the given status.
+pub(crate) fn error(status: StatusCode, message: &str, guard: Option<InflightGuard>) -> Response {
+    let body = serde_json::json!({ "error": { "message": message } });
+    full(
+        status,
+        JSON,
+        serde_json::to_vec(&body).unwrap_or_default(),
+        guard,
+    )
+}
+
+/// A 200 server-sent-events response streamed from `stream`.
+pub(crate) fn sse_stream<S>(stream: S) -> Response
+where
+    S: Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+{
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(SSE));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}

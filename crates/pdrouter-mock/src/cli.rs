@@ -1,0 +1,152 @@
+//! Command line interface of the `pdrouter-mock` binary.
+
+use std::fmt;
+use std::io::{self, Write as _};
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::config::{MockConfig, Role};
+use crate::worker::MockWorker;
+
+/// Command line flags of `pdrouter-mock`.
+#[derive(Clone, Debug, PartialEq, Parser)]
+#[command(
+    name = "pdrouter-mock",
+    version,
+    about = "Mock SGLang-style inference worker (prefill / decode / regular)"
+)]
+pub struct MockArgs {
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind (0 picks a free port; the bound address is printed).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Role of the worker.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// Milliseconds before the first byte of a generation response (prefill:
+    /// the whole prefill).
+    #[arg(long, default_value_t = 0, value_name = "D")]
+    pub delay_ms: u64,
+    /// Tokens a decode/regular worker generates.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub output_tokens: u32,
+    /// Milliseconds between streamed tokens.
+    #[arg(long, default_value_t = 0, value_name = "I")]
+    pub token_interval_ms: u64,
+    /// Fraction (0..=1) of generation requests answered 500.
+    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_fail_rate)]
+    pub fail_rate: f64,
+    /// Data-parallel size reported by /get_server_info.
+    #[arg(long, default_value_t = 1, value_name = "K",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub dp_size: u32,
+    /// Model id reported when a request names none.
+    #[arg(long, default_value = "mock-model", value_name = "NAME")]
+    pub model: String,
+}
+
+fn parse_fail_rate(s: &str) -> Result<f64, String> {
+    let rate: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=1.0).contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(format!("{rate} is not within 0..=1"))
+    }
+}
+
+impl MockArgs {
+    /// The worker configuration these flags describe.
+    pub fn to_config(&self) -> MockConfig {
+        MockConfig {
+            host: self.host.clone(),
+            port: self.port,
+            role: self.role,
+            delay: Duration::from_millis(self.delay_ms),
+            output_tokens: self.output_tokens,
+            token_interval: Duration::from_millis(self.token_interval_ms),
+            fail_rate: self.fail_rate,
+            dp_size: self.dp_size,
+            model: self.model.clone(),
+        }
+    }
+}
+
+impl From<MockArgs> for MockConfig {
+    fn from(args: MockArgs) -> Self {
+        args.to_config()
+    }
+}
+
+/// Failure of [`run_cli`].
+#[derive(Debug)]
+pub enum CliError {
+    /// Invalid flags, or `--help` / `--version` (call [`clap::Error::exit`]
+    /// to print the message and exit with clap's status code).
+    Args(clap::Error),
+    /// Binding or serving failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Args(e) => write!(f, "{e}"),
+            CliError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Args(e) => Some(e),
+            CliError::Io(e) => Some(e),
+        }
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::Io(e)
+    }
+}
+
+/// Runs the `pdrouter-mock` command: parses `args` (including the program
+/// name, as in [`std::env::args`]), starts the worker, prints
+/// `pdrouter-mock listening on http://ADDR role=ROLE` to stdout and serves
+/// until Ctrl-C or SIGTERM.
+pub async fn run_cli(args: impl IntoIterator<Item = String>) -> Result<(), CliError> {
+    let args = MockArgs::try_parse_from(args).map_err(CliError::Args)?;
+    let worker = MockWorker::start(args.to_config()).await?;
+    {
+        let mut out = io::stdout().lock();
+        writeln!(
+            out,
+            "pdrouter-mock listening on {} role={}",
+            worker.url(),
+            args.role
+        )?;
+        out.flush()?;
+    }
+    wait_for_signal().await?;
+    worker.shutdown().await;
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> io::Result<()> {
+    tokio::signal::ctrl_c().await
+}

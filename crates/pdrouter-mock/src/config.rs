@@ -1,0 +1,128 @@
+//! Worker role and static configuration.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The part a worker plays in a prefill/decode deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Prefill worker: computes the prompt, answers with the first token only.
+    Prefill,
+    /// Decode worker: generates the output tokens.
+    Decode,
+    /// Ordinary (non-disaggregated) worker: no `bootstrap_room` required.
+    Regular,
+}
+
+impl Role {
+    /// The lowercase name used on the command line and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+            Role::Regular => "regular",
+        }
+    }
+
+    /// The `disaggregation_mode` reported by `/get_server_info`.
+    pub fn disaggregation_mode(self) -> &'static str {
+        match self {
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+            Role::Regular => "null",
+        }
+    }
+
+    /// Whether generation requests must carry a `bootstrap_room`.
+    pub fn requires_bootstrap(self) -> bool {
+        !matches!(self, Role::Regular)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error returned when parsing an unknown role name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseRoleError(String);
+
+impl fmt::Display for ParseRoleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown role {:?} (expected prefill, decode or regular)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ParseRoleError {}
+
+impl FromStr for Role {
+    type Err = ParseRoleError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "prefill" => Ok(Role::Prefill),
+            "decode" => Ok(Role::Decode),
+            "regular" => Ok(Role::Regular),
+            _ => Err(ParseRoleError(s.to_owned())),
+        }
+    }
+}
+
+/// Configuration of a [`MockWorker`](crate::MockWorker).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MockConfig {
+    /// Host name or IP address to bind.
+    pub host: String,
+    /// Port to bind; 0 picks a free port.
+    pub port: u16,
+    /// Role of the worker.
+    pub role: Role,
+    /// Time before the first byte of a generation response (for prefill: the
+    /// whole prefill).
+    pub delay: Duration,
+    /// Tokens a decode/regular worker generates per output.
+    pub output_tokens: u32,
+    /// Time between generated tokens (decode/regular).
+    pub token_interval: Duration,
+    /// Fraction (0..=1) of generation requests answered 500.
+    pub fail_rate: f64,
+    /// Data-parallel size reported by `/get_server_info`.
+    pub dp_size: u32,
+    /// Model id reported when the request names none.
+    pub model: String,
+}
+
+impl MockConfig {
+    /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
+    /// dp size 1, model `"mock-model"`.
+    pub fn new(role: Role) -> Self {
+        MockConfig {
+            host: "127.0.0.1".to_owned(),
+            port: 0,
+            role,
+            delay: Duration::ZERO,
+            output_tokens: 8,
+            token_interval: Duration::ZERO,
+            fail_rate: 0.0,
+            dp_size: 1,
+            model: "mock-model".to_owned(),
+        }
+    }
+}
+
+impl Default for MockConfig {
+    /// A [`Role::Regular`] worker with the defaults of [`MockConfig::new`].
+    fn default() -> Self {
+        MockConfig::new(Role::Regular)
+    }
+}

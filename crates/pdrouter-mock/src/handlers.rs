@@ -1,0 +1,257 @@
+//! HTTP routes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::body::{self, JSON, SSE};
+use crate::config::Role;
+use crate::render::{Api, Plan};
+use crate::state::{InflightGuard, Shared};
+
+/// Largest accepted request body.
+const BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// What a worker in garbage mode answers to generation requests.
+const GARBAGE: &[u8] = b"<<mock garbage>> this is }{ not JSON \x01\x02";
+
+type AppState = State<Arc<Shared>>;
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/health_generate", get(health))
+        .route("/v1/models", get(models))
+        .route("/get_server_info", get(server_info))
+        .route("/get_model_info", get(model_info))
+        .route("/mock/stats", get(stats))
+        .route("/mock/controls", post(set_controls))
+        .route(
+            "/generate",
+            post(|s: AppState, b: Bytes| generation(s, Api::Generate, b)),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(|s: AppState, b: Bytes| generation(s, Api::Chat, b)),
+        )
+        .route(
+            "/v1/completions",
+            post(|s: AppState, b: Bytes| generation(s, Api::Completion, b)),
+        )
+        .route(
+            "/v1/responses",
+            post(|s: AppState, b: Bytes| generation(s, Api::Responses, b)),
+        )
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(shared)
+}
+
+fn json_response(v: &Value) -> Response {
+    body::full(
+        StatusCode::OK,
+        JSON,
+        serde_json::to_vec(v).unwrap_or_default(),
+        None,
+    )
+}
+
+async fn health(State(s): AppState) -> StatusCode {
+    if s.controls.healthy() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+async fn models(State(s): AppState) -> Response {
+    json_response(&json!({
+        "object": "list",
+        "data": [{
+            "id": s.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "sglang",
+            "root": s.model,
+        }],
+    }))
+}
+
+async fn server_info(State(s): AppState) -> Response {
+    json_response(&json!({
+        "model_path": s.model,
+        "dp_size": s.dp_size,
+        "disaggregation_mode": s.role.disaggregation_mode(),
+        "max_running_requests": 128,
+        "version": "mock",
+    }))
+}
+
+async fn model_info(State(s): AppState) -> Response {
+    json_response(&json!({
+        "model_path": s.model,
+        "tokenizer_path": s.model,
+        "is_generation": true,
+    }))
+}
+
+async fn stats(State(s): AppState) -> Response {
+    let st = s.controls.stats();
+    json_response(&json!({
+        "role": s.role,
+        "requests_total": st.requests_total,
+        "inflight": st.inflight,
+        "max_inflight": st.max_inflight,
+        "last_request": st.last_request,
+    }))
+}
+
+/// Body of `POST /mock/controls`; every field is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ControlUpdate {
+    delay_ms: Option<u64>,
+    token_interval_ms: Option<u64>,
+    output_tokens: Option<u32>,
+    fail_rate: Option<f64>,
+    healthy: Option<bool>,
+    garbage: Option<bool>,
+    hang: Option<bool>,
+    #[serde(default)]
+    reset_max_inflight: bool,
+}
+
+async fn set_controls(State(s): AppState, body: Bytes) -> Response {
+    let update: ControlUpdate = if body.is_empty() {
+        ControlUpdate::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(u) => u,
+            Err(e) => {
+                return body::error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid controls: {e}"),
+                    None,
+                );
+            }
+        }
+    };
+    let c = &s.controls;
+    if let Some(ms) = update.delay_ms {
+        c.set_delay(Duration::from_millis(ms));
+    }
+    if let Some(ms) = update.token_interval_ms {
+        c.set_token_interval(Duration::from_millis(ms));
+    }
+    if let Some(n) = update.output_tokens {
+        c.set_output_tokens(n);
+    }
+    if let Some(rate) = update.fail_rate {
+        c.set_fail_rate(rate);
+    }
+    if let Some(h) = update.healthy {
+        c.set_healthy(h);
+    }
+    if let Some(g) = update.garbage {
+        c.set_garbage(g);
+    }
+    if let Some(h) = update.hang {
+        c.set_hang(h);
+    }
+    if update.reset_max_inflight {
+        c.reset_max_inflight();
+    }
+    json_response(&json!({
+        "delay_ms": c.delay().as_millis() as u64,
+        "token_interval_ms": c.token_interval().as_millis() as u64,
+        "output_tokens": c.output_tokens(),
+        "fail_rate": c.fail_rate(),
+        "healthy": c.healthy(),
+        "garbage": c.garbage(),
+        "hang": c.hang(),
+    }))
+}
+
+/// Every generation route: count, validate, inject faults, wait, answer.
+async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
+    let guard = InflightGuard::begin(&s);
+    let controls = &s.controls;
+
+    let parsed = serde_json::from_slice::<Value>(&body);
+    if parsed.is_ok() {
+        controls.record_request(body);
+    }
+    controls.wait_while_hung().await;
+
+    let req = match parsed {
+        Ok(Value::Object(req)) => req,
+        Ok(_) => {
+            return body::error(
+                StatusCode::BAD_REQUEST,
+                "request body must be a JSON object",
+                Some(guard),
+            );
+        }
+        Err(e) => {
+            return body::error(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON body: {e}"),
+                Some(guard),
+            );
+        }
+    };
+    if s.role.requires_bootstrap() && req.get("bootstrap_room").is_none_or(Value::is_null) {
+        return body::error(
+            StatusCode::BAD_REQUEST,
+            "missing bootstrap_room",
+            Some(guard),
+        );
+    }
+    if controls.draw_failure() {
+        return body::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "mock injected failure",
+            Some(guard),
+        );
+    }
+    if controls.garbage() {
+        return body::full(StatusCode::OK, JSON, GARBAGE, Some(guard));
+    }
+    let plan = match Plan::new(api, &req, s.role, &s.model, controls.output_tokens()) {
+        Ok(plan) => plan,
+        Err(msg) => return body::error(StatusCode::BAD_REQUEST, &msg, Some(guard)),
+    };
+    drop(req);
+
+    let interval = if s.role == Role::Prefill {
+        Duration::ZERO
+    } else {
+        controls.token_interval()
+    };
+    let delay = controls.delay();
+    if plan.stream {
+        sleep(delay).await;
+        if s.role == Role::Prefill {
+            body::full(StatusCode::OK, SSE, plan.single_chunk_sse(), Some(guard))
+        } else {
+            body::sse_stream(plan.into_stream(interval, guard))
+        }
+    } else {
+        let gaps = plan.tokens.saturating_sub(1);
+        sleep(delay.saturating_add(interval.saturating_mul(gaps))).await;
+        body::full(StatusCode::OK, JSON, plan.full_body(), Some(guard))
+    }
+}
+
+async fn sleep(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
+    }
+}

@@ -1,0 +1,48 @@
+//! Mock SGLang-style inference worker for pdrouter's tests, benchmarks and demo.
+//!
+//! A [`MockWorker`] is a small HTTP server speaking the subset of the SGLang /
+//! OpenAI API that a prefill/decode router talks to:
+//!
+//! * `GET /health`, `GET /health_generate` — 200, or 503 when made unhealthy
+//!   through [`MockControls::set_healthy`];
+//! * `GET /v1/models`, `GET /get_server_info`, `GET /get_model_info`;
+//! * `POST /generate`, `POST /v1/chat/completions`, `POST /v1/completions`
+//!   and (minimally) `POST /v1/responses`, answered as JSON or, with
+//!   `"stream": true`, as server-sent events ending in `data: [DONE]`;
+//! * `GET /mock/stats` — the numbers of [`MockStats`] plus the role;
+//! * `POST /mock/controls` — change the runtime knobs of [`MockControls`] from
+//!   outside the process (body: any subset of `{"delay_ms", "fail_rate",
+//!   "healthy", "garbage", "hang", "token_interval_ms", "output_tokens",
+//!   "reset_max_inflight"}`); answers the current settings.
+//!
+//! Generated text is made of the tokens `" tok0"`, `" tok1"`, … A worker of
+//! role [`Role::Prefill`] answers with the first token only, after the
+//! configured delay; [`Role::Decode`] and [`Role::Regular`] workers produce
+//! [`MockConfig::output_tokens`] tokens (capped by the request's
+//! `max_tokens` / `max_new_tokens` / `max_completion_tokens` /
+//! `max_output_tokens`), spaced by [`MockConfig::token_interval`]. Prefill and
+//! decode workers reject generation requests lacking `bootstrap_room` with
+//! 400 `{"error":{"message":"missing bootstrap_room"}}`.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use pdrouter_mock::{MockConfig, MockWorker, Role};
+//! let worker = MockWorker::start(MockConfig::new(Role::Decode)).await?;
+//! println!("decode worker at {}", worker.url());
+//! worker.controls().set_healthy(false);
+//! worker.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod body;
+mod cli;
+mod config;
+mod handlers;
+mod render;
+mod state;
+mod worker;
+
+pub use cli::{CliError, MockArgs, run_cli};
+pub use config::{MockConfig, ParseRoleError, Role};
+pub use state::{MockControls, MockStats};
+pub use worker::MockWorker;

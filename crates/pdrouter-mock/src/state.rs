@@ -1,0 +1,239 @@
+//! Shared runtime state: knobs ([`MockControls`]) and counters ([`MockStats`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::config::{MockConfig, Role};
+
+/// Snapshot of a worker's request counters (the numbers of `GET /mock/stats`).
+///
+/// Only generation requests (the POST routes) are counted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MockStats {
+    /// Generation requests received since start.
+    pub requests_total: u64,
+    /// Generation requests whose response is not yet fully sent.
+    pub inflight: u64,
+    /// High-water mark of `inflight` (see [`MockControls::reset_max_inflight`]).
+    pub max_inflight: u64,
+    /// The last valid JSON body received by a generation route, if any.
+    pub last_request: Option<serde_json::Value>,
+}
+
+/// Runtime knobs of a running worker, shared with its request handlers.
+///
+/// Every setter takes effect for requests that reach the corresponding
+/// decision point afterwards.
+#[derive(Debug)]
+pub struct MockControls {
+    delay_us: AtomicU64,
+    token_interval_us: AtomicU64,
+    output_tokens: AtomicU32,
+    fail_rate_bits: AtomicU64,
+    healthy: AtomicBool,
+    garbage: AtomicBool,
+    hang: watch::Sender<bool>,
+    requests_total: AtomicU64,
+    inflight: AtomicU64,
+    max_inflight: AtomicU64,
+    last_request: Mutex<Option<Bytes>>,
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl MockControls {
+    pub(crate) fn new(cfg: &MockConfig) -> Self {
+        MockControls {
+            delay_us: AtomicU64::new(duration_us(cfg.delay)),
+            token_interval_us: AtomicU64::new(duration_us(cfg.token_interval)),
+            output_tokens: AtomicU32::new(cfg.output_tokens),
+            fail_rate_bits: AtomicU64::new(clamp_rate(cfg.fail_rate).to_bits()),
+            healthy: AtomicBool::new(true),
+            garbage: AtomicBool::new(false),
+            hang: watch::Sender::new(false),
+            requests_total: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+            max_inflight: AtomicU64::new(0),
+            last_request: Mutex::new(None),
+        }
+    }
+
+    /// Sets the time before the first byte of generation responses.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_us.store(duration_us(delay), Ordering::Relaxed);
+    }
+
+    /// Current time before the first byte.
+    pub fn delay(&self) -> Duration {
+        Duration::from_micros(self.delay_us.load(Ordering::Relaxed))
+    }
+
+    /// Sets the time between generated tokens.
+    pub fn set_token_interval(&self, interval: Duration) {
+        self.token_interval_us
+            .store(duration_us(interval), Ordering::Relaxed);
+    }
+
+    /// Current time between generated tokens.
+    pub fn token_interval(&self) -> Duration {
+        Duration::from_micros(self.token_interval_us.load(Ordering::Relaxed))
+    }
+
+    /// Sets how many tokens a decode/regular worker generates per output.
+    pub fn set_output_tokens(&self, tokens: u32) {
+        self.output_tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    /// Current number of tokens generated per output.
+    pub fn output_tokens(&self) -> u32 {
+        self.output_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Sets the fraction of generation requests answered 500 (clamped to 0..=1;
+    /// NaN counts as 0).
+    pub fn set_fail_rate(&self, rate: f64) {
+        self.fail_rate_bits
+            .store(clamp_rate(rate).to_bits(), Ordering::Relaxed);
+    }
+
+    /// Current failure fraction.
+    pub fn fail_rate(&self) -> f64 {
+        f64::from_bits(self.fail_rate_bits.load(Ordering::Relaxed))
+    }
+
+    /// `false` makes `/health` and `/health_generate` answer 503.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// Whether health probes currently succeed.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// `true` makes generation routes answer 200 with a body that is not JSON.
+    pub fn set_garbage(&self, garbage: bool) {
+        self.garbage.store(garbage, Ordering::Relaxed);
+    }
+
+    /// Whether generation routes currently answer garbage.
+    pub fn garbage(&self) -> bool {
+        self.garbage.load(Ordering::Relaxed)
+    }
+
+    /// `true` makes generation requests wait without answering until the
+    /// hang is cleared (they then proceed normally) or the worker shuts down.
+    pub fn set_hang(&self, hang: bool) {
+        self.hang.send_replace(hang);
+    }
+
+    /// Whether generation requests currently hang.
+    pub fn hang(&self) -> bool {
+        *self.hang.borrow()
+    }
+
+    /// Resets the `max_inflight` high-water mark to the current `inflight`.
+    pub fn reset_max_inflight(&self) {
+        let now = self.inflight.load(Ordering::SeqCst);
+        self.max_inflight.store(now, Ordering::SeqCst);
+    }
+
+    /// Snapshot of the counters.
+    pub(crate) fn stats(&self) -> MockStats {
+        let last = self
+            .last_request
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        MockStats {
+            requests_total: self.requests_total.load(Ordering::SeqCst),
+            inflight: self.inflight.load(Ordering::SeqCst),
+            max_inflight: self.max_inflight.load(Ordering::SeqCst),
+            last_request: last.and_then(|b| serde_json::from_slice(&b).ok()),
+        }
+    }
+
+    /// Records the last valid JSON body (kept as bytes; parsed on demand).
+    pub(crate) fn record_request(&self, body: Bytes) {
+        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(body);
+    }
+
+    /// Waits while the hang switch is on.
+    pub(crate) async fn wait_while_hung(&self) {
+        if !*self.hang.borrow() {
+            return;
+        }
+        let mut rx = self.hang.subscribe();
+        // The sender lives as long as `self`, so this only ends when cleared.
+        let _ = rx.wait_for(|hang| !*hang).await;
+    }
+
+    /// Whether this request should fail (random draw against the fail rate).
+    pub(crate) fn draw_failure(&self) -> bool {
+        let rate = self.fail_rate();
+        rate > 0.0 && (rate >= 1.0 || rand::random_bool(rate))
+    }
+
+    fn begin(&self) {
+        self.requests_total.fetch_add(1, Ordering::SeqCst);
+        let now = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_inflight.fetch_max(now, Ordering::SeqCst);
+    }
+}
+
+fn clamp_rate(rate: f64) -> f64 {
+    if rate.is_nan() {
+        0.0
+    } else {
+        rate.clamp(0.0, 1.0)
+    }
+}
+
+/// Everything the request handlers share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) role: Role,
+    pub(crate) model: String,
+    pub(crate) dp_size: u32,
+    pub(crate) controls: MockControls,
+}
+
+impl Shared {
+    pub(crate) fn new(cfg: &MockConfig) -> Self {
+        Shared {
+            role: cfg.role,
+            model: cfg.model.clone(),
+            dp_size: cfg.dp_size,
+            controls: MockControls::new(cfg),
+        }
+    }
+}
+
+/// Counts one generation request as in flight until dropped.
+#[derive(Debug)]
+pub(crate) struct InflightGuard {
+    shared: Arc<Shared>,
+}
+
+impl InflightGuard {
+    /// Counts a new generation request (total and in flight).
+    pub(crate) fn begin(shared: &Arc<Shared>) -> Self {
+        shared.controls.begin();
+        InflightGuard {
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.shared.controls.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+}

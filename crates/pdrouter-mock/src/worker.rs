@@ -1,0 +1,150 @@
+//! The listening server and its lifecycle.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpSocket, lookup_host};
+use tokio::sync::oneshot;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::config::{MockConfig, Role};
+use crate::handlers;
+use crate::state::{MockControls, MockStats, Shared};
+
+/// A running mock worker.
+///
+/// Dropping it stops the server in the background; [`MockWorker::shutdown`]
+/// does the same and waits until the port is released.
+#[derive(Debug)]
+pub struct MockWorker {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl MockWorker {
+    /// Binds `cfg.host:cfg.port` (port 0 picks a free one) and starts serving
+    /// on the current tokio runtime.
+    pub async fn start(cfg: MockConfig) -> io::Result<MockWorker> {
+        let listener = bind(&cfg.host, cfg.port).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(&cfg));
+        let app = handlers::router(Arc::clone(&shared));
+        let (stop, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(serve(listener, app, stop_rx));
+        tracing::debug!(%addr, role = %cfg.role, "mock worker started");
+        Ok(MockWorker {
+            addr,
+            shared,
+            stop,
+            task,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The worker's role.
+    pub fn role(&self) -> Role {
+        self.shared.role
+    }
+
+    /// Current counters (the numbers of `GET /mock/stats`).
+    pub fn stats(&self) -> MockStats {
+        self.shared.controls.stats()
+    }
+
+    /// Runtime knobs.
+    pub fn controls(&self) -> &MockControls {
+        &self.shared.controls
+    }
+
+    /// Stops listening and aborts every open connection at once, like a
+    /// killed process: in-flight requests see their connection close. Returns
+    /// once the listening socket is closed, so the port can be bound again.
+    pub async fn shutdown(self) {
+        let MockWorker {
+            addr, stop, task, ..
+        } = self;
+        let _ = stop.send(());
+        if let Err(e) = task.await {
+            tracing::warn!(%addr, error = %e, "mock worker task failed");
+        }
+        tracing::debug!(%addr, "mock worker stopped");
+    }
+}
+
+async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
+    let mut last_err = None;
+    for addr in lookup_host((host, port)).await? {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        // Lets a restarted worker re-bind the port while connections of the
+        // previous one linger in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        if let Err(e) = socket.bind(addr) {
+            last_err = Some(e);
+            continue;
+        }
+        match socket.listen(1024) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{host}: no address to bind"),
+        )
+    }))
+}
+
+/// Accepts connections until `stop` fires (or its sender is dropped), then
+/// closes the listener and aborts all connections.
+async fn serve(listener: TcpListener, app: Router, mut stop: oneshot::Receiver<()>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let svc = TowerToHyperService::new(app.clone());
+                    conns.spawn(async move {
+                        let conn = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc);
+                        if let Err(e) = conn.await {
+                            tracing::trace!(error = %e, "mock connection ended with error");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "mock worker accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+}

@@ -1,0 +1,119 @@
+//! The `pdrouter-mock` binary.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+
+use common::{TIMEOUT, get, post};
+use hyper::StatusCode;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_pdrouter-mock");
+
+#[tokio::test]
+async fn binary_prints_bound_address_and_serves() {
+    let mut child = Command::new(BIN)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--role",
+            "prefill",
+            "--delay-ms",
+            "1",
+            "--output-tokens",
+            "4",
+            "--token-interval-ms",
+            "0",
+            "--fail-rate",
+            "0",
+            "--dp-size",
+            "2",
+            "--model",
+            "cli-model",
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn pdrouter-mock");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(TIMEOUT, BufReader::new(stdout).read_line(&mut line))
+        .await
+        .expect("listening line in time")
+        .unwrap();
+    let rest = line
+        .trim_end()
+        .strip_prefix("pdrouter-mock listening on http://")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let (addr, role) = rest.split_once(' ').unwrap();
+    assert_eq!(role, "role=prefill");
+    let addr: SocketAddr = addr.parse().unwrap();
+    assert_ne!(addr.port(), 0);
+
+    assert_eq!(get(addr, "/health").await.status, StatusCode::OK);
+    let info = get(addr, "/get_server_info").await.json();
+    assert_eq!(info["dp_size"], 2);
+    assert_eq!(info["model_path"], "cli-model");
+    assert_eq!(info["disaggregation_mode"], "prefill");
+    let r = post(
+        addr,
+        "/generate",
+        &json!({"text": "x", "bootstrap_room": 3}),
+    )
+    .await;
+    assert_eq!(r.json()["text"], " tok0");
+
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_flags_exit_non_zero() {
+    for args in [
+        vec!["--role", "sideways"],
+        vec!["--port", "0"],
+        vec!["--role", "decode", "--fail-rate", "1.5"],
+        vec!["--role", "decode", "--dp-size", "0"],
+        vec!["--role", "decode", "--bogus"],
+    ] {
+        let out = Command::new(BIN).args(&args).output().await.unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn role_parses_from_str() {
+    use pdrouter_mock::Role;
+    assert_eq!("prefill".parse::<Role>().unwrap(), Role::Prefill);
+    assert_eq!("Decode".parse::<Role>().unwrap(), Role::Decode);
+    assert_eq!(Role::Regular.to_string(), "regular");
+    assert!("x".parse::<Role>().is_err());
+}
+
+#[test]
+fn args_map_to_config() {
+    use clap::Parser;
+    use pdrouter_mock::{MockArgs, MockConfig, Role};
+    use std::time::Duration;
+    let args = MockArgs::parse_from([
+        "pdrouter-mock",
+        "--role",
+        "decode",
+        "--delay-ms",
+        "7",
+        "--token-interval-ms",
+        "3",
+    ]);
+    let cfg = MockConfig::from(args);
+    let mut want = MockConfig::new(Role::Decode);
+    want.delay = Duration::from_millis(7);
+    want.token_interval = Duration::from_millis(3);
+    assert_eq!(cfg, want);
+}

@@ -1,0 +1,434 @@
+//! Routes and response shapes.
+
+mod common;
+
+use common::{get, post, post_raw};
+use hyper::StatusCode;
+use pdrouter_mock::{MockConfig, MockWorker, Role};
+use serde_json::{Value, json};
+
+async fn worker(role: Role) -> MockWorker {
+    MockWorker::start(MockConfig::new(role))
+        .await
+        .expect("start worker")
+}
+
+fn toks(n: u32) -> String {
+    (0..n).map(|k| format!(" tok{k}")).collect()
+}
+
+#[tokio::test]
+async fn health_routes_answer_200() {
+    let w = worker(Role::Regular).await;
+    assert_eq!(get(w.addr(), "/health").await.status, StatusCode::OK);
+    assert_eq!(
+        get(w.addr(), "/health_generate").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(get(w.addr(), "/nope").await.status, StatusCode::NOT_FOUND);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn info_routes_report_config() {
+    for (role, mode) in [
+        (Role::Prefill, "prefill"),
+        (Role::Decode, "decode"),
+        (Role::Regular, "null"),
+    ] {
+        let mut cfg = MockConfig::new(role);
+        cfg.dp_size = 4;
+        cfg.model = "my/model".into();
+        let w = MockWorker::start(cfg).await.unwrap();
+        let info = get(w.addr(), "/get_server_info").await;
+        assert_eq!(info.status, StatusCode::OK);
+        assert_eq!(
+            info.json(),
+            json!({"model_path": "my/model", "dp_size": 4, "disaggregation_mode": mode,
+                   "max_running_requests": 128, "version": "mock"})
+        );
+        let mi = get(w.addr(), "/get_model_info").await.json();
+        assert_eq!(
+            mi,
+            json!({"model_path": "my/model", "tokenizer_path": "my/model", "is_generation": true})
+        );
+        let models = get(w.addr(), "/v1/models").await.json();
+        assert_eq!(models["object"], "list");
+        assert_eq!(models["data"].as_array().unwrap().len(), 1);
+        assert_eq!(models["data"][0]["id"], "my/model");
+        assert_eq!(models["data"][0]["object"], "model");
+        w.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn generate_single() {
+    let w = worker(Role::Regular).await;
+    let r = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "hello world, how are you"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.content_type().starts_with("application/json"));
+    let v = r.json();
+    assert_eq!(v["text"], toks(8));
+    let meta = &v["meta_info"];
+    assert!(meta["id"].as_str().is_some_and(|s| !s.is_empty()));
+    assert_eq!(
+        meta["finish_reason"],
+        json!({"type": "length", "length": 8})
+    );
+    assert_eq!(meta["completion_tokens"], 8);
+    assert!(meta["prompt_tokens"].as_u64().unwrap() > 0);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_caps_tokens_and_echoes_rid() {
+    let w = worker(Role::Regular).await;
+    let v = post(
+        w.addr(),
+        "/generate",
+        &json!({"input_ids": [1, 2, 3, 4, 5], "rid": "req-7", "sampling_params": {"max_new_tokens": 3}}),
+    )
+    .await
+    .json();
+    assert_eq!(v["text"], " tok0 tok1 tok2");
+    assert_eq!(v["meta_info"]["id"], "req-7");
+    assert_eq!(v["meta_info"]["prompt_tokens"], 5);
+    assert_eq!(
+        v["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 3})
+    );
+    // A larger cap does not raise the count above --output-tokens.
+    let v = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "x", "sampling_params": {"max_new_tokens": 100}}),
+    )
+    .await
+    .json();
+    assert_eq!(v["meta_info"]["completion_tokens"], 8);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_batch_returns_array() {
+    let w = worker(Role::Decode).await;
+    let r = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": ["a", "bb", "ccc"], "bootstrap_room": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let v = r.json();
+    let items = v.as_array().expect("array");
+    assert_eq!(items.len(), 3);
+    for item in items {
+        assert_eq!(item["text"], toks(2));
+        assert_eq!(item["meta_info"]["completion_tokens"], 2);
+    }
+    let ids: Vec<_> = items.iter().map(|i| i["meta_info"]["id"].clone()).collect();
+    assert_ne!(ids[0], ids[1]);
+
+    let v = post(
+        w.addr(),
+        "/generate",
+        &json!({"input_ids": [[1, 2], [3, 4, 5]], "bootstrap_room": [1, 2]}),
+    )
+    .await
+    .json();
+    let items = v.as_array().expect("array");
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[1]["meta_info"]["prompt_tokens"], 3);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_stream_is_cumulative_and_ends_with_done() {
+    let w = worker(Role::Regular).await;
+    let r = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "hi", "stream": true, "sampling_params": {"max_new_tokens": 4}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.content_type().starts_with("text/event-stream"));
+    let events = r.sse_json();
+    assert_eq!(events.len(), 4);
+    for (k, ev) in events.iter().enumerate() {
+        let k = k as u32 + 1;
+        assert_eq!(ev["text"], toks(k));
+        assert_eq!(ev["meta_info"]["completion_tokens"], k);
+        if k < 4 {
+            assert_eq!(ev["meta_info"]["finish_reason"], Value::Null);
+        }
+    }
+    assert_eq!(
+        events[3]["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 4})
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_batch_stream_has_indexed_items() {
+    let w = worker(Role::Regular).await;
+    let r = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": ["a", "b"], "stream": true, "sampling_params": {"max_new_tokens": 2}}),
+    )
+    .await;
+    let events = r.sse_json();
+    assert_eq!(events.len(), 4);
+    let last: Vec<_> = events
+        .iter()
+        .filter(|e| e["meta_info"]["finish_reason"].is_object())
+        .collect();
+    assert_eq!(last.len(), 2);
+    let mut idx: Vec<_> = last.iter().map(|e| e["index"].as_u64().unwrap()).collect();
+    idx.sort_unstable();
+    assert_eq!(idx, [0, 1]);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn chat_completion_with_n_choices() {
+    let w = worker(Role::Regular).await;
+    let r = post(
+        w.addr(),
+        "/v1/chat/completions",
+        &json!({"model": "req-model", "n": 2, "max_tokens": 5,
+                "messages": [{"role": "user", "content": "Tell me a story"}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "req-model");
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["message"]["role"], "assistant");
+        assert_eq!(c["message"]["content"], toks(5));
+        assert_eq!(c["finish_reason"], "length");
+    }
+    let usage = &v["usage"];
+    assert_eq!(usage["completion_tokens"], 10);
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + 10
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn chat_default_model_and_stream_chunks() {
+    let w = worker(Role::Regular).await;
+    let v = post(
+        w.addr(),
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await
+    .json();
+    assert_eq!(v["model"], "mock-model");
+    assert_eq!(v["choices"][0]["message"]["content"], toks(8));
+
+    let r = post(
+        w.addr(),
+        "/v1/chat/completions",
+        &json!({"stream": true, "max_tokens": 3, "stream_options": {"include_usage": true},
+                "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert!(r.content_type().starts_with("text/event-stream"));
+    let events = r.sse_json();
+    for ev in &events {
+        assert_eq!(ev["object"], "chat.completion.chunk");
+    }
+    let content: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, toks(3));
+    let finishes: Vec<_> = events
+        .iter()
+        .filter(|e| e["choices"][0]["finish_reason"] == "length")
+        .collect();
+    assert_eq!(finishes.len(), 1);
+    let usage = events.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 3);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn completions_array_prompt_times_n() {
+    let w = worker(Role::Regular).await;
+    let v = post(
+        w.addr(),
+        "/v1/completions",
+        &json!({"prompt": ["one", "two", "three"], "n": 2, "max_tokens": 2}),
+    )
+    .await
+    .json();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["model"], "mock-model");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 6);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["text"], toks(2));
+        assert_eq!(c["finish_reason"], "length");
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+
+    let v = post(w.addr(), "/v1/completions", &json!({"prompt": [1, 2, 3]}))
+        .await
+        .json();
+    assert_eq!(v["choices"].as_array().unwrap().len(), 1);
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn completions_stream() {
+    let w = worker(Role::Regular).await;
+    let r = post(
+        w.addr(),
+        "/v1/completions",
+        &json!({"prompt": "p", "stream": true, "max_tokens": 3}),
+    )
+    .await;
+    let events = r.sse_json();
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, toks(3));
+    assert_eq!(
+        events.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn responses_minimal() {
+    let w = worker(Role::Regular).await;
+    let v = post(
+        w.addr(),
+        "/v1/responses",
+        &json!({"input": "hi", "max_output_tokens": 2}),
+    )
+    .await
+    .json();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["output"][0]["content"][0]["text"], toks(2));
+    assert_eq!(v["usage"]["output_tokens"], 2);
+
+    let r = post(
+        w.addr(),
+        "/v1/responses",
+        &json!({"input": "hi", "stream": true}),
+    )
+    .await;
+    let events = r.sse_json();
+    let text: String = events.iter().filter_map(|e| e["delta"].as_str()).collect();
+    assert_eq!(text, toks(8));
+    assert_eq!(events.last().unwrap()["type"], "response.completed");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn prefill_answers_first_token_and_single_chunk_stream() {
+    let w = worker(Role::Prefill).await;
+    let v = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "abc", "bootstrap_room": 7}),
+    )
+    .await
+    .json();
+    assert_eq!(v["text"], " tok0");
+    assert_eq!(v["meta_info"]["completion_tokens"], 1);
+
+    let r = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "abc", "bootstrap_room": 7, "stream": true}),
+    )
+    .await;
+    assert!(r.content_type().starts_with("text/event-stream"));
+    let events = r.sse_json();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["meta_info"]["finish_reason"]["type"], "length");
+
+    let r = post(
+        w.addr(),
+        "/v1/chat/completions",
+        &json!({"stream": true, "bootstrap_room": 1, "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    let events = r.sse_json();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["object"], "chat.completion.chunk");
+    assert_eq!(events[0]["choices"][0]["finish_reason"], "length");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn bootstrap_room_required_for_pd_roles() {
+    for role in [Role::Prefill, Role::Decode] {
+        let w = worker(role).await;
+        for path in ["/generate", "/v1/chat/completions", "/v1/completions"] {
+            let body =
+                json!({"text": "x", "prompt": "x", "messages": [{"role": "user", "content": "x"}]});
+            let r = post(w.addr(), path, &body).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{role} {path}");
+            assert_eq!(
+                r.json(),
+                json!({"error": {"message": "missing bootstrap_room"}})
+            );
+            let mut ok = body.clone();
+            ok["bootstrap_room"] = json!(12345);
+            ok["bootstrap_host"] = json!("127.0.0.1");
+            assert_eq!(
+                post(w.addr(), path, &ok).await.status,
+                StatusCode::OK,
+                "{role} {path}"
+            );
+        }
+        w.shutdown().await;
+    }
+    let w = worker(Role::Regular).await;
+    assert_eq!(
+        post(w.addr(), "/generate", &json!({"text": "x"}))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_400() {
+    let w = worker(Role::Regular).await;
+    for body in ["{not json", "", "[1,2]"] {
+        let r = post_raw(w.addr(), "/generate", body).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "body {body:?}");
+        assert!(r.json()["error"]["message"].is_string());
+    }
+    let r = post_raw(w.addr(), "/v1/chat/completions", "{\"messages\": 3}").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    w.shutdown().await;
+}

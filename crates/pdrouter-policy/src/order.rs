@@ -1,0 +1,90 @@
+//! Helpers that turn candidates into rank orders.
+//!
+//! Invariants:
+//! - Every helper appends distinct indices in `0..n`; together with the policies' own first
+//!   picks they produce a permutation of `0..n`.
+//! - Loads are read once into a snapshot ("load keys") before sorting, so a load that changes
+//!   concurrently can never make the sort comparator inconsistent.
+//! - A load key packs `min(load, u32::MAX) << 32 | index`: sorting keys orders by load and then
+//!   by index, with no allocation beyond the key vector. Loads above `u32::MAX` compare equal.
+
+use crate::WorkerRef;
+
+/// Snapshot of `(load, index)` for every worker, packed into sortable `u64`s.
+pub(crate) fn load_keys<W: WorkerRef>(workers: &[W]) -> Vec<u64> {
+    debug_assert!(u32::try_from(workers.len()).is_ok());
+    workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| pack(w.load(), i))
+        .collect()
+}
+
+fn pack(load: u64, index: usize) -> u64 {
+    (load.min(u64::from(u32::MAX)) << 32) | (index as u64 & 0xffff_ffff)
+}
+
+/// The (saturated) load of a key.
+pub(crate) fn load_of(key: u64) -> u64 {
+    key >> 32
+}
+
+/// The worker index of a key.
+pub(crate) fn index_of(key: u64) -> usize {
+    (key & 0xffff_ffff) as usize
+}
+
+/// Pushes `first` (if any), then every other index by ascending load (ties: lower index).
+pub(crate) fn by_load(keys: &mut [u64], first: Option<usize>, out: &mut Vec<usize>) {
+    out.reserve(keys.len());
+    out.extend(first);
+    keys.sort_unstable();
+    out.extend(
+        keys.iter()
+            .map(|&k| index_of(k))
+            .filter(|&i| Some(i) != first),
+    );
+}
+
+/// Pushes `start, start + 1, ..., n - 1, 0, ..., start - 1`.
+pub(crate) fn rotation(n: usize, start: usize, out: &mut Vec<usize>) {
+    out.reserve(n);
+    out.extend((start..n).chain(0..start.min(n)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::workers;
+
+    #[test]
+    fn by_load_orders_and_dedups_first() {
+        let ws = workers(&[5, 1, 3, 1]);
+        let mut keys = load_keys(&ws);
+        assert_eq!(load_of(keys[0]), 5);
+        assert_eq!(index_of(keys[2]), 2);
+        let mut out = Vec::new();
+        by_load(&mut keys, Some(2), &mut out);
+        assert_eq!(out, [2, 1, 3, 0]);
+        let mut keys = load_keys(&ws);
+        out.clear();
+        by_load(&mut keys, None, &mut out);
+        assert_eq!(out, [1, 3, 2, 0]);
+    }
+
+    #[test]
+    fn huge_loads_saturate() {
+        assert_eq!(load_of(pack(u64::MAX, 7)), u64::from(u32::MAX));
+        assert_eq!(index_of(pack(u64::MAX, 7)), 7);
+    }
+
+    #[test]
+    fn rotation_wraps() {
+        let mut out = Vec::new();
+        rotation(4, 2, &mut out);
+        assert_eq!(out, [2, 3, 0, 1]);
+        out.clear();
+        rotation(3, 0, &mut out);
+        assert_eq!(out, [0, 1, 2]);
+    }
+}

@@ -1,0 +1,297 @@
+//! Composition root: builds the registry, policies, admission, dispatcher and listeners, wires
+//! registry events to their listeners, and owns shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::routing::get;
+use pdrouter_admission::{Admission, AdmissionConfig, Observer};
+use pdrouter_policy::Policy;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, WorkerSpec};
+use crate::dispatch::Dispatcher;
+use crate::http::{AppState, app};
+use crate::metrics::Metrics;
+use crate::proxy::client::UpstreamClient;
+use crate::registry::health::HealthChecker;
+use crate::registry::{BreakerState, Event, Registry, WorkerStatus};
+
+/// Why the router could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A startup worker could not be registered.
+    #[error("{0}")]
+    Worker(String),
+}
+
+/// A running router.
+#[derive(Debug)]
+pub struct RouterHandle {
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    state: Arc<AppState>,
+    admission: Option<Admission>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
+    _health: Option<Arc<HealthChecker>>,
+}
+
+impl RouterHandle {
+    /// The bound router address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// The bound Prometheus address, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+    /// The worker registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.state.registry
+    }
+    /// The admission controller, when admission is on.
+    pub fn admission(&self) -> Option<&Admission> {
+        self.admission.as_ref()
+    }
+    /// Current metrics text.
+    pub fn metrics_text(&self) -> String {
+        self.state.metrics.encode()
+    }
+
+    /// Stops accepting, lets in-flight requests finish for up to `grace`, then stops.
+    pub async fn shutdown(self, grace: Duration) {
+        self.state.shutting_down.store(true, Ordering::Relaxed);
+        let _ = self.shutdown.send(true);
+        let mut server = self.server;
+        if tokio::time::timeout(grace, &mut server).await.is_err() {
+            tracing::warn!("grace period over; closing remaining connections");
+            server.abort();
+        }
+        for b in self.background {
+            b.abort();
+        }
+    }
+
+    /// Waits for SIGTERM or Ctrl-C, then shuts down with the configured grace period.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested; finishing in-flight requests");
+        let grace = self.state.cfg.shutdown_grace;
+        self.shutdown(grace).await;
+        tracing::info!("stopped");
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Asks a worker for its `dp_size` (for `--dp-aware`).
+pub async fn discover_dp_size(client: &UpstreamClient, spec: &WorkerSpec, timeout: Duration) -> Option<u32> {
+    let url = format!("{}/get_server_info", spec.url);
+    let (status, body) = client.get(&url, spec.api_key.as_deref(), timeout).await.ok()?;
+    if !status.is_success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    v["dp_size"].as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+/// Starts the router described by `cfg` (already validated).
+pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
+    let cfg = Arc::new(cfg);
+    let metrics = Metrics::new();
+    let admission = cfg.admission.map(|a| {
+        Admission::new(
+            AdmissionConfig {
+                max_inflight_per_worker: a.max_inflight_per_worker,
+                queue_size: a.queue_size,
+                queue_timeout: a.queue_timeout,
+            },
+            metrics.clone() as Arc<dyn Observer>,
+        )
+    });
+    let registry = Registry::new(cfg.breaker, admission.clone());
+    {
+        let m = metrics.clone();
+        registry.set_load_hook(Arc::new(move |w| m.worker_load(w)));
+        let m = metrics.clone();
+        registry.subscribe(Arc::new(move |e| m.on_event(e)));
+    }
+    if let Some(adm) = admission.clone() {
+        registry.subscribe(Arc::new(move |e: &Event| {
+            // An opening breaker removes capacity; everything else may add some.
+            if !matches!(e, Event::BreakerChanged { to: BreakerState::Open, .. }) {
+                adm.notify();
+            }
+        }));
+    }
+    let policy = Arc::new(Policy::new(cfg.policy, cfg.cache));
+    let prefill_policy = Arc::new(Policy::new(cfg.prefill_policy, cfg.cache));
+    let decode_policy = Arc::new(Policy::new(cfg.decode_policy, cfg.cache));
+    let policies = vec![policy.clone(), prefill_policy.clone(), decode_policy.clone()];
+    {
+        let ps = policies.clone();
+        registry.subscribe(Arc::new(move |e: &Event| {
+            if let Event::Removed(w) = e {
+                for p in &ps {
+                    p.remove_worker(w.url());
+                }
+            }
+        }));
+    }
+    let client = UpstreamClient::new();
+    let initial = if cfg.health.enabled {
+        WorkerStatus::Pending
+    } else {
+        WorkerStatus::Ready
+    };
+    for spec in &cfg.workers {
+        let dp = if cfg.dp_aware {
+            discover_dp_size(&client, spec, cfg.health.timeout).await
+        } else {
+            None
+        };
+        registry
+            .register(spec, dp, initial)
+            .map_err(|e| StartError::Worker(e.to_string()))?;
+    }
+    let health = cfg
+        .health
+        .enabled
+        .then(|| HealthChecker::start(&registry, client.clone(), cfg.health.clone()));
+
+    let mut background = Vec::new();
+    {
+        let ps = policies.clone();
+        let every = cfg.eviction_interval;
+        background.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                for p in &ps {
+                    p.evict();
+                }
+            }
+        }));
+    }
+
+    let dispatcher = Arc::new(Dispatcher {
+        cfg: cfg.clone(),
+        registry: registry.clone(),
+        client: client.clone(),
+        metrics: metrics.clone(),
+        admission: admission.clone(),
+        policy,
+        prefill_policy,
+        decode_policy,
+    });
+    let state = Arc::new(AppState {
+        cfg: cfg.clone(),
+        dispatcher,
+        registry,
+        metrics: metrics.clone(),
+        client,
+        shutting_down: Default::default(),
+    });
+
+    let listener = bind(SocketAddr::new(cfg.host, cfg.port)).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: SocketAddr::new(cfg.host, cfg.port),
+        source,
+    })?;
+    let metrics_addr = match cfg.prometheus {
+        Some((host, port)) => {
+            let l = bind(SocketAddr::new(host, port)).await?;
+            let a = l.local_addr().ok();
+            let m = metrics.clone();
+            let prom = axum::Router::new().route(
+                "/metrics",
+                get(move || {
+                    let m = m.clone();
+                    async move {
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            m.encode(),
+                        )
+                    }
+                }),
+            );
+            background.push(tokio::spawn(async move {
+                let _ = axum::serve(l, prom).await;
+            }));
+            a
+        }
+        None => None,
+    };
+
+    let (tx, mut rx) = watch::channel(false);
+    let service = app(state.clone());
+    let server = tokio::spawn(async move {
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let served = axum::serve(listener, service)
+            .with_graceful_shutdown(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "server stopped with an error");
+        }
+    });
+    tracing::info!(%addr, mode = ?cfg.mode, admission = cfg.admission.is_some(), "router listening");
+    Ok(RouterHandle {
+        addr,
+        metrics_addr,
+        state,
+        admission,
+        shutdown: tx,
+        server,
+        background,
+        _health: health,
+    })
+}

@@ -1,0 +1,471 @@
+//! Command line (the only module that knows clap).
+//!
+//! Flag names and defaults follow SMG's `launch` so operators can move their command lines over
+//! unchanged. [`LaunchArgs::into_config`] turns the raw flags into a validated [`Config`].
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use pdrouter_policy::{CacheAwareConfig, PolicyKind};
+
+use crate::config::{
+    AdmissionSettings, BreakerConfig, Config, ConfigError, HealthConfig, Mode, RawAdmission,
+    RetryConfig, WorkerSpec, WorkerType, parse_worker_url,
+};
+
+/// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
+#[derive(Debug, Parser)]
+#[command(name = "pdrouter", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the router in front of existing workers.
+    Launch(Box<LaunchArgs>),
+    /// Start embedded mock workers and a PD router with admission on, on loopback.
+    Demo(DemoArgs),
+}
+
+/// `pdrouter demo` flags.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Address the demo router listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port of the demo router (0 = any free port).
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Send a short burst through the router at start and show admission at work.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub burst: bool,
+}
+
+/// `pdrouter launch` flags.
+#[derive(Debug, Args)]
+pub struct LaunchArgs {
+    // ---- Listener ----
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0", help_heading = "Listener")]
+    pub host: IpAddr,
+    /// Port to listen on (0 = any free port; the bound address is printed).
+    #[arg(long, default_value_t = 30000, help_heading = "Listener")]
+    pub port: u16,
+    /// Largest accepted request body in bytes.
+    #[arg(long, default_value_t = 536_870_912, help_heading = "Listener")]
+    pub max_payload_size: usize,
+    /// Longest a backend request may take, in seconds.
+    #[arg(long, default_value_t = 1800, help_heading = "Listener")]
+    pub request_timeout_secs: u64,
+    /// Time in-flight requests get to finish on SIGTERM/Ctrl-C, in seconds.
+    #[arg(long, default_value_t = 180, help_heading = "Listener")]
+    pub shutdown_grace_period_secs: u64,
+    /// Require `Authorization: Bearer KEY` on inference and admin routes.
+    #[arg(long, help_heading = "Listener")]
+    pub api_key: Option<String>,
+
+    // ---- Workers ----
+    /// Regular workers (regular mode).
+    #[arg(long, num_args = 1.., value_name = "URL", help_heading = "Workers")]
+    pub worker_urls: Vec<String>,
+    /// Prefill/decode disaggregated mode.
+    #[arg(long, help_heading = "Workers")]
+    pub pd_disaggregation: bool,
+    /// Prefill worker with an optional KV bootstrap port or `none` (repeatable).
+    #[arg(long, num_args = 1..=2, value_names = ["URL", "BOOTSTRAP_PORT|none"], action = clap::ArgAction::Append, help_heading = "Workers")]
+    pub prefill: Vec<String>,
+    /// `--prefill` occurrences grouped (filled by [`Cli::parse_from_env`]).
+    #[arg(skip)]
+    pub prefill_groups: Vec<Vec<String>>,
+    /// Decode worker (repeatable).
+    #[arg(long, value_name = "URL", action = clap::ArgAction::Append, help_heading = "Workers")]
+    pub decode: Vec<String>,
+    /// Register each DP rank of a worker reporting dp_size > 1 as its own worker.
+    #[arg(long, help_heading = "Workers")]
+    pub dp_aware: bool,
+
+    // ---- Policies ----
+    /// Routing policy: random, round_robin, power_of_two, cache_aware, consistent_hashing.
+    #[arg(long, default_value = "cache_aware", help_heading = "Policies")]
+    pub policy: String,
+    /// Policy for Prefill selection (defaults to --policy).
+    #[arg(long, help_heading = "Policies")]
+    pub prefill_policy: Option<String>,
+    /// Policy for Decode selection (defaults to --policy).
+    #[arg(long, help_heading = "Policies")]
+    pub decode_policy: Option<String>,
+    /// cache_aware: prefix match rate above which cache affinity wins.
+    #[arg(long, default_value_t = 0.3, help_heading = "Policies")]
+    pub cache_threshold: f32,
+    /// cache_aware: absolute load spread that counts as imbalance.
+    #[arg(long, default_value_t = 64, help_heading = "Policies")]
+    pub balance_abs_threshold: u64,
+    /// cache_aware: relative load spread that counts as imbalance.
+    #[arg(long, default_value_t = 1.5, help_heading = "Policies")]
+    pub balance_rel_threshold: f32,
+    /// cache_aware: seconds between tree evictions.
+    #[arg(long, default_value_t = 120, help_heading = "Policies")]
+    pub eviction_interval_secs: u64,
+    /// cache_aware: maximum characters kept per worker tree.
+    #[arg(long, default_value_t = 67_108_864, help_heading = "Policies")]
+    pub max_tree_size: usize,
+
+    // ---- Prefill admission ----
+    /// In-flight Prefill requests per Prefill worker (per DP rank); <= 0 disables admission.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Prefill admission")]
+    pub prefill_max_inflight_requests_per_worker: i64,
+    /// Router-wide wait-queue depth (default 100 when admission is on; 0 = never wait).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Prefill admission")]
+    pub prefill_queue_size: Option<i64>,
+    /// Longest wait for a Prefill slot in seconds (default 60 when admission is on).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Prefill admission")]
+    pub prefill_queue_timeout_secs: Option<i64>,
+    /// Priority scheduler (accepted and validated; cannot be combined with admission).
+    #[arg(long, help_heading = "Prefill admission")]
+    pub priority_scheduler_enabled: bool,
+
+    // ---- Retries ----
+    /// Total attempts per request (1 = no retry).
+    #[arg(long, default_value_t = 5, help_heading = "Retries")]
+    pub retry_max_retries: u32,
+    /// Backoff before the second attempt, in ms.
+    #[arg(long, default_value_t = 50, help_heading = "Retries")]
+    pub retry_initial_backoff_ms: u64,
+    /// Cap on one backoff, in ms.
+    #[arg(long, default_value_t = 30_000, help_heading = "Retries")]
+    pub retry_max_backoff_ms: u64,
+    /// Backoff growth per attempt.
+    #[arg(long, default_value_t = 1.5, help_heading = "Retries")]
+    pub retry_backoff_multiplier: f64,
+    /// Fraction of each backoff that is randomised (0..1).
+    #[arg(long, default_value_t = 0.2, help_heading = "Retries")]
+    pub retry_jitter_factor: f64,
+    /// Never retry.
+    #[arg(long, help_heading = "Retries")]
+    pub disable_retries: bool,
+
+    // ---- Circuit breaker ----
+    /// Consecutive failures that open a worker's breaker.
+    #[arg(long, default_value_t = 10, help_heading = "Circuit breaker")]
+    pub cb_failure_threshold: u32,
+    /// Successes in half-open that close it again.
+    #[arg(long, default_value_t = 3, help_heading = "Circuit breaker")]
+    pub cb_success_threshold: u32,
+    /// Seconds open before half-open.
+    #[arg(long, default_value_t = 60, help_heading = "Circuit breaker")]
+    pub cb_timeout_duration_secs: u64,
+    /// Seconds of the failure window (accepted for compatibility; failures count consecutively).
+    #[arg(long, default_value_t = 120, help_heading = "Circuit breaker")]
+    pub cb_window_duration_secs: u64,
+    /// Turn circuit breakers off.
+    #[arg(long, help_heading = "Circuit breaker")]
+    pub disable_circuit_breaker: bool,
+
+    // ---- Health checks ----
+    /// Consecutive failed probes that make a worker not ready.
+    #[arg(long, default_value_t = 3, help_heading = "Health checks")]
+    pub health_failure_threshold: u32,
+    /// Consecutive good probes that make it ready again.
+    #[arg(long, default_value_t = 2, help_heading = "Health checks")]
+    pub health_success_threshold: u32,
+    /// Probe timeout in seconds.
+    #[arg(long, default_value_t = 5, help_heading = "Health checks")]
+    pub health_check_timeout_secs: u64,
+    /// Seconds between probes.
+    #[arg(long, default_value_t = 60, help_heading = "Health checks")]
+    pub health_check_interval_secs: u64,
+    /// Path probed on each worker.
+    #[arg(long, default_value = "/health", help_heading = "Health checks")]
+    pub health_check_endpoint: String,
+    /// Start workers ready and never probe them.
+    #[arg(long, help_heading = "Health checks")]
+    pub disable_health_check: bool,
+
+    // ---- Observability ----
+    /// Prometheus listener address.
+    #[arg(long, default_value = "0.0.0.0", help_heading = "Observability")]
+    pub prometheus_host: IpAddr,
+    /// Prometheus listener port (0 = any free port).
+    #[arg(long, default_value_t = 29000, help_heading = "Observability")]
+    pub prometheus_port: u16,
+    /// Log level: trace, debug, info, warn, error (or a tracing filter).
+    #[arg(long, default_value = "info", help_heading = "Observability")]
+    pub log_level: String,
+    /// Structured JSON logs.
+    #[arg(long, help_heading = "Observability")]
+    pub log_json: bool,
+}
+
+impl Cli {
+    /// Parses `args`, keeping each `--prefill URL [PORT]` occurrence together.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Self::command().try_get_matches_from(args)?;
+        let mut cli = Self::from_arg_matches(&matches)?;
+        if let (Command::Launch(launch), Some(("launch", sub))) = (&mut cli.command, matches.subcommand()) {
+            if let Some(occ) = sub.get_occurrences::<String>("prefill") {
+                launch.prefill_groups = occ.map(|o| o.cloned().collect()).collect();
+            }
+        }
+        Ok(cli)
+    }
+
+    /// Parses the process arguments, exiting with clap's message on error.
+    pub fn parse_from_env() -> Self {
+        Self::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+}
+
+fn policy(flag: &str, name: &str) -> Result<PolicyKind, ConfigError> {
+    PolicyKind::parse(name).ok_or_else(|| {
+        ConfigError(format!(
+            "{flag} '{name}' is not a policy; use one of {}",
+            PolicyKind::NAMES.join(", ")
+        ))
+    })
+}
+
+fn worker(flag: &str, raw: &str, t: WorkerType) -> Result<WorkerSpec, ConfigError> {
+    let url = parse_worker_url(raw).map_err(|e| ConfigError(format!("{flag}: {e}")))?;
+    Ok(WorkerSpec {
+        url,
+        worker_type: t,
+        bootstrap_port: None,
+        api_key: None,
+    })
+}
+
+/// Parses the optional second token of `--prefill URL [PORT|none]`.
+pub fn parse_bootstrap_port(token: &str) -> Result<Option<u16>, ConfigError> {
+    if token.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match token.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(Some(p as u16)),
+        _ => Err(ConfigError(format!(
+            "--prefill: bootstrap port '{token}' must be a port number 1-65535 or 'none'"
+        ))),
+    }
+}
+
+fn valid_log_level(level: &str) -> bool {
+    matches!(
+        level.to_ascii_lowercase().as_str(),
+        "trace" | "debug" | "info" | "warn" | "warning" | "error" | "off"
+    ) || tracing_subscriber::EnvFilter::try_new(level).is_ok() && level.contains('=')
+}
+
+impl LaunchArgs {
+    /// Turns the raw flags into a validated [`Config`].
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let mode = if self.pd_disaggregation {
+            Mode::PdHttp
+        } else {
+            Mode::Regular
+        };
+        if !self.pd_disaggregation && (!self.prefill.is_empty() || !self.decode.is_empty()) {
+            return Err(ConfigError(
+                "--prefill and --decode need --pd-disaggregation".into(),
+            ));
+        }
+        if !valid_log_level(&self.log_level) {
+            return Err(ConfigError(format!(
+                "--log-level '{}' is not one of trace, debug, info, warn, error",
+                self.log_level
+            )));
+        }
+        let mut workers = Vec::new();
+        for raw in &self.worker_urls {
+            workers.push(worker("--worker-urls", raw, WorkerType::Regular)?);
+        }
+        for occurrence in &self.prefill_groups {
+            let mut spec = worker("--prefill", &occurrence[0], WorkerType::Prefill)?;
+            if let Some(port) = occurrence.get(1) {
+                spec.bootstrap_port = parse_bootstrap_port(port)?;
+            }
+            workers.push(spec);
+        }
+        for raw in &self.decode {
+            workers.push(worker("--decode", raw, WorkerType::Decode)?);
+        }
+        if workers.is_empty() && mode == Mode::Regular {
+            return Err(ConfigError(
+                "no workers: give --worker-urls URL..., or --pd-disaggregation with --prefill and --decode"
+                    .into(),
+            ));
+        }
+        let base = policy("--policy", &self.policy)?;
+        let prefill_policy = match &self.prefill_policy {
+            Some(p) => policy("--prefill-policy", p)?,
+            None => base,
+        };
+        let decode_policy = match &self.decode_policy {
+            Some(p) => policy("--decode-policy", p)?,
+            None => base,
+        };
+        let admission: Option<AdmissionSettings> = RawAdmission {
+            max_inflight: self.prefill_max_inflight_requests_per_worker,
+            queue_size: self.prefill_queue_size,
+            queue_timeout_secs: self.prefill_queue_timeout_secs,
+        }
+        .resolve(mode, self.priority_scheduler_enabled)?;
+        if self.health_check_endpoint.is_empty() {
+            return Err(ConfigError("--health-check-endpoint must not be empty".into()));
+        }
+        if self.api_key.as_deref() == Some("") {
+            return Err(ConfigError("--api-key must not be empty".into()));
+        }
+        let config = Config {
+            host: self.host,
+            port: self.port,
+            mode,
+            workers,
+            policy: base,
+            prefill_policy,
+            decode_policy,
+            cache: CacheAwareConfig {
+                cache_threshold: self.cache_threshold,
+                balance_abs_threshold: self.balance_abs_threshold,
+                balance_rel_threshold: self.balance_rel_threshold,
+                max_tree_size: self.max_tree_size,
+            },
+            eviction_interval: Duration::from_secs(self.eviction_interval_secs),
+            api_key: self.api_key,
+            request_timeout: Duration::from_secs(self.request_timeout_secs),
+            max_payload_size: self.max_payload_size,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_period_secs),
+            retry: RetryConfig {
+                max_attempts: if self.disable_retries {
+                    1
+                } else {
+                    self.retry_max_retries
+                },
+                initial_backoff: Duration::from_millis(self.retry_initial_backoff_ms),
+                max_backoff: Duration::from_millis(self.retry_max_backoff_ms),
+                multiplier: self.retry_backoff_multiplier,
+                jitter: self.retry_jitter_factor,
+            },
+            breaker: BreakerConfig {
+                enabled: !self.disable_circuit_breaker,
+                failure_threshold: self.cb_failure_threshold,
+                success_threshold: self.cb_success_threshold,
+                timeout: Duration::from_secs(self.cb_timeout_duration_secs),
+            },
+            health: HealthConfig {
+                enabled: !self.disable_health_check,
+                interval: Duration::from_secs(self.health_check_interval_secs),
+                timeout: Duration::from_secs(self.health_check_timeout_secs),
+                failure_threshold: self.health_failure_threshold,
+                success_threshold: self.health_success_threshold,
+                endpoint: self.health_check_endpoint,
+            },
+            prometheus: Some((self.prometheus_host, self.prometheus_port)),
+            dp_aware: self.dp_aware,
+            priority_scheduler: self.priority_scheduler_enabled,
+            admission,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let mut full = vec!["pdrouter", "launch"];
+        full.extend_from_slice(args);
+        let cli = Cli::try_parse_args(full).map_err(|e| e.to_string())?;
+        match cli.command {
+            Command::Launch(a) => a.into_config().map_err(|e| e.0),
+            Command::Demo(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn pd_flags_with_bootstrap_ports() {
+        let c = parse(&[
+            "--pd-disaggregation",
+            "--prefill",
+            "http://p1:8000",
+            "9000",
+            "--prefill",
+            "http://p2:8000",
+            "none",
+            "--prefill",
+            "http://p3:8000",
+            "--decode",
+            "http://d1:8000",
+        ])
+        .unwrap();
+        assert_eq!(c.mode, Mode::PdHttp);
+        let ports: Vec<_> = c.workers.iter().map(|w| w.bootstrap_port).collect();
+        assert_eq!(ports, vec![Some(9000), None, None, None]);
+        assert_eq!(c.port, 30000);
+        assert_eq!(c.policy, PolicyKind::CacheAware);
+        assert!(c.admission.is_none());
+    }
+
+    #[test]
+    fn invalid_configurations_name_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--pd-disaggregation", "--decode", "http://d:1"], "--prefill"),
+            (&["--pd-disaggregation", "--prefill", "http://p:1"], "--decode"),
+            (&["--worker-urls", "ftp://x"], "http://"),
+            (&["--worker-urls", "http://x:1", "--policy", "fastest"], "--policy"),
+            (
+                &["--pd-disaggregation", "--prefill", "http://p:1", "70000", "--decode", "http://d:1"],
+                "bootstrap port",
+            ),
+            (&["--worker-urls", "http://x:1", "--prefill-queue-size", "3"], "--prefill-queue-size"),
+            (
+                &["--worker-urls", "http://x:1", "--prefill-max-inflight-requests-per-worker", "2"],
+                "PD mode",
+            ),
+            (&[], "no workers"),
+            (&["--worker-urls", "http://x:1", "--retry-jitter-factor", "2"], "--retry-jitter-factor"),
+            (&["--worker-urls", "http://x:1", "--log-level", "loud"], "--log-level"),
+        ];
+        for (args, needle) in cases {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn port_out_of_range_is_rejected_by_clap() {
+        let err = parse(&["--worker-urls", "http://x:1", "--port", "70000"]).unwrap_err();
+        assert!(err.contains("--port"), "{err}");
+    }
+
+    #[test]
+    fn admission_flags_parse() {
+        let c = parse(&[
+            "--pd-disaggregation",
+            "--prefill",
+            "http://p:1",
+            "--decode",
+            "http://d:1",
+            "--prefill-max-inflight-requests-per-worker",
+            "1",
+            "--prefill-queue-size",
+            "4",
+            "--prefill-queue-timeout-secs",
+            "30",
+        ])
+        .unwrap();
+        let a = c.admission.unwrap();
+        assert_eq!((a.max_inflight_per_worker, a.queue_size), (1, 4));
+        assert_eq!(a.queue_timeout, Duration::from_secs(30));
+    }
+}

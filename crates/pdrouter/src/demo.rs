@@ -1,0 +1,167 @@
+//! `pdrouter demo`: two embedded Prefill mocks and one Decode mock on loopback, a PD router with
+//! admission in front, an optional short burst that shows the queue at work, then serving until
+//! Ctrl-C. Needs no engine, GPU or network.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use pdrouter_mock::{MockConfig, MockWorker, Role};
+
+use crate::cli::DemoArgs;
+use crate::config::{AdmissionSettings, Config, Mode, WorkerSpec, WorkerType};
+use crate::proxy::client::{UpstreamClient, json_post};
+
+const LIMIT: u32 = 2;
+const QUEUE: usize = 16;
+const BURST: usize = 12;
+
+async fn mock(role: Role, delay_ms: u64) -> Result<MockWorker, String> {
+    let mut cfg = MockConfig::new(role);
+    cfg.delay = Duration::from_millis(delay_ms);
+    cfg.token_interval = Duration::from_millis(15);
+    cfg.output_tokens = 8;
+    MockWorker::start(cfg)
+        .await
+        .map_err(|e| format!("cannot start a mock {role:?} worker: {e}"))
+}
+
+/// Runs the demo until Ctrl-C.
+pub async fn run(args: DemoArgs) -> Result<(), String> {
+    let prefills = [mock(Role::Prefill, 600).await?, mock(Role::Prefill, 600).await?];
+    let decode = mock(Role::Decode, 0).await?;
+    let mut workers: Vec<WorkerSpec> = prefills
+        .iter()
+        .enumerate()
+        .map(|(i, p)| WorkerSpec {
+            url: p.url(),
+            worker_type: WorkerType::Prefill,
+            bootstrap_port: (i == 0).then_some(8998),
+            api_key: None,
+        })
+        .collect();
+    workers.push(WorkerSpec {
+        url: decode.url(),
+        worker_type: WorkerType::Decode,
+        bootstrap_port: None,
+        api_key: None,
+    });
+    let mut cfg = Config::with_workers(Mode::PdHttp, workers);
+    cfg.host = args.host;
+    cfg.port = args.port;
+    cfg.prometheus = Some((args.host, 0));
+    cfg.health.interval = Duration::from_secs(5);
+    cfg.shutdown_grace = Duration::from_secs(5);
+    cfg.admission = Some(AdmissionSettings {
+        max_inflight_per_worker: LIMIT,
+        queue_size: QUEUE,
+        queue_timeout: Duration::from_secs(10),
+    });
+    cfg.validate().map_err(|e| e.to_string())?;
+    let router = crate::start(cfg).await.map_err(|e| e.to_string())?;
+    let addr = router.addr();
+    // Wait (bounded) until the health checker has made the workers ready.
+    for _ in 0..100 {
+        let snap = router.registry().snapshot();
+        if snap.all().iter().all(|w| w.is_routable()) {
+            break;
+        }
+        drop(snap);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("pdrouter demo: PD router on http://{addr}");
+    for p in &prefills {
+        println!("  prefill mock {} (600 ms per prefill)", p.url());
+    }
+    println!("  decode  mock {}", decode.url());
+    if let Some(m) = router.metrics_addr() {
+        println!("  metrics      http://{m}/metrics");
+    }
+    println!(
+        "  admission: {LIMIT} in-flight Prefill requests per worker, queue {QUEUE}, timeout 10 s"
+    );
+    println!();
+    println!("Try:");
+    println!(
+        "  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"mock-model\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}],\"stream\":true}}'"
+    );
+    println!();
+    if args.burst {
+        burst(&router, addr).await;
+    }
+    println!("Serving until Ctrl-C.");
+    router.run_until_signal().await;
+    for p in prefills {
+        p.shutdown().await;
+    }
+    decode.shutdown().await;
+    Ok(())
+}
+
+async fn burst(router: &crate::RouterHandle, addr: std::net::SocketAddr) {
+    println!("Burst: {BURST} requests at once over 2 Prefill workers x {LIMIT} slots:");
+    let client = UpstreamClient::new();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..BURST {
+        let client = client.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = format!(
+                r#"{{"model":"mock-model","messages":[{{"role":"user","content":"demo request {i}"}}]}}"#
+            );
+            let req = json_post(
+                &format!("http://{addr}"),
+                "/v1/chat/completions",
+                Bytes::from(body),
+                None,
+                &format!("demo-{i}"),
+            );
+            let status = match client.send(req, Duration::from_secs(30)).await {
+                Ok(resp) => {
+                    let s = resp.status().as_u16();
+                    let _ = resp.into_body().collect().await;
+                    s
+                }
+                Err(_) => 0,
+            };
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            status
+        }));
+    }
+    let started = tokio::time::Instant::now();
+    while done.load(std::sync::atomic::Ordering::Relaxed) < BURST {
+        let snap = router.registry().snapshot();
+        let slots: Vec<String> = snap
+            .of_type(WorkerType::Prefill)
+            .iter()
+            .map(|w| {
+                let used = w.slot().map_or(0, |s| s.inflight());
+                format!("{} [{}{}]", w.url(), "#".repeat(used as usize), ".".repeat(LIMIT.saturating_sub(used) as usize))
+            })
+            .collect();
+        let queued = router.admission().map_or(0, |a| a.queued());
+        println!(
+            "  t={:>4.1}s  {}  queued {:>2}  done {:>2}/{BURST}",
+            started.elapsed().as_secs_f64(),
+            slots.join("  "),
+            queued,
+            done.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        drop(snap);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap_or(0));
+    }
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    println!(
+        "  all {BURST} answered in {:.1}s: {ok} x 200, {} other; queue back to {}",
+        started.elapsed().as_secs_f64(),
+        BURST - ok,
+        router.admission().map_or(0, |a| a.queued())
+    );
+    println!();
+}

@@ -1,0 +1,134 @@
+//! Request dispatch: the state every routing path shares, and the retry loop around it.
+//!
+//! One attempt selects workers, sends, and returns a response whose body owns every guard the
+//! request holds. A failed attempt is retried (fresh selection, backoff with jitter) only when
+//! the error says a retry may help and nothing has reached the client yet; local admission
+//! rejections never are.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use pdrouter_admission::Admission;
+use pdrouter_policy::Policy;
+use tokio::time::Instant;
+
+use crate::config::{Config, Mode};
+use crate::error::{ApiError, Leg};
+use crate::metrics::Metrics;
+use crate::proxy::client::{UpstreamClient, UpstreamError};
+use crate::proxy::retry::backoff;
+use crate::registry::Registry;
+use crate::request::ParsedRequest;
+use crate::select::Wanted;
+
+/// Per-request facts from the HTTP layer.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    /// `x-request-id`.
+    pub request_id: String,
+    /// `X-SMG-Target-Worker`.
+    pub target: Option<usize>,
+    /// `X-SMG-Routing-Key`.
+    pub routing_key: Option<Arc<str>>,
+    /// When the request arrived.
+    pub started: Instant,
+    /// Original body bytes (forwarded unchanged in regular mode).
+    pub raw: Bytes,
+}
+
+/// Everything routing needs, built once by the composition root.
+#[derive(Debug)]
+pub struct Dispatcher {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) client: UpstreamClient,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) admission: Option<Admission>,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) prefill_policy: Arc<Policy>,
+    pub(crate) decode_policy: Arc<Policy>,
+}
+
+impl Dispatcher {
+    /// Routes one inference request, retrying where allowed.
+    pub async fn route(&self, req: ParsedRequest, ctx: RequestCtx) -> Result<Response, ApiError> {
+        let route = req.endpoint.path();
+        self.metrics.routed(route);
+        let mut attempt = 1;
+        let result = loop {
+            let outcome = match self.cfg.mode {
+                Mode::PdHttp => self.pd_attempt(&req, &ctx).await,
+                Mode::Regular => self.regular_attempt(&req, &ctx).await,
+            };
+            match outcome {
+                Err(e) if e.retryable && attempt < self.cfg.retry.max_attempts => {
+                    attempt += 1;
+                    self.metrics.retry(route);
+                    tracing::debug!(code = e.code, attempt, "retrying");
+                    tokio::time::sleep(backoff(&self.cfg.retry, attempt)).await;
+                }
+                other => break other,
+            }
+        };
+        if let Err(e) = &result {
+            self.metrics.route_error(route, e.code);
+        }
+        result
+    }
+
+    pub(crate) fn wanted(req: &ParsedRequest, ctx: &RequestCtx) -> Wanted {
+        Wanted {
+            text: req.text.clone(),
+            routing_key: ctx.routing_key.clone(),
+            target: ctx.target,
+        }
+    }
+}
+
+/// Maps a transport failure on `leg` to the client error.
+pub(crate) fn upstream_error(e: UpstreamError, leg: Leg, url: &str) -> ApiError {
+    match e {
+        UpstreamError::Connect => ApiError::connect_failed(leg, url),
+        UpstreamError::Timeout => ApiError::upstream_timeout(leg, url),
+        UpstreamError::Broken => ApiError::upstream_broken(leg, url),
+    }
+}
+
+/// Reads (a bounded prefix of) an error response body for the message.
+pub(crate) async fn error_detail(body: hyper::body::Incoming) -> String {
+    let limited = http_body_util::Limited::new(body, 4096);
+    match tokio::time::timeout(std::time::Duration::from_secs(5), limited.collect()).await {
+        Ok(Ok(c)) => {
+            let bytes = c.to_bytes();
+            match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(v) => v["error"]["message"]
+                    .as_str()
+                    .or_else(|| v["message"].as_str())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned()),
+                Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+/// Copies a worker's response head, minus hop-by-hop headers, around `body`.
+pub(crate) fn relay_response(parts: http::response::Parts, body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = parts.status;
+    for (name, value) in &parts.headers {
+        if matches!(
+            name.as_str(),
+            "connection" | "keep-alive" | "transfer-encoding" | "te" | "trailer" | "upgrade"
+                | "proxy-connection" | "date" | "server"
+        ) {
+            continue;
+        }
+        resp.headers_mut().append(name.clone(), value.clone());
+    }
+    resp
+}

@@ -1,0 +1,380 @@
+//! Every error a client can see, classified in one place.
+//!
+//! Leaves return [`ApiError`] values built by the constructors here; [`ApiError::into_response`]
+//! is the only place that turns one into a status, the SPEC error body and `X-SMG-Error-Code`.
+//! Client mistakes are 4xx with a message that says what to fix, worker trouble is 502/503/504,
+//! and only a router bug is a 500.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use pdrouter_admission::Rejection;
+
+/// Header carrying the machine-readable error code.
+pub const ERROR_CODE_HEADER: &str = "x-smg-error-code";
+
+/// Which PD leg (or the single regular leg) an upstream error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leg {
+    /// The Prefill request of a PD pair.
+    Prefill,
+    /// The Decode request of a PD pair.
+    Decode,
+    /// The only request of regular mode.
+    Worker,
+}
+
+impl Leg {
+    /// Lower-case name used in codes and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Leg::Prefill => "prefill",
+            Leg::Decode => "decode",
+            Leg::Worker => "worker",
+        }
+    }
+}
+
+/// An error answered to a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code (`X-SMG-Error-Code`).
+    pub code: &'static str,
+    /// Human-readable message saying what went wrong and what to do.
+    pub message: String,
+    /// `Retry-After` seconds, when the client should come back later.
+    pub retry_after: Option<u64>,
+    /// Whether another attempt on a fresh worker pair may succeed.
+    pub retryable: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+            retryable: false,
+        }
+    }
+
+    /// Body is not JSON.
+    pub fn malformed_json(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("request body is not valid JSON: {detail}"),
+        )
+    }
+
+    /// JSON of the wrong shape; `field` names what to fix.
+    pub fn invalid_field(field: &str, what: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("field '{field}' {what}"),
+        )
+    }
+
+    /// A bad request header.
+    pub fn invalid_header(name: &str, what: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_header",
+            format!("header '{name}' {what}"),
+        )
+    }
+
+    /// Any other client mistake.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// Body larger than `--max-payload-size`.
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request body exceeds the {limit}-byte limit (--max-payload-size)"),
+        )
+    }
+
+    /// Unknown route.
+    pub fn not_found(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no route for '{path}'"),
+        )
+    }
+
+    /// Unknown resource id.
+    pub fn no_such(what: &str, id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no {what} with id '{id}'"),
+        )
+    }
+
+    /// Wrong method on a known route.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "method not allowed on this route",
+        )
+    }
+
+    /// A resource already exists.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// Missing or wrong API key.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or invalid API key; send 'Authorization: Bearer <key>'",
+        )
+    }
+
+    /// No ready worker of the needed type.
+    pub fn no_worker(kind: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_available_workers",
+            format!("no healthy {kind} worker is available"),
+        )
+    }
+
+    /// `X-SMG-Target-Worker` names a worker that does not exist.
+    pub fn target_out_of_range(index: usize, count: usize, kind: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "target_worker_unavailable",
+            format!("X-SMG-Target-Worker {index} is out of range: there are {count} {kind} workers"),
+        )
+    }
+
+    /// `X-SMG-Target-Worker` names a worker that is not routable now.
+    pub fn target_unavailable(index: usize) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "target_worker_unavailable",
+            format!("X-SMG-Target-Worker {index} is not healthy"),
+        )
+    }
+
+    /// A local Prefill admission rejection (never retried).
+    pub fn admission(rejection: Rejection, queue_timeout_secs: u64) -> Self {
+        match rejection {
+            Rejection::QueueFull => Self {
+                retry_after: Some(1),
+                ..Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "pd_prefill_queue_full",
+                    "all Prefill workers are at their in-flight limit and the admission queue is full; retry later",
+                )
+            },
+            Rejection::QueueTimeout => Self {
+                retry_after: Some(queue_timeout_secs.clamp(1, 60)),
+                ..Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "pd_prefill_queue_timeout",
+                    format!(
+                        "waited {queue_timeout_secs}s for a Prefill slot without getting one; retry later"
+                    ),
+                )
+            },
+            Rejection::Unavailable => Self::no_worker("prefill"),
+        }
+    }
+
+    /// Could not connect to a worker.
+    pub fn connect_failed(leg: Leg, url: &str) -> Self {
+        Self {
+            retryable: true,
+            ..Self::new(
+                StatusCode::BAD_GATEWAY,
+                match leg {
+                    Leg::Prefill => "prefill_connect_failed",
+                    Leg::Decode => "decode_connect_failed",
+                    Leg::Worker => "worker_connect_failed",
+                },
+                format!("could not connect to {} worker {url}", leg.as_str()),
+            )
+        }
+    }
+
+    /// The worker did not answer in time.
+    pub fn upstream_timeout(leg: Leg, url: &str) -> Self {
+        Self {
+            retryable: true,
+            ..Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                match leg {
+                    Leg::Prefill => "prefill_timeout",
+                    Leg::Decode => "decode_timeout",
+                    Leg::Worker => "worker_timeout",
+                },
+                format!("{} worker {url} did not answer in time", leg.as_str()),
+            )
+        }
+    }
+
+    /// The worker broke the connection or sent something that is not HTTP.
+    pub fn upstream_broken(leg: Leg, url: &str) -> Self {
+        Self {
+            retryable: true,
+            ..Self::new(
+                StatusCode::BAD_GATEWAY,
+                match leg {
+                    Leg::Prefill => "prefill_bad_response",
+                    Leg::Decode => "decode_bad_response",
+                    Leg::Worker => "worker_bad_response",
+                },
+                format!("{} worker {url} failed mid-response", leg.as_str()),
+            )
+        }
+    }
+
+    /// The worker answered with an error status.
+    pub fn upstream_status(leg: Leg, url: &str, status: StatusCode, detail: &str) -> Self {
+        let retryable = status == StatusCode::REQUEST_TIMEOUT
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status.is_server_error();
+        // A worker's 4xx is about the request itself, so the client sees it as is; a 5xx is the
+        // worker's failure and surfaces as a gateway error.
+        let client_status = if status.is_client_error() {
+            status
+        } else {
+            StatusCode::BAD_GATEWAY
+        };
+        let mut detail = detail.trim().to_string();
+        if detail.len() > 512 {
+            let mut cut = 512;
+            while !detail.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            detail.truncate(cut);
+        }
+        Self {
+            retryable,
+            ..Self::new(
+                client_status,
+                match leg {
+                    Leg::Prefill => "prefill_worker_error",
+                    Leg::Decode => "decode_worker_error",
+                    Leg::Worker => "worker_error",
+                },
+                format!(
+                    "{} worker {url} answered {}: {detail}",
+                    leg.as_str(),
+                    status.as_u16()
+                ),
+            )
+        }
+    }
+
+    /// The router is shutting down.
+    pub fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the router is shutting down",
+        )
+    }
+
+    /// A router bug; the detail is logged, never sent.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(%detail, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "internal router error",
+        )
+    }
+
+    /// The SPEC JSON body.
+    pub fn body_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "type": self.status.canonical_reason().unwrap_or("Error"),
+                "code": self.code,
+                "message": self.message,
+                "param": null,
+            }
+        })
+    }
+
+    /// The error as an SSE event, for failures after a stream has started.
+    pub fn sse_event(&self) -> bytes::Bytes {
+        bytes::Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", self.body_json()))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.body_json()).unwrap_or_default();
+        let mut resp = (self.status, body).into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(self.code));
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp.extensions_mut().insert(ErrorCode(self.code));
+        resp
+    }
+}
+
+/// Response extension carrying the error code, for the metrics layer.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub &'static str);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_errors_carry_retry_after_and_code() {
+        let resp = ApiError::admission(Rejection::QueueTimeout, 2).into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[ERROR_CODE_HEADER], "pd_prefill_queue_timeout");
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        let full = ApiError::admission(Rejection::QueueFull, 60);
+        assert_eq!(full.code, "pd_prefill_queue_full");
+        assert!(!full.retryable);
+        assert_eq!(
+            ApiError::admission(Rejection::Unavailable, 1).status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn body_has_spec_shape() {
+        let v = ApiError::not_found("/x").body_json();
+        assert_eq!(v["error"]["type"], "Not Found");
+        assert_eq!(v["error"]["code"], "not_found");
+        assert!(v["error"]["param"].is_null());
+    }
+
+    #[test]
+    fn worker_status_mapping() {
+        let e = ApiError::upstream_status(Leg::Decode, "http://d", StatusCode::SERVICE_UNAVAILABLE, "x");
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        assert!(e.retryable);
+        let e = ApiError::upstream_status(Leg::Prefill, "http://p", StatusCode::BAD_REQUEST, "bad");
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(!e.retryable);
+        let e = ApiError::upstream_status(Leg::Worker, "http://w", StatusCode::TOO_MANY_REQUESTS, "");
+        assert!(e.retryable);
+    }
+}

@@ -1,0 +1,274 @@
+//! Inference, information and probe handlers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::AppState;
+use super::middleware::RequestId;
+use crate::config::{Mode, WorkerType};
+use crate::dispatch::RequestCtx;
+use crate::error::ApiError;
+use crate::registry::Worker;
+use crate::request::{Endpoint, parse};
+
+const TARGET_WORKER: &str = "x-smg-target-worker";
+const ROUTING_KEY: &str = "x-smg-routing-key";
+
+pub(crate) async fn read_body(state: &AppState, body: Body, headers: &HeaderMap) -> Result<Bytes, ApiError> {
+    let limit = state.cfg.max_payload_size;
+    if let Some(len) = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(ApiError::payload_too_large(limit));
+        }
+    }
+    let limited = http_body_util::Limited::new(body, limit);
+    match http_body_util::BodyExt::collect(limited).await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::payload_too_large(limit)),
+        Err(e) => Err(ApiError::bad_request(
+            "invalid_body",
+            format!("could not read the request body: {e}"),
+        )),
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim()))
+            .map_err(|_| ApiError::invalid_header(name, "must be visible ASCII")),
+    }
+}
+
+async fn infer(state: Arc<AppState>, endpoint: Endpoint, req: Request) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    if state.shutting_down.load(Ordering::Relaxed) {
+        return Err(ApiError::shutting_down());
+    }
+    let (parts, body) = req.into_parts();
+    let target = match header_str(&parts.headers, TARGET_WORKER)? {
+        None => None,
+        Some(s) => Some(s.parse::<usize>().map_err(|_| {
+            ApiError::invalid_header(TARGET_WORKER, format!("must be a 0-based worker index, got '{s}'"))
+        })?),
+    };
+    let routing_key = header_str(&parts.headers, ROUTING_KEY)?.map(Arc::<str>::from);
+    let request_id = parts
+        .extensions
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
+    let raw = read_body(&state, body, &parts.headers).await?;
+    let parsed = parse(endpoint, &raw)?;
+    let ctx = RequestCtx {
+        request_id,
+        target,
+        routing_key,
+        started,
+        raw,
+    };
+    state.dispatcher.route(parsed, ctx).await
+}
+
+macro_rules! inference_handler {
+    ($name:ident, $endpoint:expr) => {
+        pub(crate) async fn $name(State(state): State<Arc<AppState>>, req: Request) -> Response {
+            infer(state, $endpoint, req).await.unwrap_or_else(IntoResponse::into_response)
+        }
+    };
+}
+
+inference_handler!(generate, Endpoint::Generate);
+inference_handler!(chat, Endpoint::ChatCompletions);
+inference_handler!(completions, Endpoint::Completions);
+inference_handler!(responses, Endpoint::Responses);
+
+fn ready_of(state: &AppState, t: WorkerType) -> Vec<Arc<Worker>> {
+    state
+        .registry
+        .snapshot()
+        .of_type(t)
+        .iter()
+        .filter(|w| w.is_routable())
+        .cloned()
+        .collect()
+}
+
+fn serving_types(state: &AppState) -> &'static [WorkerType] {
+    match state.cfg.mode {
+        Mode::PdHttp => &[WorkerType::Prefill, WorkerType::Decode],
+        Mode::Regular => &[WorkerType::Regular],
+    }
+}
+
+/// `GET /v1/models`: the models the ready workers serve.
+pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
+    let mut ids: Vec<String> = Vec::new();
+    let snap = state.registry.snapshot();
+    for w in snap.all() {
+        if let Some(id) = w.model_id() {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    if ids.is_empty() {
+        // Nothing learned yet (health checks off or not run): ask one worker.
+        let t = serving_types(&state)[0];
+        if let Some(w) = ready_of(&state, t).first() {
+            crate::registry::health::learn_model(&state.client, w, state.cfg.health.timeout).await;
+            ids.extend(w.model_id());
+        }
+    }
+    let data: Vec<Value> = ids
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "owned_by": "pdrouter"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn forward_get(state: &AppState, path: &str) -> Result<Response, ApiError> {
+    let t = serving_types(state)[0];
+    let Some(w) = ready_of(state, t).into_iter().next() else {
+        return Err(ApiError::no_worker(t.as_str()));
+    };
+    let url = format!("{}{path}", w.base_url());
+    match state.client.get(&url, w.api_key(), state.cfg.health.timeout).await {
+        Ok((status, body)) if status.is_success() => {
+            let v: Value = serde_json::from_slice(&body).map_err(|_| {
+                ApiError::upstream_broken(crate::error::Leg::Worker, w.url())
+            })?;
+            Ok(Json(v).into_response())
+        }
+        Ok((status, body)) => Err(ApiError::upstream_status(
+            crate::error::Leg::Worker,
+            w.url(),
+            status,
+            &String::from_utf8_lossy(&body),
+        )),
+        Err(e) => Err(crate::dispatch::upstream_error(e, crate::error::Leg::Worker, w.url())),
+    }
+}
+
+/// `GET /get_server_info`: one ready worker's server info (Prefill in PD mode).
+pub(crate) async fn server_info(State(state): State<Arc<AppState>>) -> Response {
+    forward_get(&state, "/get_server_info")
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `GET /get_model_info`.
+pub(crate) async fn model_info(State(state): State<Arc<AppState>>) -> Response {
+    forward_get(&state, "/get_model_info")
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `GET /health`: the router process is up.
+pub(crate) async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutting_down.load(Ordering::Relaxed) {
+        return ApiError::shutting_down().into_response();
+    }
+    Json(json!({"status": "ok"})).into_response()
+}
+
+/// `GET /liveness`.
+pub(crate) async fn liveness() -> Response {
+    Json(json!({"status": "alive"})).into_response()
+}
+
+/// `GET /readiness`: regular mode needs one ready worker; PD one ready Prefill and one Decode.
+pub(crate) async fn readiness(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutting_down.load(Ordering::Relaxed) {
+        return ApiError::shutting_down().into_response();
+    }
+    let counts: Vec<(WorkerType, usize)> = serving_types(&state)
+        .iter()
+        .map(|t| (*t, ready_of(&state, *t).len()))
+        .collect();
+    let ready = counts.iter().all(|(_, n)| *n > 0);
+    let detail: serde_json::Map<String, Value> = counts
+        .iter()
+        .map(|(t, n)| (format!("ready_{}", t.as_str()), Value::from(*n)))
+        .collect();
+    if ready {
+        Json(json!({"status": "ready", "workers": detail})).into_response()
+    } else {
+        let missing: Vec<&str> = counts
+            .iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "not_ready",
+            message: format!("no ready {} worker", missing.join(" or ")),
+            retry_after: None,
+            retryable: false,
+        }
+        .into_response()
+    }
+}
+
+/// `GET /health_generate`: probes one ready worker of each needed type. Never takes an
+/// admission slot and never waits in the queue.
+pub(crate) async fn health_generate(State(state): State<Arc<AppState>>) -> Response {
+    let mut probes = Vec::new();
+    for t in serving_types(&state) {
+        let Some(w) = ready_of(&state, *t).into_iter().next() else {
+            return ApiError::no_worker(t.as_str()).into_response();
+        };
+        probes.push(w);
+    }
+    let timeout = state.cfg.request_timeout.min(std::time::Duration::from_secs(30));
+    let checks = probes.iter().map(|w| {
+        let url = format!("{}/health_generate", w.base_url());
+        let client = state.client.clone();
+        let key = w.api_key().map(str::to_string);
+        async move { client.get(&url, key.as_deref(), timeout).await }
+    });
+    let results = futures_util::future::join_all(checks).await;
+    for (w, r) in probes.iter().zip(results) {
+        match r {
+            Ok((s, _)) if s.is_success() => {}
+            Ok((s, body)) => {
+                return ApiError::upstream_status(
+                    crate::error::Leg::Worker,
+                    w.url(),
+                    s,
+                    &String::from_utf8_lossy(&body),
+                )
+                .into_response();
+            }
+            Err(e) => {
+                return crate::dispatch::upstream_error(e, crate::error::Leg::Worker, w.url())
+                    .into_response();
+            }
+        }
+    }
+    Json(json!({"status": "ok"})).into_response()
+}
+
+/// Unknown route.
+pub(crate) async fn not_found(uri: Uri) -> Response {
+    ApiError::not_found(uri.path()).into_response()
+}
+
+/// Known route, wrong method.
+pub(crate) async fn method_not_allowed() -> Response {
+    ApiError::method_not_allowed().into_response()
+}

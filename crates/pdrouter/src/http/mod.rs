@@ -1,0 +1,63 @@
+//! The HTTP boundary (the only module that knows axum): routes, middleware and handlers.
+//!
+//! Every error leaves through [`crate::error::ApiError`], so clients always get the SPEC body
+//! and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
+//! stay open when `--api-key` is set; inference and admin routes require it.
+
+mod handlers;
+mod middleware;
+mod workers;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use axum::Router;
+use axum::routing::{get, post};
+use crate::config::Config;
+use crate::dispatch::Dispatcher;
+use crate::metrics::Metrics;
+use crate::proxy::client::UpstreamClient;
+use crate::registry::Registry;
+
+/// Shared state of all handlers.
+#[derive(Debug)]
+pub struct AppState {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) dispatcher: Arc<Dispatcher>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) client: UpstreamClient,
+    pub(crate) shutting_down: AtomicBool,
+}
+
+/// Builds the router's HTTP application.
+pub fn app(state: Arc<AppState>) -> Router {
+    let protected = Router::new()
+        .route("/generate", post(handlers::generate))
+        .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/responses", post(handlers::responses))
+        .route("/v1/models", get(handlers::models))
+        .route("/get_server_info", get(handlers::server_info))
+        .route("/get_model_info", get(handlers::model_info))
+        .route("/workers", post(workers::add).get(workers::list))
+        .route("/workers/{id}", get(workers::get_one).delete(workers::remove))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::auth,
+        ));
+    let open = Router::new()
+        .route("/health", get(handlers::health))
+        .route("/liveness", get(handlers::liveness))
+        .route("/readiness", get(handlers::readiness))
+        .route("/health_generate", get(handlers::health_generate));
+    protected
+        .merge(open)
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::observe,
+        ))
+        .with_state(state)
+}

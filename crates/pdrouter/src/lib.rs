@@ -1,0 +1,20 @@
+//! pdrouter: a router for prefill/decode-disaggregated LLM serving with per-worker Prefill
+//! admission. See ARCHITECTURE.md for the map; `app::start` is the entry point.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod dispatch;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod pd;
+pub mod proxy;
+mod regular;
+pub mod registry;
+pub mod request;
+pub mod select;
+
+pub use app::{RouterHandle, StartError, start};
+pub use config::Config;

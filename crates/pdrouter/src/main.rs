@@ -1,0 +1,67 @@
+//! `pdrouter` binary: parse the command line, set up logging, run, map failure to an exit code.
+
+use pdrouter::cli::{Cli, Command};
+
+fn init_logging(level: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level.replace("warning", "warn")))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).with_current_span(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse_from_env();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Launch(args) => {
+            let (level, json) = (args.log_level.clone(), args.log_json);
+            let config = match args.into_config() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
+            init_logging(&level, json);
+            runtime.block_on(async move {
+                match pdrouter::start(config).await {
+                    Ok(handle) => {
+                        println!("pdrouter listening on http://{}", handle.addr());
+                        if let Some(m) = handle.metrics_addr() {
+                            println!("pdrouter metrics on http://{m}/metrics");
+                        }
+                        handle.run_until_signal().await;
+                        std::process::ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        std::process::ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+        Command::Demo(args) => {
+            init_logging("warn", false);
+            runtime.block_on(async move {
+                match pdrouter::demo::run(args).await {
+                    Ok(()) => std::process::ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        std::process::ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+    }
+}

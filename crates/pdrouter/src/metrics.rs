@@ -1,0 +1,372 @@
+//! Every metric the router exports: names, types, help text, labels and buckets, in one place.
+//!
+//! Label values are bounded: worker URLs as configured (with `@rank`), route templates,
+//! enumerated reasons and codes — never raw messages. A removed worker's series are removed
+//! once it holds nothing in flight.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry as PromRegistry;
+
+use crate::registry::{BreakerState, Event, Worker, WorkerStatus};
+
+/// Label: one worker.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabel {
+    /// Worker URL as configured.
+    pub worker: String,
+}
+
+/// Labels: method and route template.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// HTTP method.
+    pub method: String,
+    /// Route template (`other` for unknown paths).
+    pub path: String,
+}
+
+/// Labels: response status and error code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResponseLabels {
+    /// Numeric status.
+    pub status_code: String,
+    /// `X-SMG-Error-Code`, or `none`.
+    pub error_code: String,
+}
+
+/// Label: routed endpoint.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    /// Route template.
+    pub route: String,
+}
+
+/// Labels: endpoint and error code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// Route template.
+    pub route: String,
+    /// Error code.
+    pub error_code: String,
+}
+
+/// Labels: breaker transition.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    /// Worker URL.
+    pub worker: String,
+    /// New state.
+    pub to: String,
+}
+
+/// Label: admission rejection reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `queue_full`, `queue_timeout` or `unavailable`.
+    pub reason: String,
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms .. ~10 min: covers tiny requests through long generations and queue waits.
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        120.0, 300.0, 600.0,
+    ])
+}
+
+/// All metric handles.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: PromRegistry,
+    http_requests: Family<RouteLabels, Counter>,
+    http_duration: HistFamily<RouteLabels>,
+    http_responses: Family<ResponseLabels, Counter>,
+    router_requests: Family<EndpointLabel, Counter>,
+    router_errors: Family<ErrorLabels, Counter>,
+    worker_active: Family<WorkerLabel, Gauge>,
+    worker_health: Family<WorkerLabel, Gauge>,
+    worker_cb_state: Family<WorkerLabel, Gauge>,
+    worker_cb_transitions: Family<TransitionLabels, Counter>,
+    worker_retries: Family<EndpointLabel, Counter>,
+    pd_ttft: Histogram,
+    pd_prefill_duration: Histogram,
+    admission_inflight: Family<WorkerLabel, Gauge>,
+    admission_queued: Gauge,
+    admission_wait: Histogram,
+    admission_rejections: Family<ReasonLabel, Counter>,
+}
+
+impl Metrics {
+    /// Creates and registers every family.
+    pub fn new() -> Arc<Self> {
+        let mut registry = PromRegistry::default();
+        let m = Self {
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(latency_histogram),
+            http_responses: Family::default(),
+            router_requests: Family::default(),
+            router_errors: Family::default(),
+            worker_active: Family::default(),
+            worker_health: Family::default(),
+            worker_cb_state: Family::default(),
+            worker_cb_transitions: Family::default(),
+            worker_retries: Family::default(),
+            pd_ttft: latency_histogram(),
+            pd_prefill_duration: latency_histogram(),
+            admission_inflight: Family::default(),
+            admission_queued: Gauge::default(),
+            admission_wait: latency_histogram(),
+            admission_rejections: Family::default(),
+            registry: PromRegistry::default(),
+        };
+        // prometheus-client appends `_total` to counters itself.
+        registry.register("smg_http_requests", "HTTP requests received, by method and route", m.http_requests.clone());
+        registry.register(
+            "smg_http_request_duration_seconds",
+            "Time from request received to response head sent, by method and route",
+            m.http_duration.clone(),
+        );
+        registry.register("smg_http_responses", "HTTP responses sent, by status and error code", m.http_responses.clone());
+        registry.register("smg_router_requests", "Inference requests routed, by endpoint", m.router_requests.clone());
+        registry.register(
+            "smg_router_request_errors",
+            "Inference requests that ended in an error, by endpoint and code",
+            m.router_errors.clone(),
+        );
+        registry.register(
+            "smg_worker_requests_active",
+            "Backend requests in flight per worker (one per sub-request)",
+            m.worker_active.clone(),
+        );
+        registry.register("smg_worker_health", "1 if the worker is ready, else 0", m.worker_health.clone());
+        registry.register(
+            "smg_worker_cb_state",
+            "Circuit breaker state per worker: 0 closed, 1 open, 2 half-open",
+            m.worker_cb_state.clone(),
+        );
+        registry.register(
+            "smg_worker_cb_transitions",
+            "Circuit breaker state changes per worker",
+            m.worker_cb_transitions.clone(),
+        );
+        registry.register(
+            "smg_worker_retries",
+            "Retried backend attempts, by endpoint",
+            m.worker_retries.clone(),
+        );
+        registry.register(
+            "smg_pd_ttft_seconds",
+            "PD time to first byte of the Decode answer, from request received",
+            m.pd_ttft.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_duration_seconds",
+            "PD Prefill leg time, from send to end of body",
+            m.pd_prefill_duration.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_inflight",
+            "Prefill requests this router has in flight per Prefill worker (router admission only)",
+            m.admission_inflight.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_queued",
+            "Requests waiting in this router's Prefill admission queue",
+            m.admission_queued.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_wait_seconds",
+            "Time admitted requests waited for a Prefill slot (0 when admitted at once)",
+            m.admission_wait.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_rejections",
+            "Requests rejected by Prefill admission, by reason",
+            m.admission_rejections.clone(),
+        );
+        Arc::new(Self { registry, ..m })
+    }
+
+    /// Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// One HTTP request handled.
+    pub fn http_request(&self, method: &str, path: &str, status: u16, code: Option<&str>, elapsed: Duration) {
+        let route = RouteLabels {
+            method: method.to_string(),
+            path: path.to_string(),
+        };
+        self.http_requests.get_or_create(&route).inc();
+        self.http_duration
+            .get_or_create(&route)
+            .observe(elapsed.as_secs_f64());
+        self.http_responses
+            .get_or_create(&ResponseLabels {
+                status_code: status.to_string(),
+                error_code: code.unwrap_or("none").to_string(),
+            })
+            .inc();
+    }
+
+    /// One inference request routed.
+    pub fn routed(&self, route: &str) {
+        self.router_requests
+            .get_or_create(&EndpointLabel {
+                route: route.to_string(),
+            })
+            .inc();
+    }
+
+    /// One inference request failed.
+    pub fn route_error(&self, route: &str, code: &str) {
+        self.router_errors
+            .get_or_create(&ErrorLabels {
+                route: route.to_string(),
+                error_code: code.to_string(),
+            })
+            .inc();
+    }
+
+    /// One retry.
+    pub fn retry(&self, route: &str) {
+        self.worker_retries
+            .get_or_create(&EndpointLabel {
+                route: route.to_string(),
+            })
+            .inc();
+    }
+
+    /// PD time to first byte.
+    pub fn ttft(&self, d: Duration) {
+        self.pd_ttft.observe(d.as_secs_f64());
+    }
+
+    /// PD Prefill leg duration.
+    pub fn prefill_duration(&self, d: Duration) {
+        self.pd_prefill_duration.observe(d.as_secs_f64());
+    }
+
+    fn label(w: &Worker) -> WorkerLabel {
+        WorkerLabel {
+            worker: w.url().to_string(),
+        }
+    }
+
+    /// Worker load changed.
+    pub fn worker_load(&self, w: &Worker) {
+        let l = Self::label(w);
+        let load = w.load();
+        if w.status() == WorkerStatus::Draining && load == 0 {
+            self.worker_active.remove(&l);
+        } else {
+            self.worker_active.get_or_create(&l).set(load as i64);
+        }
+    }
+
+    /// Applies a registry event to the per-worker series.
+    pub fn on_event(&self, e: &Event) {
+        match e {
+            Event::Registered(w) => self.add_worker(w),
+            Event::Replaced { old, new } => {
+                self.remove_worker(old);
+                self.add_worker(new);
+            }
+            Event::Removed(w) => self.remove_worker(w),
+            Event::StatusChanged { worker, to, .. } => {
+                if *to != WorkerStatus::Draining {
+                    self.worker_health
+                        .get_or_create(&Self::label(worker))
+                        .set(i64::from(*to == WorkerStatus::Ready));
+                }
+            }
+            Event::BreakerChanged { worker, to } => {
+                let l = Self::label(worker);
+                self.worker_cb_state.get_or_create(&l).set(*to as i64);
+                self.worker_cb_transitions
+                    .get_or_create(&TransitionLabels {
+                        worker: l.worker,
+                        to: to.as_str().to_string(),
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    fn add_worker(&self, w: &Worker) {
+        let l = Self::label(w);
+        self.worker_health
+            .get_or_create(&l)
+            .set(i64::from(w.status() == WorkerStatus::Ready));
+        self.worker_cb_state
+            .get_or_create(&l)
+            .set(w.breaker().state() as i64);
+        self.worker_active.get_or_create(&l).set(w.load() as i64);
+        if w.slot().is_some() {
+            self.admission_inflight
+                .get_or_create(&l)
+                .set(w.slot().map_or(0, |s| i64::from(s.inflight())));
+        }
+    }
+
+    fn remove_worker(&self, w: &Worker) {
+        let l = Self::label(w);
+        self.worker_health.remove(&l);
+        self.worker_cb_state.remove(&l);
+        for to in [BreakerState::Closed, BreakerState::Open, BreakerState::HalfOpen] {
+            self.worker_cb_transitions.remove(&TransitionLabels {
+                worker: l.worker.clone(),
+                to: to.as_str().to_string(),
+            });
+        }
+        if w.load() == 0 {
+            self.worker_active.remove(&l);
+        }
+    }
+}
+
+impl pdrouter_admission::Observer for Metrics {
+    fn inflight_changed(&self, key: &str, inflight: u32) {
+        self.admission_inflight
+            .get_or_create(&WorkerLabel {
+                worker: key.to_string(),
+            })
+            .set(i64::from(inflight));
+    }
+
+    fn queued_changed(&self, queued: usize) {
+        self.admission_queued.set(queued as i64);
+    }
+
+    fn admitted(&self, waited: Duration) {
+        self.admission_wait.observe(waited.as_secs_f64());
+    }
+
+    fn rejected(&self, reason: pdrouter_admission::Rejection) {
+        self.admission_rejections
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str().to_string(),
+            })
+            .inc();
+    }
+
+    fn slot_forgotten(&self, key: &str) {
+        self.admission_inflight.remove(&WorkerLabel {
+            worker: key.to_string(),
+        });
+    }
+}

@@ -1,0 +1,99 @@
+//! KV bootstrap ticket injection.
+//!
+//! Both legs of a PD pair receive the identical body: `bootstrap_host` (the Prefill worker's
+//! host), `bootstrap_port` (its configured port or JSON null) and `bootstrap_room` (random,
+//! below 2^63). For a batch or `n > 1` each becomes an array with one entry per sub-request,
+//! rooms drawn independently.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::registry::Worker;
+use crate::request::ParsedRequest;
+
+/// A fresh random room id below 2^63.
+pub fn random_room() -> u64 {
+    rand::random::<u64>() >> 1
+}
+
+/// The body sent to both legs.
+pub fn inject(req: &ParsedRequest, prefill: &Worker) -> Bytes {
+    let host = Value::String(prefill.bootstrap_host().to_string());
+    let port = prefill.bootstrap_port().map_or(Value::Null, Value::from);
+    let mut body: Map<String, Value> = req.body.clone();
+    if req.is_batched() {
+        let k = req.sub_requests();
+        body.insert("bootstrap_host".into(), Value::Array(vec![host; k]));
+        body.insert("bootstrap_port".into(), Value::Array(vec![port; k]));
+        body.insert(
+            "bootstrap_room".into(),
+            Value::Array((0..k).map(|_| Value::from(random_room())).collect()),
+        );
+    } else {
+        body.insert("bootstrap_host".into(), host);
+        body.insert("bootstrap_port".into(), port);
+        body.insert("bootstrap_room".into(), Value::from(random_room()));
+    }
+    if let Some(rank) = prefill.dp_rank() {
+        body.insert("disagg_prefill_dp_rank".into(), Value::from(rank));
+    }
+    Bytes::from(serde_json::to_vec(&Value::Object(body)).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BreakerConfig, WorkerSpec, WorkerType};
+    use crate::registry::{Registry, WorkerStatus};
+    use crate::request::{Endpoint, parse};
+    use std::time::Duration;
+
+    fn prefill(port: Option<u16>) -> std::sync::Arc<Worker> {
+        let reg = Registry::new(
+            BreakerConfig {
+                enabled: false,
+                failure_threshold: 1,
+                success_threshold: 1,
+                timeout: Duration::from_secs(1),
+            },
+            None,
+        );
+        reg.register(
+            &WorkerSpec {
+                url: "http://10.0.0.7:8000".into(),
+                worker_type: WorkerType::Prefill,
+                bootstrap_port: port,
+                api_key: None,
+            },
+            None,
+            WorkerStatus::Ready,
+        )
+        .unwrap()
+        .remove(0)
+    }
+
+    #[test]
+    fn single_request_gets_scalars() {
+        let req = parse(Endpoint::Generate, br#"{"text":"hi"}"#).unwrap();
+        let v: Value = serde_json::from_slice(&inject(&req, &prefill(Some(9000)))).unwrap();
+        assert_eq!(v["bootstrap_host"], "10.0.0.7");
+        assert_eq!(v["bootstrap_port"], 9000);
+        assert!(v["bootstrap_room"].as_u64().unwrap() < (1 << 63));
+        assert_eq!(v["text"], "hi");
+    }
+
+    #[test]
+    fn batch_and_n_get_arrays_with_independent_rooms() {
+        let req = parse(Endpoint::Completions, br#"{"prompt":["a","b"],"n":2}"#).unwrap();
+        let v: Value = serde_json::from_slice(&inject(&req, &prefill(None))).unwrap();
+        assert_eq!(v["bootstrap_host"].as_array().unwrap().len(), 4);
+        assert!(v["bootstrap_port"].as_array().unwrap().iter().all(Value::is_null));
+        let rooms: std::collections::HashSet<u64> = v["bootstrap_room"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_u64().unwrap())
+            .collect();
+        assert_eq!(rooms.len(), 4);
+    }
+}

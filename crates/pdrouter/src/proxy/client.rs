@@ -1,0 +1,130 @@
+//! Upstream HTTP client: pooled keep-alive HTTP/1 connections to workers.
+//!
+//! Errors are classified here into [`UpstreamError`] (connect, timeout, broken) so callers map
+//! them per leg without inspecting hyper's error types.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// How talking to a worker failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection could be made.
+    #[error("connection failed")]
+    Connect,
+    /// No answer in time.
+    #[error("timed out")]
+    Timeout,
+    /// The connection broke or the answer was not HTTP.
+    #[error("broken response")]
+    Broken,
+}
+
+impl UpstreamError {
+    fn classify(e: &hyper_util::client::legacy::Error) -> Self {
+        if e.is_connect() {
+            UpstreamError::Connect
+        } else {
+            UpstreamError::Broken
+        }
+    }
+}
+
+/// Shared client (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct UpstreamClient {
+    inner: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for UpstreamClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UpstreamClient {
+    /// A client with keep-alive pooling and Nagle off (small SSE frames must not wait).
+    pub fn new() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let inner = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        Self { inner }
+    }
+
+    /// Sends a request and waits for the response head (at most `timeout`).
+    pub async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match tokio::time::timeout(timeout, self.inner.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "upstream request failed");
+                Err(UpstreamError::classify(&e))
+            }
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+
+    /// GETs `url` and reads the whole body, all within `timeout`.
+    pub async fn get(
+        &self,
+        url: &str,
+        api_key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+        let mut builder = Request::get(url);
+        if let Some(k) = api_key {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {k}"));
+        }
+        let req = builder
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| UpstreamError::Connect)?;
+        let fut = async {
+            let resp = self.send(req, timeout).await?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|_| UpstreamError::Broken)?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(timeout, fut)
+            .await
+            .unwrap_or(Err(UpstreamError::Timeout))
+    }
+}
+
+/// Builds a JSON POST to a worker.
+pub fn json_post(
+    base_url: &str,
+    path: &str,
+    body: Bytes,
+    api_key: Option<&str>,
+    request_id: &str,
+) -> Request<Full<Bytes>> {
+    let mut b = Request::post(format!("{base_url}{path}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header("x-request-id", request_id);
+    if let Some(k) = api_key {
+        b = b.header(http::header::AUTHORIZATION, format!("Bearer {k}"));
+    }
+    // The URL was validated at registration and the path is one of our own routes.
+    b.body(Full::new(body))
+        .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+}

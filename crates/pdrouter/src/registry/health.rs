@@ -1,0 +1,230 @@
+//! Active health checking: one probe loop per registered worker.
+//!
+//! Rules: a pending worker is probed at once and becomes ready on its first good probe (so a
+//! router started against live workers is ready within about a second); a ready worker becomes
+//! not ready after `failure_threshold` consecutive failures; a not-ready worker becomes ready
+//! after `success_threshold` consecutive successes; after ten times `failure_threshold`
+//! consecutive failures a worker is marked failed (still probed, so it can come back).
+//! Until a worker has been ready once it is probed every second, so a late starter is picked
+//! up quickly whatever the interval. Status changes go through [`Registry::set_status`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::task::AbortHandle;
+
+use super::{Event, Registry, Worker, WorkerStatus};
+use crate::config::HealthConfig;
+use crate::proxy::client::UpstreamClient;
+
+/// Multiple of the failure threshold after which a worker counts as failed.
+const FAILED_AFTER_THRESHOLDS: u32 = 10;
+
+/// Consecutive probe results, and what they mean for the status.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProbeCounts {
+    successes: u32,
+    failures: u32,
+}
+
+impl ProbeCounts {
+    /// Records one probe and returns the status the worker should move to, if any.
+    pub fn record(&mut self, ok: bool, current: WorkerStatus, cfg: &HealthConfig) -> Option<WorkerStatus> {
+        if ok {
+            self.successes += 1;
+            self.failures = 0;
+            match current {
+                WorkerStatus::Pending => Some(WorkerStatus::Ready),
+                WorkerStatus::NotReady | WorkerStatus::Failed
+                    if self.successes >= cfg.success_threshold =>
+                {
+                    Some(WorkerStatus::Ready)
+                }
+                _ => None,
+            }
+        } else {
+            self.failures += 1;
+            self.successes = 0;
+            let failed_after = cfg.failure_threshold.saturating_mul(FAILED_AFTER_THRESHOLDS);
+            match current {
+                WorkerStatus::Draining => None,
+                _ if self.failures >= failed_after && current != WorkerStatus::Failed => {
+                    Some(WorkerStatus::Failed)
+                }
+                WorkerStatus::Ready | WorkerStatus::Pending
+                    if self.failures >= cfg.failure_threshold =>
+                {
+                    Some(WorkerStatus::NotReady)
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Runs the probe loops.
+#[derive(Debug)]
+pub struct HealthChecker {
+    tasks: Mutex<HashMap<String, AbortHandle>>,
+}
+
+impl HealthChecker {
+    /// Starts checking every worker registered from now on (and those already registered).
+    pub fn start(registry: &Arc<Registry>, client: UpstreamClient, cfg: HealthConfig) -> Arc<Self> {
+        let checker = Arc::new(Self {
+            tasks: Mutex::new(HashMap::new()),
+        });
+        let weak_reg = Arc::downgrade(registry);
+        let weak_chk = Arc::downgrade(&checker);
+        let spawn = {
+            let client = client.clone();
+            let cfg = cfg.clone();
+            move |reg: &Weak<Registry>, chk: &Arc<HealthChecker>, w: &Arc<Worker>| {
+                let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                let h = rt.spawn(probe_loop(reg.clone(), w.clone(), client.clone(), cfg.clone()));
+                chk.tasks.lock().insert(w.id().to_string(), h.abort_handle());
+            }
+        };
+        let spawn2 = spawn.clone();
+        registry.subscribe(Arc::new(move |e: &Event| {
+            let Some(chk) = weak_chk.upgrade() else { return };
+            match e {
+                Event::Registered(w) => spawn2(&weak_reg, &chk, w),
+                Event::Replaced { old, new } => {
+                    chk.stop(old.id());
+                    spawn2(&weak_reg, &chk, new);
+                }
+                Event::Removed(w) => chk.stop(w.id()),
+                _ => {}
+            }
+        }));
+        let weak_reg = Arc::downgrade(registry);
+        for w in registry.snapshot().all() {
+            spawn(&weak_reg, &checker, w);
+        }
+        checker
+    }
+
+    fn stop(&self, id: &str) {
+        if let Some(h) = self.tasks.lock().remove(id) {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for HealthChecker {
+    fn drop(&mut self) {
+        for (_, h) in self.tasks.lock().drain() {
+            h.abort();
+        }
+    }
+}
+
+async fn probe_loop(reg: Weak<Registry>, worker: Arc<Worker>, client: UpstreamClient, cfg: HealthConfig) {
+    let url = format!("{}{}", worker.base_url(), cfg.endpoint);
+    let mut counts = ProbeCounts::default();
+    let mut ever_ready = worker.status() == WorkerStatus::Ready;
+    loop {
+        let ok = matches!(
+            client.get(&url, worker.api_key(), cfg.timeout).await,
+            Ok((status, _)) if status.is_success()
+        );
+        let Some(registry) = reg.upgrade() else { return };
+        if let Some(next) = counts.record(ok, worker.status(), &cfg) {
+            registry.set_status(&worker, next);
+        }
+        if ok && worker.model_id().is_none() {
+            learn_model(&client, &worker, cfg.timeout).await;
+        }
+        ever_ready |= worker.status() == WorkerStatus::Ready;
+        drop(registry);
+        let wait = if ever_ready {
+            cfg.interval
+        } else {
+            cfg.interval.min(Duration::from_secs(1))
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Reads the worker's model id from `/v1/models` (falls back to `/get_model_info`).
+pub(crate) async fn learn_model(client: &UpstreamClient, worker: &Worker, timeout: Duration) {
+    let base = worker.base_url();
+    if let Ok((s, body)) = client.get(&format!("{base}/v1/models"), worker.api_key(), timeout).await {
+        if s.is_success() {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
+                if let Some(id) = v["data"][0]["id"].as_str() {
+                    *worker.model_id.lock() = Some(id.to_string());
+                    return;
+                }
+            }
+        }
+    }
+    if let Ok((s, body)) = client
+        .get(&format!("{base}/get_model_info"), worker.api_key(), timeout)
+        .await
+    {
+        if s.is_success() {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
+                if let Some(id) = v["model_path"].as_str() {
+                    *worker.model_id.lock() = Some(id.to_string());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> HealthConfig {
+        HealthConfig {
+            enabled: true,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            failure_threshold: 2,
+            success_threshold: 2,
+            endpoint: "/health".into(),
+        }
+    }
+
+    #[test]
+    fn pending_becomes_ready_on_first_success() {
+        let mut c = ProbeCounts::default();
+        assert_eq!(c.record(true, WorkerStatus::Pending, &cfg()), Some(WorkerStatus::Ready));
+    }
+
+    #[test]
+    fn thresholds_apply_both_ways() {
+        let cfg = cfg();
+        let mut c = ProbeCounts::default();
+        assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), None);
+        assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), Some(WorkerStatus::NotReady));
+        assert_eq!(c.record(true, WorkerStatus::NotReady, &cfg), None);
+        assert_eq!(c.record(true, WorkerStatus::NotReady, &cfg), Some(WorkerStatus::Ready));
+        // A success in between resets the failure run.
+        assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), None);
+        assert_eq!(c.record(true, WorkerStatus::Ready, &cfg), None);
+        assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), None);
+    }
+
+    #[test]
+    fn long_dead_worker_becomes_failed_and_can_recover() {
+        let cfg = cfg();
+        let mut c = ProbeCounts::default();
+        let mut status = WorkerStatus::Ready;
+        for _ in 0..20 {
+            if let Some(s) = c.record(false, status, &cfg) {
+                status = s;
+            }
+        }
+        assert_eq!(status, WorkerStatus::Failed);
+        c.record(true, status, &cfg);
+        assert_eq!(c.record(true, status, &cfg), Some(WorkerStatus::Ready));
+    }
+}

@@ -1,0 +1,452 @@
+//! Worker registry: the set of workers, their status, and the events describing every change.
+//!
+//! Invariants:
+//! - Readers load an immutable [`Snapshot`] (`ArcSwap`) and never lock; writers serialise on
+//!   one mutex, build a new snapshot and swap it once.
+//! - Every change (register, remove, replace, status change, breaker change) goes through
+//!   [`Registry::publish`], which calls each listener exactly once per event. Nothing else
+//!   writes a worker's status.
+//! - Re-registering a URL (replace, or remove then add) keeps its in-flight load counter.
+//! - When a breaker opens, one timer is armed for its exact half-open instant; when it fires
+//!   the lazy transition is applied and published, so waiters see recovery on time.
+
+pub mod breaker;
+pub mod health;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use pdrouter_admission::Admission;
+
+pub use breaker::{Breaker, BreakerState, Transition};
+pub use worker::{LoadCounter, LoadGuard, LoadHook, Worker, WorkerStatus};
+
+use crate::config::{BreakerConfig, WorkerSpec, WorkerType};
+
+/// A change to the worker set.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A worker was added.
+    Registered(Arc<Worker>),
+    /// A worker was removed.
+    Removed(Arc<Worker>),
+    /// A worker was swapped for a new registration of the same URL.
+    Replaced {
+        /// The registration that left.
+        old: Arc<Worker>,
+        /// The registration that took its place.
+        new: Arc<Worker>,
+    },
+    /// A worker's status changed.
+    StatusChanged {
+        /// The worker.
+        worker: Arc<Worker>,
+        /// Old status.
+        from: WorkerStatus,
+        /// New status.
+        to: WorkerStatus,
+    },
+    /// A worker's circuit breaker changed state.
+    BreakerChanged {
+        /// The worker.
+        worker: Arc<Worker>,
+        /// New state.
+        to: BreakerState,
+    },
+}
+
+/// Listener called for every event, outside the registry's write lock.
+pub type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// An immutable view of the worker set, in registration order.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    all: Vec<Arc<Worker>>,
+    prefill: Vec<Arc<Worker>>,
+    decode: Vec<Arc<Worker>>,
+    regular: Vec<Arc<Worker>>,
+}
+
+impl Snapshot {
+    fn build(all: Vec<Arc<Worker>>) -> Self {
+        let of = |t| {
+            all.iter()
+                .filter(|w| w.worker_type == t)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        Self {
+            prefill: of(WorkerType::Prefill),
+            decode: of(WorkerType::Decode),
+            regular: of(WorkerType::Regular),
+            all,
+        }
+    }
+
+    /// Every worker.
+    pub fn all(&self) -> &[Arc<Worker>] {
+        &self.all
+    }
+
+    /// Workers of one type, in registration order (the `X-SMG-Target-Worker` index space).
+    pub fn of_type(&self, t: WorkerType) -> &[Arc<Worker>] {
+        match t {
+            WorkerType::Prefill => &self.prefill,
+            WorkerType::Decode => &self.decode,
+            WorkerType::Regular => &self.regular,
+        }
+    }
+
+    /// Looks a worker up by id, or by its URL.
+    pub fn find(&self, id_or_url: &str) -> Option<&Arc<Worker>> {
+        let trimmed = id_or_url.trim_end_matches('/');
+        self.all
+            .iter()
+            .find(|w| w.id == id_or_url || w.url == trimmed)
+    }
+}
+
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// The URL is already registered.
+    #[error("worker '{0}' is already registered")]
+    Duplicate(String),
+}
+
+/// The registry.
+pub struct Registry {
+    snapshot: ArcSwap<Snapshot>,
+    write: Mutex<()>,
+    listeners: Mutex<Vec<Listener>>,
+    next_id: AtomicU64,
+    breaker: BreakerConfig,
+    admission: Option<Admission>,
+    // Load counters by URL, so a URL registered again keeps its in-flight count.
+    loads: Mutex<HashMap<String, std::sync::Weak<LoadCounter>>>,
+    load_hook: Mutex<Option<LoadHook>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("workers", &self.snapshot.load().all.len())
+            .finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry. With admission, Prefill workers get a ledger slot at registration.
+    pub fn new(breaker: BreakerConfig, admission: Option<Admission>) -> Arc<Self> {
+        Arc::new(Self {
+            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            write: Mutex::new(()),
+            listeners: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+            breaker,
+            admission,
+            loads: Mutex::new(HashMap::new()),
+            load_hook: Mutex::new(None),
+        })
+    }
+
+    /// Adds a listener for every later event.
+    pub fn subscribe(&self, listener: Listener) {
+        self.listeners.lock().push(listener);
+    }
+
+    /// Sets the hook called on every load change of workers registered afterwards.
+    pub fn set_load_hook(&self, hook: LoadHook) {
+        *self.load_hook.lock() = Some(hook);
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.snapshot.load()
+    }
+
+    fn publish(&self, event: Event) {
+        let listeners = self.listeners.lock().clone();
+        for l in &listeners {
+            l(&event);
+        }
+    }
+
+    fn build(&self, spec: &WorkerSpec, dp_rank: Option<u32>, initial: WorkerStatus) -> Arc<Worker> {
+        let url = match dp_rank {
+            Some(r) => format!("{}@{r}", spec.url),
+            None => spec.url.clone(),
+        };
+        let load = {
+            let mut loads = self.loads.lock();
+            loads.retain(|_, w| w.strong_count() > 0);
+            match loads.get(&url).and_then(|w| w.upgrade()) {
+                Some(l) => l,
+                None => {
+                    let l = Arc::new(LoadCounter::default());
+                    loads.insert(url.clone(), Arc::downgrade(&l));
+                    l
+                }
+            }
+        };
+        let slot = match (&self.admission, spec.worker_type) {
+            (Some(a), WorkerType::Prefill) => Some(a.slot(&url)),
+            _ => None,
+        };
+        let id = format!("w{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        Arc::new(Worker {
+            id,
+            bootstrap_host: worker::host_of(&spec.url),
+            url,
+            base_url: spec.url.clone(),
+            worker_type: spec.worker_type,
+            bootstrap_port: spec.bootstrap_port,
+            dp_rank,
+            api_key: spec.api_key.clone(),
+            status: std::sync::atomic::AtomicU8::new(initial as u8),
+            load,
+            breaker: Breaker::new(self.breaker),
+            slot,
+            model_id: Mutex::new(None),
+            load_hook: self.load_hook.lock().clone(),
+        })
+    }
+
+    /// Registers a worker (one per DP rank when `dp_ranks` is given). Refuses a URL that is
+    /// already registered with the same type.
+    pub fn register(
+        &self,
+        spec: &WorkerSpec,
+        dp_ranks: Option<u32>,
+        initial: WorkerStatus,
+    ) -> Result<Vec<Arc<Worker>>, RegisterError> {
+        let added = {
+            let _w = self.write.lock();
+            let cur = self.snapshot.load_full();
+            if cur
+                .all
+                .iter()
+                .any(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)
+            {
+                return Err(RegisterError::Duplicate(spec.url.clone()));
+            }
+            let added: Vec<Arc<Worker>> = match dp_ranks {
+                Some(n) if n > 1 => (0..n).map(|r| self.build(spec, Some(r), initial)).collect(),
+                _ => vec![self.build(spec, None, initial)],
+            };
+            let mut all = cur.all.clone();
+            all.extend(added.iter().cloned());
+            self.snapshot.store(Arc::new(Snapshot::build(all)));
+            added
+        };
+        for w in &added {
+            self.publish(Event::Registered(w.clone()));
+        }
+        Ok(added)
+    }
+
+    /// Replaces the registration of `spec.url` (same type) with a fresh one, keeping its load.
+    pub fn replace(&self, spec: &WorkerSpec, initial: WorkerStatus) -> Option<Arc<Worker>> {
+        let (old, new) = {
+            let _w = self.write.lock();
+            let cur = self.snapshot.load_full();
+            let pos = cur
+                .all
+                .iter()
+                .position(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)?;
+            let old = cur.all[pos].clone();
+            let new = self.build(spec, old.dp_rank, initial);
+            let mut all = cur.all.clone();
+            all[pos] = new.clone();
+            self.snapshot.store(Arc::new(Snapshot::build(all)));
+            (old, new)
+        };
+        self.publish(Event::Replaced { old, new: new.clone() });
+        Some(new)
+    }
+
+    /// Marks a worker draining (no new requests), then removes it from the set.
+    pub fn remove(&self, id: &str) -> Option<Arc<Worker>> {
+        let removed = {
+            let _w = self.write.lock();
+            let cur = self.snapshot.load_full();
+            let w = cur.all.iter().find(|w| w.id == id)?.clone();
+            let all: Vec<_> = cur
+                .all
+                .iter()
+                .filter(|x| !Arc::ptr_eq(x, &w))
+                .cloned()
+                .collect();
+            self.snapshot.store(Arc::new(Snapshot::build(all)));
+            w
+        };
+        self.set_status(&removed, WorkerStatus::Draining);
+        if let (Some(a), Some(_)) = (&self.admission, removed.slot()) {
+            a.forget(removed.url());
+        }
+        self.publish(Event::Removed(removed.clone()));
+        Some(removed)
+    }
+
+    /// The only way a worker's status changes; publishes one event when it does.
+    pub fn set_status(&self, worker: &Arc<Worker>, to: WorkerStatus) {
+        let from = WorkerStatus::from_u8(worker.status.swap(to as u8, Ordering::AcqRel));
+        if from != to {
+            tracing::info!(worker = %worker.url, from = from.as_str(), to = to.as_str(), "worker status changed");
+            self.publish(Event::StatusChanged {
+                worker: worker.clone(),
+                from,
+                to,
+            });
+        }
+    }
+
+    /// Records a request outcome on the worker's breaker, publishing any transition and arming
+    /// the half-open timer when it opens.
+    pub fn record_outcome(self: &Arc<Self>, worker: &Arc<Worker>, success: bool) {
+        if let Some(t) = worker.breaker.record(success) {
+            self.breaker_changed(worker, t);
+        }
+    }
+
+    /// Reads the breaker state, publishing a due lazy open → half-open change.
+    pub fn poll_breaker(self: &Arc<Self>, worker: &Arc<Worker>) -> BreakerState {
+        let (state, t) = worker.breaker.poll_state();
+        if let Some(t) = t {
+            self.breaker_changed(worker, t);
+        }
+        state
+    }
+
+    fn breaker_changed(self: &Arc<Self>, worker: &Arc<Worker>, t: Transition) {
+        tracing::warn!(worker = %worker.url, state = t.to.as_str(), "circuit breaker changed");
+        if let Some(at) = t.half_open_at {
+            let weak = Arc::downgrade(self);
+            let w = worker.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    if let Some(reg) = weak.upgrade() {
+                        reg.poll_breaker(&w);
+                    }
+                });
+            }
+        }
+        self.publish(Event::BreakerChanged {
+            worker: worker.clone(),
+            to: t.to,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cfg() -> BreakerConfig {
+        BreakerConfig {
+            enabled: true,
+            failure_threshold: 1,
+            success_threshold: 1,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn spec(url: &str, t: WorkerType) -> WorkerSpec {
+        WorkerSpec {
+            url: url.into(),
+            worker_type: t,
+            bootstrap_port: None,
+            api_key: None,
+        }
+    }
+
+    fn recorder(reg: &Registry) -> Arc<Mutex<Vec<String>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        reg.subscribe(Arc::new(move |e: &Event| {
+            let line = match e {
+                Event::Registered(w) => format!("registered {}", w.url()),
+                Event::Removed(w) => format!("removed {}", w.url()),
+                Event::Replaced { new, .. } => format!("replaced {}", new.url()),
+                Event::StatusChanged { worker, to, .. } => {
+                    format!("status {} {}", worker.url(), to.as_str())
+                }
+                Event::BreakerChanged { worker, to } => {
+                    format!("breaker {} {}", worker.url(), to.as_str())
+                }
+            };
+            s.lock().push(line);
+        }));
+        seen
+    }
+
+    #[tokio::test]
+    async fn every_change_publishes_exactly_one_event() {
+        let reg = Registry::new(cfg(), None);
+        let seen = recorder(&reg);
+        let w = reg
+            .register(&spec("http://a:1", WorkerType::Prefill), None, WorkerStatus::Pending)
+            .unwrap()
+            .remove(0);
+        reg.set_status(&w, WorkerStatus::Ready);
+        reg.set_status(&w, WorkerStatus::Ready);
+        assert_eq!(
+            reg.register(&spec("http://a:1", WorkerType::Prefill), None, WorkerStatus::Ready),
+            Err(RegisterError::Duplicate("http://a:1".into()))
+        );
+        let _g = LoadGuard::new(w.clone(), 2);
+        let new = reg
+            .replace(&spec("http://a:1", WorkerType::Prefill), WorkerStatus::Ready)
+            .unwrap();
+        assert_eq!(new.load(), 2, "replace keeps in-flight load");
+        reg.remove(new.id());
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                "registered http://a:1",
+                "status http://a:1 ready",
+                "replaced http://a:1",
+                "status http://a:1 draining",
+                "removed http://a:1",
+            ]
+        );
+        assert!(reg.snapshot().all().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn breaker_half_open_is_published_at_its_instant() {
+        let reg = Registry::new(cfg(), None);
+        let w = reg
+            .register(&spec("http://a:1", WorkerType::Decode), None, WorkerStatus::Ready)
+            .unwrap()
+            .remove(0);
+        let seen = recorder(&reg);
+        reg.record_outcome(&w, false);
+        assert!(!w.is_routable());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(
+            *seen.lock(),
+            vec!["breaker http://a:1 open", "breaker http://a:1 half_open"]
+        );
+        assert!(w.is_routable());
+    }
+
+    #[test]
+    fn dp_ranks_register_separately() {
+        let reg = Registry::new(cfg(), None);
+        let ws = reg
+            .register(&spec("http://a:1", WorkerType::Prefill), Some(2), WorkerStatus::Ready)
+            .unwrap();
+        let urls: Vec<_> = ws.iter().map(|w| w.url().to_string()).collect();
+        assert_eq!(urls, vec!["http://a:1@0", "http://a:1@1"]);
+        assert_eq!(ws[1].base_url(), "http://a:1");
+        assert_eq!(ws[1].dp_rank(), Some(1));
+    }
+}

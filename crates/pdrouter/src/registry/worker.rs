@@ -1,0 +1,210 @@
+//! One registered worker: identity, status, load, breaker and (for Prefill with admission on)
+//! its admission slot.
+//!
+//! Status is written only through [`super::Registry::set_status`], which publishes the event;
+//! this module exposes no status setter of its own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use pdrouter_admission::Slot;
+use serde::Serialize;
+
+use super::breaker::Breaker;
+use crate::config::WorkerType;
+
+/// Lifecycle status; only `Ready` is routable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum WorkerStatus {
+    /// Registered, not yet probed successfully.
+    Pending = 0,
+    /// Routable.
+    Ready = 1,
+    /// Failing health checks.
+    NotReady = 2,
+    /// Failing for a long time.
+    Failed = 3,
+    /// Being removed; in-flight requests finish, nothing new is sent.
+    Draining = 4,
+}
+
+impl WorkerStatus {
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Ready,
+            2 => Self::NotReady,
+            3 => Self::Failed,
+            4 => Self::Draining,
+            _ => Self::Pending,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Ready => "ready",
+            Self::NotReady => "not_ready",
+            Self::Failed => "failed",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// In-flight load, shared by every registration of the same URL so a replace keeps counts.
+#[derive(Debug, Default)]
+pub struct LoadCounter(AtomicU64);
+
+impl LoadCounter {
+    /// Current load.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Holds `units` of a worker's load; releases them on drop.
+#[derive(Debug)]
+#[must_use = "the load is released when the guard drops"]
+pub struct LoadGuard {
+    worker: Arc<Worker>,
+    units: u64,
+}
+
+impl LoadGuard {
+    /// Takes `units` of load on `worker`.
+    pub fn new(worker: Arc<Worker>, units: u64) -> Self {
+        worker.load.0.fetch_add(units, Ordering::Relaxed);
+        worker.load_changed();
+        Self { worker, units }
+    }
+
+    /// The worker this guard holds load on.
+    pub fn worker(&self) -> &Arc<Worker> {
+        &self.worker
+    }
+}
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.worker.load.0.fetch_sub(self.units, Ordering::Relaxed);
+        self.worker.load_changed();
+    }
+}
+
+/// Hook called whenever a worker's load changes (metrics gauge).
+pub type LoadHook = Arc<dyn Fn(&Worker) + Send + Sync>;
+
+/// A registered worker.
+pub struct Worker {
+    pub(crate) id: String,
+    pub(crate) url: String,
+    pub(crate) base_url: String,
+    pub(crate) worker_type: WorkerType,
+    pub(crate) bootstrap_port: Option<u16>,
+    pub(crate) bootstrap_host: String,
+    pub(crate) dp_rank: Option<u32>,
+    pub(crate) api_key: Option<String>,
+    pub(crate) status: AtomicU8,
+    pub(crate) load: Arc<LoadCounter>,
+    pub(crate) breaker: Breaker,
+    pub(crate) slot: Option<Arc<Slot>>,
+    pub(crate) model_id: Mutex<Option<String>>,
+    pub(crate) load_hook: Option<LoadHook>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .field("type", &self.worker_type)
+            .field("status", &self.status())
+            .field("load", &self.load())
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Registry id (used by `/workers/{id}`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Identity URL as configured (`@rank` appended for a DP rank); the metrics label.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+    /// URL requests are sent to.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+    /// Role.
+    pub fn worker_type(&self) -> WorkerType {
+        self.worker_type
+    }
+    /// KV bootstrap port.
+    pub fn bootstrap_port(&self) -> Option<u16> {
+        self.bootstrap_port
+    }
+    /// Host part of the URL, sent as `bootstrap_host`.
+    pub fn bootstrap_host(&self) -> &str {
+        &self.bootstrap_host
+    }
+    /// DP rank, for a `--dp-aware` rank worker.
+    pub fn dp_rank(&self) -> Option<u32> {
+        self.dp_rank
+    }
+    /// Key sent to the worker, if any.
+    pub fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+    /// Lifecycle status.
+    pub fn status(&self) -> WorkerStatus {
+        WorkerStatus::from_u8(self.status.load(Ordering::Acquire))
+    }
+    /// In-flight load.
+    pub fn load(&self) -> u64 {
+        self.load.get()
+    }
+    /// Circuit breaker.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+    /// Admission slot (Prefill workers with admission on).
+    pub fn slot(&self) -> Option<&Arc<Slot>> {
+        self.slot.as_ref()
+    }
+    /// Model id the worker reported, if known.
+    pub fn model_id(&self) -> Option<String> {
+        self.model_id.lock().clone()
+    }
+    /// Whether new requests may be sent: ready and breaker not open.
+    pub fn is_routable(&self) -> bool {
+        self.status() == WorkerStatus::Ready && self.breaker.allows()
+    }
+
+    fn load_changed(&self) {
+        if let Some(hook) = &self.load_hook {
+            hook(self);
+        }
+    }
+}
+
+impl pdrouter_policy::WorkerRef for &Worker {
+    fn url(&self) -> &str {
+        &self.url
+    }
+    fn load(&self) -> u64 {
+        self.load.get()
+    }
+}
+
+/// Extracts the host of an `http(s)://host[:port]` URL (brackets kept off IPv6).
+pub(crate) fn host_of(url: &str) -> String {
+    url.parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()))
+        .unwrap_or_default()
+}

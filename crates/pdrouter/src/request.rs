@@ -1,0 +1,340 @@
+//! Inference request validation and the routing facts extracted from it.
+//!
+//! A request is parsed once here; everything downstream (policies, bootstrap injection, load
+//! units) reads [`ParsedRequest`]. Shape errors name the field so the client knows what to fix.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The inference endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// SGLang native `/generate`.
+    Generate,
+    /// OpenAI `/v1/chat/completions`.
+    ChatCompletions,
+    /// OpenAI `/v1/completions`.
+    Completions,
+    /// OpenAI `/v1/responses`.
+    Responses,
+}
+
+impl Endpoint {
+    /// The path, identical on the router and on the engines.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Generate => "/generate",
+            Self::ChatCompletions => "/v1/chat/completions",
+            Self::Completions => "/v1/completions",
+            Self::Responses => "/v1/responses",
+        }
+    }
+}
+
+/// Largest `n` accepted (parallel samples per prompt).
+pub const MAX_N: u64 = 1024;
+/// Characters of request text kept for cache-aware routing.
+const ROUTING_TEXT_CHARS: usize = 4096;
+
+/// A validated inference request.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    /// Which endpoint.
+    pub endpoint: Endpoint,
+    /// The JSON object as received.
+    pub body: Map<String, Value>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// Text used for cache-aware routing (a prefix of the prompt).
+    pub text: Arc<str>,
+    /// Number of prompts when the input is a list (batch), else `None`.
+    pub batch: Option<usize>,
+    /// Parallel samples per prompt.
+    pub n: usize,
+}
+
+impl ParsedRequest {
+    /// Backend sub-requests: one per prompt per sample.
+    pub fn sub_requests(&self) -> usize {
+        self.batch.unwrap_or(1).max(1) * self.n
+    }
+
+    /// Whether bootstrap fields must be arrays.
+    pub fn is_batched(&self) -> bool {
+        self.batch.is_some() || self.n > 1
+    }
+}
+
+fn is_int_array(v: &[Value]) -> bool {
+    v.iter().all(|x| x.as_u64().is_some() || x.as_i64().is_some())
+}
+
+fn field_type(field: &str, v: Option<&Value>, ok: fn(&Value) -> bool, want: &str) -> Result<(), ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if ok(v) => Ok(()),
+        Some(_) => Err(ApiError::invalid_field(field, format!("must be {want}"))),
+    }
+}
+
+fn truncate(s: &str) -> Arc<str> {
+    match s.char_indices().nth(ROUTING_TEXT_CHARS) {
+        Some((cut, _)) => Arc::from(&s[..cut]),
+        None => Arc::from(s),
+    }
+}
+
+/// A prompt that is a string, a list of strings, token ids or a list of token-id lists.
+/// Returns (batch size if a list of prompts, routing text).
+fn prompt_shape(field: &str, v: &Value, allow_ids: bool) -> Result<(Option<usize>, Arc<str>), ApiError> {
+    match v {
+        Value::String(s) => Ok((None, truncate(s))),
+        Value::Array(items) if items.is_empty() => {
+            Err(ApiError::invalid_field(field, "must not be an empty list"))
+        }
+        Value::Array(items) if allow_ids && is_int_array(items) => Ok((None, Arc::from(""))),
+        Value::Array(items) => {
+            let mut first_text: Option<Arc<str>> = None;
+            for (i, item) in items.iter().enumerate() {
+                match item {
+                    Value::String(s) => {
+                        if first_text.is_none() {
+                            first_text = Some(truncate(s));
+                        }
+                    }
+                    Value::Array(ids) if allow_ids && is_int_array(ids) => {}
+                    _ => {
+                        return Err(ApiError::invalid_field(
+                            &format!("{field}[{i}]"),
+                            if allow_ids {
+                                "must be a string or a list of token ids"
+                            } else {
+                                "must be a string"
+                            },
+                        ));
+                    }
+                }
+            }
+            Ok((Some(items.len()), first_text.unwrap_or_else(|| Arc::from(""))))
+        }
+        _ => Err(ApiError::invalid_field(
+            field,
+            if allow_ids {
+                "must be a string, a list of strings, or token ids"
+            } else {
+                "must be a string or a list of strings"
+            },
+        )),
+    }
+}
+
+fn chat_text(messages: &[Value]) -> Result<Arc<str>, ApiError> {
+    let mut text = String::new();
+    for (i, m) in messages.iter().enumerate() {
+        let Some(obj) = m.as_object() else {
+            return Err(ApiError::invalid_field(&format!("messages[{i}]"), "must be an object"));
+        };
+        match obj.get("role") {
+            Some(Value::String(_)) => {}
+            _ => {
+                return Err(ApiError::invalid_field(
+                    &format!("messages[{i}].role"),
+                    "must be a string",
+                ));
+            }
+        }
+        match obj.get("content") {
+            Some(Value::String(s)) => text.push_str(s),
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    if let Some(s) = p.get("text").and_then(Value::as_str) {
+                        text.push_str(s);
+                    }
+                }
+            }
+            None | Some(Value::Null) => {}
+            Some(_) => {
+                return Err(ApiError::invalid_field(
+                    &format!("messages[{i}].content"),
+                    "must be a string, a list of content parts, or null",
+                ));
+            }
+        }
+        if text.len() > ROUTING_TEXT_CHARS * 4 {
+            break;
+        }
+    }
+    Ok(truncate(&text))
+}
+
+fn positive_n(field: &str, v: Option<&Value>) -> Result<usize, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(1),
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=MAX_N).contains(&n) => Ok(n as usize),
+            _ => Err(ApiError::invalid_field(
+                field,
+                format!("must be an integer from 1 to {MAX_N}"),
+            )),
+        },
+    }
+}
+
+/// Parses and validates a request body for `endpoint`.
+pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<ParsedRequest, ApiError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(ApiError::malformed_json)?;
+    let Value::Object(body) = value else {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "request body must be a JSON object",
+        ));
+    };
+    field_type("stream", body.get("stream"), Value::is_boolean, "true or false")?;
+    field_type("model", body.get("model"), Value::is_string, "a string")?;
+    for f in ["max_tokens", "max_completion_tokens"] {
+        field_type(f, body.get(f), |v| v.as_u64().is_some(), "a non-negative integer")?;
+    }
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let (batch, text, n) = match endpoint {
+        Endpoint::Generate => {
+            field_type("sampling_params", body.get("sampling_params"), Value::is_object, "an object")?;
+            let n = positive_n(
+                "sampling_params.n",
+                body.get("sampling_params").and_then(|s| s.get("n")),
+            )?;
+            let (batch, text) = match (body.get("text"), body.get("input_ids")) {
+                (Some(t), _) if !t.is_null() => prompt_shape("text", t, false)?,
+                (_, Some(ids)) if !ids.is_null() => match ids {
+                    Value::Array(items) if !items.is_empty() && is_int_array(items) => {
+                        (None, Arc::from(""))
+                    }
+                    Value::Array(items)
+                        if !items.is_empty()
+                            && items
+                                .iter()
+                                .all(|x| x.as_array().is_some_and(|a| is_int_array(a))) =>
+                    {
+                        (Some(items.len()), Arc::from(""))
+                    }
+                    _ => {
+                        return Err(ApiError::invalid_field(
+                            "input_ids",
+                            "must be a list of token ids or a list of such lists",
+                        ));
+                    }
+                },
+                _ => {
+                    return Err(ApiError::invalid_field(
+                        "text",
+                        "is required (or give 'input_ids')",
+                    ));
+                }
+            };
+            (batch, text, n)
+        }
+        Endpoint::ChatCompletions => {
+            let n = positive_n("n", body.get("n"))?;
+            let text = match body.get("messages") {
+                Some(Value::Array(m)) if !m.is_empty() => chat_text(m)?,
+                Some(Value::Array(_)) => {
+                    return Err(ApiError::invalid_field("messages", "must not be empty"));
+                }
+                None => return Err(ApiError::invalid_field("messages", "is required")),
+                Some(_) => {
+                    return Err(ApiError::invalid_field("messages", "must be an array"));
+                }
+            };
+            (None, text, n)
+        }
+        Endpoint::Completions => {
+            let n = positive_n("n", body.get("n"))?;
+            let Some(prompt) = body.get("prompt").filter(|p| !p.is_null()) else {
+                return Err(ApiError::invalid_field("prompt", "is required"));
+            };
+            let (batch, text) = prompt_shape("prompt", prompt, true)?;
+            (batch, text, n)
+        }
+        Endpoint::Responses => {
+            let text = match body.get("input") {
+                Some(Value::String(s)) => truncate(s),
+                Some(Value::Array(items)) => {
+                    let mut t = String::new();
+                    for it in items {
+                        match it.get("content") {
+                            Some(Value::String(s)) => t.push_str(s),
+                            Some(Value::Array(parts)) => {
+                                for p in parts {
+                                    if let Some(s) = p.get("text").and_then(Value::as_str) {
+                                        t.push_str(s);
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    truncate(&t)
+                }
+                None | Some(Value::Null) => {
+                    return Err(ApiError::invalid_field("input", "is required"));
+                }
+                Some(_) => {
+                    return Err(ApiError::invalid_field(
+                        "input",
+                        "must be a string or a list of input items",
+                    ));
+                }
+            };
+            (None, text, 1)
+        }
+    };
+    Ok(ParsedRequest {
+        endpoint,
+        body,
+        stream,
+        text,
+        batch,
+        n,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(endpoint: Endpoint, body: &str) -> String {
+        parse(endpoint, body.as_bytes()).unwrap_err().message
+    }
+
+    #[test]
+    fn malformed_and_wrong_shapes_name_the_problem() {
+        assert!(err(Endpoint::ChatCompletions, "{").contains("not valid JSON"));
+        assert!(err(Endpoint::ChatCompletions, "[1]").contains("JSON object"));
+        assert!(err(Endpoint::ChatCompletions, r#"{"messages":"hi"}"#).contains("'messages'"));
+        assert!(err(Endpoint::ChatCompletions, r#"{"messages":[1]}"#).contains("messages[0]"));
+        assert!(err(Endpoint::ChatCompletions, r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#).contains("'stream'"));
+        assert!(err(Endpoint::ChatCompletions, r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#).contains("'n'"));
+        assert!(err(Endpoint::Completions, r#"{"model":"m"}"#).contains("'prompt'"));
+        assert!(err(Endpoint::Generate, r#"{"text":5}"#).contains("'text'"));
+        assert!(err(Endpoint::Generate, r#"{}"#).contains("'text'"));
+        assert!(err(Endpoint::Responses, r#"{"input":3}"#).contains("'input'"));
+    }
+
+    #[test]
+    fn batches_and_samples() {
+        let r = parse(Endpoint::Generate, br#"{"text":["a","b","c"]}"#).unwrap();
+        assert_eq!((r.batch, r.sub_requests(), r.is_batched()), (Some(3), 3, true));
+        let r = parse(Endpoint::Generate, br#"{"input_ids":[1,2,3]}"#).unwrap();
+        assert_eq!((r.batch, r.is_batched()), (None, false));
+        let r = parse(Endpoint::Generate, br#"{"input_ids":[[1],[2]],"sampling_params":{"n":2}}"#).unwrap();
+        assert_eq!(r.sub_requests(), 4);
+        let r = parse(Endpoint::Completions, br#"{"prompt":[1,2,3]}"#).unwrap();
+        assert_eq!(r.batch, None);
+        let r = parse(Endpoint::Completions, br#"{"prompt":["x","y"],"n":3}"#).unwrap();
+        assert_eq!(r.sub_requests(), 6);
+        let r = parse(Endpoint::ChatCompletions, br#"{"messages":[{"role":"user","content":"hello"}],"n":2,"stream":true}"#).unwrap();
+        assert_eq!((r.n, r.stream, &*r.text), (2, true, "hello"));
+    }
+}

@@ -1,0 +1,128 @@
+//! Worker selection: filter → rank → reserve → commit, shared by every dispatch path.
+//!
+//! [`Candidates`] is the per-request selector. It re-reads the registry snapshot on every call
+//! (so a waiter sees the worker set as it is when it is served), keeps only routable workers of
+//! the wanted type (or the strict `X-SMG-Target-Worker`), drops those without room, and asks
+//! the policy for an order. The policy commits only the choice that was reserved: through
+//! [`pdrouter_admission::Selector::commit`] with admission, or right after the pick without it.
+
+use std::sync::Arc;
+
+use pdrouter_admission::{Ranking, Selector, Slot};
+use pdrouter_policy::{Policy, RequestInfo};
+
+use crate::config::WorkerType;
+use crate::error::ApiError;
+use crate::registry::{Registry, Worker};
+
+/// What a request asks of selection.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    /// Routing text (cache_aware).
+    pub text: Arc<str>,
+    /// `X-SMG-Routing-Key`.
+    pub routing_key: Option<Arc<str>>,
+    /// `X-SMG-Target-Worker`: strict index into the workers of the type.
+    pub target: Option<usize>,
+}
+
+/// A selector for one request and one worker type.
+#[derive(Debug)]
+pub struct Candidates {
+    registry: Arc<Registry>,
+    policy: Arc<Policy>,
+    worker_type: WorkerType,
+    wanted: Wanted,
+    order: Vec<usize>,
+}
+
+impl Candidates {
+    /// A selector over `worker_type` workers.
+    pub fn new(registry: Arc<Registry>, policy: Arc<Policy>, worker_type: WorkerType, wanted: Wanted) -> Self {
+        Self {
+            registry,
+            policy,
+            worker_type,
+            wanted,
+            order: Vec::new(),
+        }
+    }
+
+    fn info(&self) -> RequestInfo<'_> {
+        RequestInfo {
+            text: Some(&self.wanted.text),
+            routing_key: self.wanted.routing_key.as_deref(),
+        }
+    }
+
+    /// Checks the strict target exists (out of range is a 503 before any waiting).
+    pub fn check_target(&self) -> Result<(), ApiError> {
+        if let Some(i) = self.wanted.target {
+            let count = self.registry.snapshot().of_type(self.worker_type).len();
+            if i >= count {
+                return Err(ApiError::target_out_of_range(i, count, self.worker_type.as_str()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Routable workers that pass `has_room`, ranked by the policy; `None` when no routable
+    /// worker matches at all.
+    fn ranked(&mut self, has_room: &dyn Fn(&Worker) -> bool) -> Option<Vec<Arc<Worker>>> {
+        let snap = self.registry.snapshot();
+        let all = snap.of_type(self.worker_type);
+        let routable: Vec<Arc<Worker>> = match self.wanted.target {
+            Some(i) => all.get(i).filter(|w| w.is_routable()).cloned().into_iter().collect(),
+            None => all.iter().filter(|w| w.is_routable()).cloned().collect(),
+        };
+        if routable.is_empty() {
+            return None;
+        }
+        let with_room: Vec<Arc<Worker>> = routable.into_iter().filter(|w| has_room(w)).collect();
+        if with_room.is_empty() {
+            return Some(Vec::new());
+        }
+        let mut order = std::mem::take(&mut self.order);
+        let refs: Vec<&Worker> = with_room.iter().map(|w| &**w).collect();
+        self.policy.rank(&refs, &self.info(), &mut order);
+        let ranked = order.iter().filter_map(|&i| with_room.get(i).cloned()).collect();
+        self.order = order;
+        Some(ranked)
+    }
+
+    /// Picks a worker now, without admission: rank, take the first, commit.
+    pub fn pick(&mut self) -> Result<Arc<Worker>, ApiError> {
+        self.check_target()?;
+        let ranked = self.ranked(&|_| true);
+        match ranked.and_then(|r| r.into_iter().next()) {
+            Some(w) => {
+                self.policy.commit(&[&*w], 0, &self.info());
+                Ok(w)
+            }
+            None => Err(match self.wanted.target {
+                Some(i) => ApiError::target_unavailable(i),
+                None => ApiError::no_worker(self.worker_type.as_str()),
+            }),
+        }
+    }
+}
+
+impl Selector for Candidates {
+    type Choice = Arc<Worker>;
+
+    fn rank(&mut self, has_room: &dyn Fn(&Slot) -> bool) -> Ranking<Arc<Worker>> {
+        let ranked = self.ranked(&|w: &Worker| w.slot().is_some_and(|s| has_room(s)));
+        match ranked {
+            None => Ranking::Unavailable,
+            Some(ws) => Ranking::Candidates(
+                ws.into_iter()
+                    .filter_map(|w| w.slot().cloned().map(|s| (s, w)))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn commit(&mut self, choice: &Arc<Worker>) {
+        self.policy.commit(&[&**choice], 0, &self.info());
+    }
+}

@@ -1,0 +1,207 @@
+//! HTTP PD flow over real sockets: bootstrap injection, both legs, streaming, error mapping,
+//! retries, and load accounting returning to zero.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+#[tokio::test]
+async fn pd_request_reaches_both_legs_with_the_same_ticket() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.workers[0].bootstrap_port = Some(8998);
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["object"], "chat.completion");
+    assert!(reply.header("x-request-id").is_some());
+    let pl = p.stats().last_request.unwrap();
+    let dl = d.stats().last_request.unwrap();
+    assert_eq!(pl["bootstrap_room"], dl["bootstrap_room"]);
+    assert_eq!(pl["bootstrap_host"], "127.0.0.1");
+    assert_eq!(pl["bootstrap_port"], 8998);
+    assert!(pl["bootstrap_room"].as_u64().unwrap() < 1 << 63);
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn bootstrap_port_none_is_json_null_and_batches_get_arrays() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let reply = post(r.addr(), "/generate", r#"{"text":["a","b","c"]}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let last = d.stats().last_request.unwrap();
+    assert_eq!(last["bootstrap_room"].as_array().unwrap().len(), 3);
+    assert!(last["bootstrap_port"].as_array().unwrap().iter().all(|p| p.is_null()));
+    let reply = post(
+        r.addr(),
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let last = p.stats().last_request.unwrap();
+    assert_eq!(last["bootstrap_host"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn streaming_is_relayed_to_done_and_load_is_released() {
+    let p = mock(Role::Prefill, 0).await;
+    let mut dc = MockConfig::new(Role::Decode);
+    dc.output_tokens = 5;
+    dc.token_interval = Duration::from_millis(5);
+    let d = MockWorker::start(dc).await.unwrap();
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT_STREAM).await;
+    assert_eq!(reply.status, 200);
+    let text = reply.text();
+    assert!(text.contains("data: "), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert_eq!(text.matches("tok").count(), 5);
+    for path in ["/generate", "/v1/completions"] {
+        let body = if path == "/generate" {
+            r#"{"text":"hi","stream":true}"#
+        } else {
+            r#"{"prompt":"hi","stream":true}"#
+        };
+        let reply = post(r.addr(), path, body).await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert!(reply.text().contains("[DONE]"), "{path}");
+    }
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn unreachable_prefill_is_a_502_naming_the_leg() {
+    let d = mock(Role::Decode, 0).await;
+    let dead = dead_url().await;
+    let mut cfg = pd_config(&[], &[&d]);
+    cfg.workers.insert(0, spec(&dead, pdrouter::config::WorkerType::Prefill));
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(reply.error_code(), "prefill_connect_failed");
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("prefill"));
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn unreachable_decode_is_a_502_naming_the_leg() {
+    let p = mock(Role::Prefill, 0).await;
+    let dead = dead_url().await;
+    let mut cfg = pd_config(&[&p], &[]);
+    cfg.workers.push(spec(&dead, pdrouter::config::WorkerType::Decode));
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 502);
+    assert_eq!(reply.error_code(), "decode_connect_failed");
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn prefill_failure_maps_to_gateway_error_and_cancels_decode() {
+    let p = mock(Role::Prefill, 0).await;
+    p.controls().set_fail_rate(1.0);
+    let mut dc = MockConfig::new(Role::Decode);
+    dc.delay = Duration::from_secs(30);
+    let d = MockWorker::start(dc).await.unwrap();
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(reply.error_code(), "prefill_worker_error");
+    // The Decode leg, stuck in its 30 s delay, was cancelled.
+    assert!(eventually(Duration::from_secs(5), || d.stats().inflight == 0).await);
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn retries_reselect_the_pair_on_5xx() {
+    let bad = mock(Role::Prefill, 0).await;
+    bad.controls().set_fail_rate(1.0);
+    let good = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&bad, &good], &[&d]);
+    cfg.retry.max_attempts = 5;
+    cfg.retry.initial_backoff = Duration::from_millis(1);
+    cfg.policy = pdrouter_policy::PolicyKind::RoundRobin;
+    cfg.prefill_policy = pdrouter_policy::PolicyKind::RoundRobin;
+    cfg.decode_policy = pdrouter_policy::PolicyKind::RoundRobin;
+    let r = router(cfg).await;
+    for _ in 0..4 {
+        let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    assert!(bad.stats().requests_total >= 1);
+    let text = r.metrics_text();
+    assert!(metric(&r, "smg_worker_retries_total").unwrap_or(0.0) >= 1.0, "{text}");
+}
+
+#[tokio::test]
+async fn client_disconnect_mid_stream_releases_decode_load() {
+    let p = mock(Role::Prefill, 0).await;
+    let mut dc = MockConfig::new(Role::Decode);
+    dc.output_tokens = 1000;
+    dc.token_interval = Duration::from_millis(20);
+    let d = MockWorker::start(dc).await.unwrap();
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let addr = r.addr();
+    let task = tokio::spawn(async move {
+        use http_body_util::BodyExt;
+        let req = http::Request::post(format!("http://{addr}/v1/chat/completions"))
+            .body(http_body_util::Full::new(bytes::Bytes::from(CHAT_STREAM)))
+            .unwrap();
+        let resp = client().request(req).await.unwrap();
+        let mut body = resp.into_body();
+        // Read one frame, then hang up.
+        let _ = body.frame().await;
+    });
+    task.await.unwrap();
+    assert!(eventually(Duration::from_secs(10), || total_load(&r) == 0).await);
+    assert!(eventually(Duration::from_secs(10), || d.stats().inflight == 0).await);
+}
+
+#[tokio::test]
+async fn regular_mode_forwards_and_streams() {
+    let w = mock(Role::Regular, 0).await;
+    let r = router(regular_config(&[&w])).await;
+    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"hi"}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(w.stats().last_request.unwrap()["prompt"], "hi");
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT_STREAM).await;
+    assert!(reply.text().contains("[DONE]"));
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn info_and_probe_endpoints() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let models = get(r.addr(), "/v1/models").await;
+    assert_eq!(models.status, 200);
+    assert_eq!(models.json()["data"][0]["id"], "mock-model");
+    assert_eq!(get(r.addr(), "/get_server_info").await.status, 200);
+    assert_eq!(get(r.addr(), "/get_model_info").await.status, 200);
+    for path in ["/health", "/liveness", "/readiness", "/health_generate"] {
+        assert_eq!(get(r.addr(), path).await.status, 200, "{path}");
+    }
+    // Probes never count as generation requests on the workers.
+    assert_eq!(p.stats().requests_total, 0);
+}
+
+#[tokio::test]
+async fn readiness_needs_both_roles() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let w = r.registry().snapshot().of_type(pdrouter::config::WorkerType::Decode)[0].clone();
+    r.registry().set_status(&w, pdrouter::registry::WorkerStatus::NotReady);
+    let reply = get(r.addr(), "/readiness").await;
+    assert_eq!(reply.status, 503);
+    assert!(reply.text().contains("decode"));
+    assert_eq!(get(r.addr(), "/liveness").await.status, 200);
+}

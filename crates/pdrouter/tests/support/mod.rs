@@ -1,0 +1,170 @@
+//! Shared helpers for black-box tests: real mock workers and a real router on ephemeral
+//! loopback ports, a small HTTP client, and polling with a deadline (never a fixed sleep).
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use pdrouter::config::{Config, Mode, WorkerSpec, WorkerType};
+use pdrouter::RouterHandle;
+pub use pdrouter_mock::{MockConfig, MockWorker, Role};
+
+pub async fn mock(role: Role, delay_ms: u64) -> MockWorker {
+    let mut cfg = MockConfig::new(role);
+    cfg.delay = Duration::from_millis(delay_ms);
+    MockWorker::start(cfg).await.expect("mock starts")
+}
+
+pub fn spec(url: &str, t: WorkerType) -> WorkerSpec {
+    WorkerSpec {
+        url: url.to_string(),
+        worker_type: t,
+        bootstrap_port: None,
+        api_key: None,
+    }
+}
+
+/// A PD config over the given mocks, health checks off (workers start ready), retries off.
+pub fn pd_config(prefills: &[&MockWorker], decodes: &[&MockWorker]) -> Config {
+    let mut workers: Vec<WorkerSpec> = prefills
+        .iter()
+        .map(|p| spec(&p.url(), WorkerType::Prefill))
+        .collect();
+    workers.extend(decodes.iter().map(|d| spec(&d.url(), WorkerType::Decode)));
+    let mut cfg = Config::with_workers(Mode::PdHttp, workers);
+    cfg.health.enabled = false;
+    cfg.retry.max_attempts = 1;
+    cfg.prometheus = Some(([127, 0, 0, 1].into(), 0));
+    cfg.shutdown_grace = Duration::from_secs(5);
+    cfg
+}
+
+pub fn regular_config(workers: &[&MockWorker]) -> Config {
+    let specs = workers.iter().map(|w| spec(&w.url(), WorkerType::Regular)).collect();
+    let mut cfg = Config::with_workers(Mode::Regular, specs);
+    cfg.health.enabled = false;
+    cfg.retry.max_attempts = 1;
+    cfg.prometheus = Some(([127, 0, 0, 1].into(), 0));
+    cfg
+}
+
+pub async fn router(cfg: Config) -> RouterHandle {
+    cfg.validate().expect("valid config");
+    pdrouter::start(cfg).await.expect("router starts")
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body))
+        })
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    /// Asserts the SPEC error shape and returns the code.
+    pub fn error_code(&self) -> String {
+        let v = self.json();
+        let code = v["error"]["code"].as_str().expect("error.code").to_string();
+        assert!(v["error"]["message"].is_string(), "error.message: {v}");
+        assert!(v["error"]["type"].is_string(), "error.type: {v}");
+        assert!(v["error"].get("param").is_some(), "error.param: {v}");
+        assert_eq!(self.header("x-smg-error-code"), Some(code.as_str()));
+        code
+    }
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client()
+        .request(b.body(Full::new(body.into())).unwrap())
+        .await
+        .expect("request reaches the router");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    send(addr, "POST", path, body.to_string(), &[]).await
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    send(addr, "GET", path, Bytes::new(), &[]).await
+}
+
+pub const CHAT: &str = r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}]}"#;
+pub const CHAT_STREAM: &str =
+    r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}],"stream":true}"#;
+
+/// Polls `f` every 10 ms until it returns true or `within` passes.
+pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sum of all workers' in-flight load.
+pub fn total_load(r: &RouterHandle) -> u64 {
+    r.registry().snapshot().all().iter().map(|w| w.load()).sum()
+}
+
+/// Value of a metric series in the router's exposition (first line starting with `prefix`).
+pub fn metric(r: &RouterHandle, prefix: &str) -> Option<f64> {
+    r.metrics_text()
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Starts a TCP listener that accepts and drops nothing: a port that refuses connections.
+pub async fn dead_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}")
+}
