@@ -1,0 +1,217 @@
+//! Worker lifecycle over real sockets: the /workers API, health checks against killed and
+//! restarted workers, circuit breakers, and fault mapping (refused, hung, 500s, garbage).
+
+mod support;
+
+use std::time::Duration;
+
+use pdrouter::config::WorkerType;
+use support::*;
+
+fn fast_health(cfg: &mut pdrouter::Config) {
+    cfg.health.enabled = true;
+    cfg.health.interval = Duration::from_secs(1);
+    cfg.health.timeout = Duration::from_secs(1);
+    cfg.health.failure_threshold = 1;
+    cfg.health.success_threshold = 1;
+}
+
+fn count(r: &pdrouter::RouterHandle) -> usize {
+    r.registry().snapshot().all().len()
+}
+
+#[tokio::test]
+async fn workers_api_add_list_get_delete() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let extra = mock(Role::Prefill, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    fast_health(&mut cfg);
+    let r = router(cfg).await;
+    let body = format!(r#"{{"url":"{}","worker_type":"prefill","bootstrap_port":9001}}"#, extra.url());
+    let added = post(r.addr(), "/workers", &body).await;
+    assert_eq!(added.status, 202, "{}", added.text());
+    let id = added.json()["worker_id"].as_str().unwrap().to_string();
+    let reg = r.registry().clone();
+    let id2 = id.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || reg
+            .snapshot()
+            .find(&id2)
+            .is_some_and(|w| w.status() == pdrouter::registry::WorkerStatus::Ready))
+        .await
+    );
+    let list = get(r.addr(), "/workers").await.json();
+    assert_eq!(list["total"], 3);
+    assert_eq!(list["stats"]["prefill_count"], 2);
+    assert_eq!(list["stats"]["decode_count"], 1);
+    assert_eq!(list["stats"]["regular_count"], 0);
+    let one = get(r.addr(), &format!("/workers/{id}")).await;
+    assert_eq!(one.status, 200);
+    let w = one.json();
+    assert_eq!(w["url"], extra.url());
+    assert_eq!(w["worker_type"], "prefill");
+    assert_eq!(w["bootstrap_port"], 9001);
+    assert_eq!(w["circuit_breaker"], "closed");
+    for key in ["id", "status", "load"] {
+        assert!(w.get(key).is_some(), "{key}");
+    }
+    // Duplicate URL.
+    let dup = post(r.addr(), "/workers", &body).await;
+    assert_eq!(dup.status, 409);
+    dup.error_code();
+    // Delete, then it is gone.
+    let del = send(r.addr(), "DELETE", &format!("/workers/{id}"), "", &[]).await;
+    assert_eq!(del.status, 202);
+    assert_eq!(get(r.addr(), &format!("/workers/{id}")).await.status, 404);
+    assert_eq!(send(r.addr(), "DELETE", "/workers/nope", "", &[]).await.status, 404);
+    assert_eq!(count(&r), 2);
+}
+
+#[tokio::test]
+async fn invalid_worker_bodies_never_change_the_registry() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let bad = [
+        "{",
+        "[]",
+        r#"{"worker_type":"prefill"}"#,
+        r#"{"url":"ftp://x","worker_type":"prefill"}"#,
+        r#"{"url":"http://127.0.0.1:1","worker_type":"chef"}"#,
+        r#"{"url":"http://127.0.0.1:1","worker_type":"regular"}"#,
+        r#"{"url":"http://127.0.0.1:1"}"#,
+        r#"{"url":"http://127.0.0.1:1","worker_type":"prefill","bootstrap_port":70000}"#,
+        r#"{"url":"http://127.0.0.1:1","worker_type":"decode","bootstrap_port":80}"#,
+        r#"{"url":"http://127.0.0.1:1","worker_type":"prefill","colour":"red"}"#,
+        r#"{"url":5,"worker_type":"prefill"}"#,
+    ];
+    for body in bad {
+        let reply = post(r.addr(), "/workers", body).await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text());
+        reply.error_code();
+    }
+    assert_eq!(count(&r), 2);
+}
+
+#[tokio::test]
+async fn killed_worker_goes_unhealthy_traffic_moves_and_it_recovers() {
+    let p1 = mock(Role::Regular, 0).await;
+    let p2 = mock(Role::Regular, 0).await;
+    let port = p1.addr().port();
+    let mut cfg = regular_config(&[&p1, &p2]);
+    fast_health(&mut cfg);
+    cfg.retry.max_attempts = 1;
+    let r = router(cfg).await;
+    let reg = r.registry().clone();
+    let all_ready = |reg: &std::sync::Arc<pdrouter::registry::Registry>| {
+        reg.snapshot().all().iter().all(|w| w.is_routable())
+    };
+    assert!(eventually(Duration::from_secs(5), || all_ready(&reg)).await);
+    p1.shutdown().await;
+    let w1 = reg.snapshot().all()[0].clone();
+    assert!(eventually(Duration::from_secs(10), || !w1.is_routable()).await);
+    for _ in 0..5 {
+        assert_eq!(post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await.status, 200);
+    }
+    assert_eq!(metric(&r, &format!("smg_worker_health{{worker=\"http://127.0.0.1:{port}\"}}")), Some(0.0));
+    // Restart on the same port: the health checker brings it back.
+    let mut cfg = MockConfig::new(Role::Regular);
+    cfg.port = port;
+    let p1 = MockWorker::start(cfg).await.unwrap();
+    assert!(eventually(Duration::from_secs(10), || w1.is_routable()).await);
+    let _ = p1;
+}
+
+#[tokio::test]
+async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
+    let bad = mock(Role::Regular, 0).await;
+    let good = mock(Role::Regular, 0).await;
+    bad.controls().set_fail_rate(1.0);
+    let mut cfg = regular_config(&[&bad, &good]);
+    cfg.breaker.failure_threshold = 2;
+    cfg.breaker.success_threshold = 1;
+    cfg.breaker.timeout = Duration::from_secs(1);
+    cfg.policy = pdrouter_policy::PolicyKind::RoundRobin;
+    let r = router(cfg).await;
+    let w = r.registry().snapshot().all()[0].clone();
+    for _ in 0..6 {
+        let _ = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    }
+    assert_eq!(w.breaker().state(), pdrouter::registry::BreakerState::Open);
+    let series = format!("smg_worker_cb_state{{worker=\"{}\"}}", bad.url());
+    assert_eq!(metric(&r, &series), Some(1.0));
+    let before = bad.stats().requests_total;
+    for _ in 0..4 {
+        assert_eq!(post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await.status, 200);
+    }
+    assert_eq!(bad.stats().requests_total, before, "open breaker gets no traffic");
+    bad.controls().set_fail_rate(0.0);
+    // Half-open is published at its instant (no request needed), then a success closes it.
+    assert!(eventually(Duration::from_secs(5), || metric(&r, &series) == Some(2.0)).await);
+    for _ in 0..4 {
+        assert_eq!(post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await.status, 200);
+    }
+    assert_eq!(metric(&r, &series), Some(0.0));
+}
+
+#[tokio::test]
+async fn hung_worker_is_a_504_and_500s_a_502() {
+    let w = mock(Role::Regular, 0).await;
+    let mut cfg = regular_config(&[&w]);
+    cfg.request_timeout = Duration::from_secs(1);
+    let r = router(cfg).await;
+    w.controls().set_hang(true);
+    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    assert_eq!(reply.status, 504, "{}", reply.text());
+    assert_eq!(reply.error_code(), "worker_timeout");
+    w.controls().set_hang(false);
+    w.controls().set_fail_rate(1.0);
+    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    assert_eq!(reply.status, 502);
+    assert_eq!(reply.error_code(), "worker_error");
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn pd_failure_is_charged_to_the_failing_leg_only() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.breaker.failure_threshold = 1;
+    let r = router(cfg).await;
+    p.controls().set_fail_rate(1.0);
+    assert_eq!(post(r.addr(), "/v1/chat/completions", CHAT).await.status, 502);
+    let snap = r.registry().snapshot();
+    let pw = snap.of_type(WorkerType::Prefill)[0].clone();
+    let dw = snap.of_type(WorkerType::Decode)[0].clone();
+    assert!(eventually(Duration::from_secs(5), || pw.breaker().state() == pdrouter::registry::BreakerState::Open).await);
+    assert_eq!(dw.breaker().state(), pdrouter::registry::BreakerState::Closed);
+}
+
+#[tokio::test]
+async fn a_worker_speaking_garbage_is_a_502() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(b"\x00\x01 this is not http\r\n\r\n").await;
+            });
+        }
+    });
+    let mut cfg = pdrouter::Config::with_workers(
+        pdrouter::config::Mode::Regular,
+        vec![spec(&url, WorkerType::Regular)],
+    );
+    cfg.health.enabled = false;
+    cfg.retry.max_attempts = 1;
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(reply.error_code(), "worker_bad_response");
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+}
