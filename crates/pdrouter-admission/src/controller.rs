@@ -418,24 +418,19 @@ impl Inner {
     /// slot is full again. Called with the queue lock held.
     fn dispatch(&self, queue: &mut WaitQueue, released: Option<&Slot>, pending: &mut Vec<Pending>) {
         let limit = self.limit();
+        let full = |slot: Option<&Slot>| slot.is_some_and(|s| s.inflight() >= limit);
+        if full(released) {
+            return;
+        }
         let mut cursor = queue.first();
         while let Some(index) = cursor {
-            if let Some(slot) = released
-                && slot.inflight() >= limit
-            {
-                break;
-            }
             cursor = queue.next(index);
-            let entry = queue.get_mut(index);
             if let Some(slot) = released
-                && entry.interest & slot.bit == 0
+                && queue.interest(index) & slot.bit == 0
             {
                 continue;
             }
-            let interest = Cell::new(0);
-            let reserved = entry.waiter.try_reserve(limit, &interest);
-            entry.interest = interest.get();
-            if let Some(slot) = reserved {
+            if let Some(slot) = queue.try_reserve(index, limit) {
                 let entry = queue.remove_at(index);
                 self.contended.fetch_sub(1, SeqCst);
                 pending.push(Pending {
@@ -443,6 +438,11 @@ impl Inner {
                     slot,
                     enqueued_at: entry.enqueued_at,
                 });
+            }
+            // The released unit is gone (to this waiter, or to a racing fast-path arrival that
+            // will give it back through dispatch if anyone waits).
+            if full(released) {
+                break;
             }
         }
     }

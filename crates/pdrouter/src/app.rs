@@ -119,9 +119,16 @@ async fn wait_for_signal() {
 }
 
 /// Asks a worker for its `dp_size` (for `--dp-aware`).
-pub async fn discover_dp_size(client: &UpstreamClient, spec: &WorkerSpec, timeout: Duration) -> Option<u32> {
+pub async fn discover_dp_size(
+    client: &UpstreamClient,
+    spec: &WorkerSpec,
+    timeout: Duration,
+) -> Option<u32> {
     let url = format!("{}/get_server_info", spec.url);
-    let (status, body) = client.get(&url, spec.api_key.as_deref(), timeout).await.ok()?;
+    let (status, body) = client
+        .get(&url, spec.api_key.as_deref(), timeout)
+        .await
+        .ok()?;
     if !status.is_success() {
         return None;
     }
@@ -159,7 +166,13 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     if let Some(adm) = admission.clone() {
         registry.subscribe(Arc::new(move |e: &Event| {
             // An opening breaker removes capacity; everything else may add some.
-            if !matches!(e, Event::BreakerChanged { to: BreakerState::Open, .. }) {
+            if !matches!(
+                e,
+                Event::BreakerChanged {
+                    to: BreakerState::Open,
+                    ..
+                }
+            ) {
                 adm.notify();
             }
         }));
@@ -167,7 +180,11 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let policy = Arc::new(Policy::new(cfg.policy, cfg.cache));
     let prefill_policy = Arc::new(Policy::new(cfg.prefill_policy, cfg.cache));
     let decode_policy = Arc::new(Policy::new(cfg.decode_policy, cfg.cache));
-    let policies = vec![policy.clone(), prefill_policy.clone(), decode_policy.clone()];
+    let policies = vec![
+        policy.clone(),
+        prefill_policy.clone(),
+        decode_policy.clone(),
+    ];
     {
         let ps = policies.clone();
         registry.subscribe(Arc::new(move |e: &Event| {

@@ -120,10 +120,18 @@ pub struct LaunchArgs {
     #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Prefill admission")]
     pub prefill_max_inflight_requests_per_worker: i64,
     /// Router-wide wait-queue depth (default 100 when admission is on; 0 = never wait).
-    #[arg(long, allow_negative_numbers = true, help_heading = "Prefill admission")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        help_heading = "Prefill admission"
+    )]
     pub prefill_queue_size: Option<i64>,
     /// Longest wait for a Prefill slot in seconds (default 60 when admission is on).
-    #[arg(long, allow_negative_numbers = true, help_heading = "Prefill admission")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        help_heading = "Prefill admission"
+    )]
     pub prefill_queue_timeout_secs: Option<i64>,
     /// Priority scheduler (accepted and validated; cannot be combined with admission).
     #[arg(long, help_heading = "Prefill admission")]
@@ -211,10 +219,11 @@ impl Cli {
         use clap::{CommandFactory, FromArgMatches};
         let matches = Self::command().try_get_matches_from(args)?;
         let mut cli = Self::from_arg_matches(&matches)?;
-        if let (Command::Launch(launch), Some(("launch", sub))) = (&mut cli.command, matches.subcommand()) {
-            if let Some(occ) = sub.get_occurrences::<String>("prefill") {
-                launch.prefill_groups = occ.map(|o| o.cloned().collect()).collect();
-            }
+        if let (Command::Launch(launch), Some(("launch", sub))) =
+            (&mut cli.command, matches.subcommand())
+            && let Some(occ) = sub.get_occurrences::<String>("prefill")
+        {
+            launch.prefill_groups = occ.map(|o| o.cloned().collect()).collect();
         }
         Ok(cli)
     }
@@ -319,7 +328,9 @@ impl LaunchArgs {
         }
         .resolve(mode, self.priority_scheduler_enabled)?;
         if self.health_check_endpoint.is_empty() {
-            return Err(ConfigError("--health-check-endpoint must not be empty".into()));
+            return Err(ConfigError(
+                "--health-check-endpoint must not be empty".into(),
+            ));
         }
         if self.api_key.as_deref() == Some("") {
             return Err(ConfigError("--api-key must not be empty".into()));
@@ -419,22 +430,52 @@ mod tests {
     #[test]
     fn invalid_configurations_name_the_flag() {
         let cases: &[(&[&str], &str)] = &[
-            (&["--pd-disaggregation", "--decode", "http://d:1"], "--prefill"),
-            (&["--pd-disaggregation", "--prefill", "http://p:1"], "--decode"),
-            (&["--worker-urls", "ftp://x"], "http://"),
-            (&["--worker-urls", "http://x:1", "--policy", "fastest"], "--policy"),
             (
-                &["--pd-disaggregation", "--prefill", "http://p:1", "70000", "--decode", "http://d:1"],
+                &["--pd-disaggregation", "--decode", "http://d:1"],
+                "--prefill",
+            ),
+            (
+                &["--pd-disaggregation", "--prefill", "http://p:1"],
+                "--decode",
+            ),
+            (&["--worker-urls", "ftp://x"], "http://"),
+            (
+                &["--worker-urls", "http://x:1", "--policy", "fastest"],
+                "--policy",
+            ),
+            (
+                &[
+                    "--pd-disaggregation",
+                    "--prefill",
+                    "http://p:1",
+                    "70000",
+                    "--decode",
+                    "http://d:1",
+                ],
                 "bootstrap port",
             ),
-            (&["--worker-urls", "http://x:1", "--prefill-queue-size", "3"], "--prefill-queue-size"),
             (
-                &["--worker-urls", "http://x:1", "--prefill-max-inflight-requests-per-worker", "2"],
+                &["--worker-urls", "http://x:1", "--prefill-queue-size", "3"],
+                "--prefill-queue-size",
+            ),
+            (
+                &[
+                    "--worker-urls",
+                    "http://x:1",
+                    "--prefill-max-inflight-requests-per-worker",
+                    "2",
+                ],
                 "PD mode",
             ),
             (&[], "no workers"),
-            (&["--worker-urls", "http://x:1", "--retry-jitter-factor", "2"], "--retry-jitter-factor"),
-            (&["--worker-urls", "http://x:1", "--log-level", "loud"], "--log-level"),
+            (
+                &["--worker-urls", "http://x:1", "--retry-jitter-factor", "2"],
+                "--retry-jitter-factor",
+            ),
+            (
+                &["--worker-urls", "http://x:1", "--log-level", "loud"],
+                "--log-level",
+            ),
         ];
         for (args, needle) in cases {
             let err = parse(args).unwrap_err();

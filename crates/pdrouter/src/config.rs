@@ -76,9 +76,11 @@ pub fn parse_worker_url(raw: &str) -> Result<String, String> {
             "worker URL '{raw}' uses https://, but this build speaks plain HTTP to workers; use http://"
         ));
     }
-    let rest = trimmed
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("worker URL '{raw}' must start with http:// (or https:// / grpc://, not yet served)"))?;
+    let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
+        format!(
+            "worker URL '{raw}' must start with http:// (or https:// / grpc://, not yet served)"
+        )
+    })?;
     if rest.is_empty() {
         return Err(format!("worker URL '{raw}' has no host"));
     }
@@ -103,10 +105,10 @@ pub fn parse_worker_url(raw: &str) -> Result<String, String> {
         if port.as_u16() == 0 {
             return Err(format!("worker URL '{raw}' has port 0"));
         }
-    } else if let Some(p) = authority.as_str().rsplit_once(':').map(|(_, p)| p) {
-        if !authority.as_str().ends_with(']') {
-            return Err(format!("worker URL '{raw}' has an invalid port '{p}'"));
-        }
+    } else if let Some(p) = authority.as_str().rsplit_once(':').map(|(_, p)| p)
+        && !authority.as_str().ends_with(']')
+    {
+        return Err(format!("worker URL '{raw}' has an invalid port '{p}'"));
     }
     Ok(trimmed.to_string())
 }
@@ -316,9 +318,7 @@ impl Config {
             }
             Mode::Regular => {
                 if count(WorkerType::Prefill) + count(WorkerType::Decode) > 0 {
-                    return Err(bad(
-                        "--prefill and --decode need --pd-disaggregation",
-                    ));
+                    return Err(bad("--prefill and --decode need --pd-disaggregation"));
                 }
             }
         }
@@ -333,10 +333,14 @@ impl Config {
             }
         }
         if self.retry.max_attempts == 0 {
-            return Err(bad("--retry-max-retries must be at least 1 (it counts total attempts)"));
+            return Err(bad(
+                "--retry-max-retries must be at least 1 (it counts total attempts)",
+            ));
         }
         if !(self.retry.multiplier >= 1.0 && self.retry.multiplier.is_finite()) {
-            return Err(bad("--retry-backoff-multiplier must be a number of at least 1.0"));
+            return Err(bad(
+                "--retry-backoff-multiplier must be a number of at least 1.0",
+            ));
         }
         if !(0.0..=1.0).contains(&self.retry.jitter) {
             return Err(bad("--retry-jitter-factor must be between 0 and 1"));
@@ -455,7 +459,10 @@ mod tests {
 
     #[test]
     fn admission_defaults_when_enabled() {
-        let a = raw(2, None, None).resolve(Mode::PdHttp, false).unwrap().unwrap();
+        let a = raw(2, None, None)
+            .resolve(Mode::PdHttp, false)
+            .unwrap()
+            .unwrap();
         assert_eq!(a.max_inflight_per_worker, 2);
         assert_eq!(a.queue_size, 100);
         assert_eq!(a.queue_timeout, Duration::from_secs(60));
@@ -480,7 +487,10 @@ mod tests {
 
     #[test]
     fn queue_size_zero_allows_zero_timeout() {
-        let a = raw(1, Some(0), Some(0)).resolve(Mode::PdHttp, false).unwrap().unwrap();
+        let a = raw(1, Some(0), Some(0))
+            .resolve(Mode::PdHttp, false)
+            .unwrap()
+            .unwrap();
         assert_eq!(a.queue_size, 0);
     }
 
@@ -494,6 +504,10 @@ mod tests {
         assert!(parse_worker_url("http://h:99999").is_err());
         assert!(parse_worker_url("http://h:0").is_err());
         assert!(parse_worker_url("http://h:80/v1").is_err());
-        assert!(parse_worker_url("grpc://h:80").unwrap_err().contains("grpc"));
+        assert!(
+            parse_worker_url("grpc://h:80")
+                .unwrap_err()
+                .contains("grpc")
+        );
     }
 }

@@ -29,7 +29,10 @@ async fn mock(role: Role, delay_ms: u64) -> Result<MockWorker, String> {
 
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let prefills = [mock(Role::Prefill, 600).await?, mock(Role::Prefill, 600).await?];
+    let prefills = [
+        mock(Role::Prefill, 600).await?,
+        mock(Role::Prefill, 600).await?,
+    ];
     let decode = mock(Role::Decode, 0).await?;
     let mut workers: Vec<WorkerSpec> = prefills
         .iter()
@@ -138,7 +141,12 @@ async fn burst(router: &crate::RouterHandle, addr: std::net::SocketAddr) {
             .iter()
             .map(|w| {
                 let used = w.slot().map_or(0, |s| s.inflight());
-                format!("{} [{}{}]", w.url(), "#".repeat(used as usize), ".".repeat(LIMIT.saturating_sub(used) as usize))
+                format!(
+                    "{} [{}{}]",
+                    w.url(),
+                    "#".repeat(used as usize),
+                    ".".repeat(LIMIT.saturating_sub(used) as usize)
+                )
             })
             .collect();
         let queued = router.admission().map_or(0, |a| a.queued());

@@ -123,8 +123,15 @@ pub(crate) fn relay_response(parts: http::response::Parts, body: Body) -> Respon
     for (name, value) in &parts.headers {
         if matches!(
             name.as_str(),
-            "connection" | "keep-alive" | "transfer-encoding" | "te" | "trailer" | "upgrade"
-                | "proxy-connection" | "date" | "server"
+            "connection"
+                | "keep-alive"
+                | "transfer-encoding"
+                | "te"
+                | "trailer"
+                | "upgrade"
+                | "proxy-connection"
+                | "date"
+                | "server"
         ) {
             continue;
         }

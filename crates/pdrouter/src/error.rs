@@ -156,7 +156,9 @@ impl ApiError {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "target_worker_unavailable",
-            format!("X-SMG-Target-Worker {index} is out of range: there are {count} {kind} workers"),
+            format!(
+                "X-SMG-Target-Worker {index} is out of range: there are {count} {kind} workers"
+            ),
         )
     }
 
@@ -347,7 +349,10 @@ mod tests {
     fn admission_errors_carry_retry_after_and_code() {
         let resp = ApiError::admission(Rejection::QueueTimeout, 2).into_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(resp.headers()[ERROR_CODE_HEADER], "pd_prefill_queue_timeout");
+        assert_eq!(
+            resp.headers()[ERROR_CODE_HEADER],
+            "pd_prefill_queue_timeout"
+        );
         assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
         let full = ApiError::admission(Rejection::QueueFull, 60);
         assert_eq!(full.code, "pd_prefill_queue_full");
@@ -368,13 +373,19 @@ mod tests {
 
     #[test]
     fn worker_status_mapping() {
-        let e = ApiError::upstream_status(Leg::Decode, "http://d", StatusCode::SERVICE_UNAVAILABLE, "x");
+        let e = ApiError::upstream_status(
+            Leg::Decode,
+            "http://d",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "x",
+        );
         assert_eq!(e.status, StatusCode::BAD_GATEWAY);
         assert!(e.retryable);
         let e = ApiError::upstream_status(Leg::Prefill, "http://p", StatusCode::BAD_REQUEST, "bad");
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(!e.retryable);
-        let e = ApiError::upstream_status(Leg::Worker, "http://w", StatusCode::TOO_MANY_REQUESTS, "");
+        let e =
+            ApiError::upstream_status(Leg::Worker, "http://w", StatusCode::TOO_MANY_REQUESTS, "");
         assert!(e.retryable);
     }
 }

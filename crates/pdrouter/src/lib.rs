@@ -11,8 +11,8 @@ pub mod http;
 pub mod metrics;
 pub mod pd;
 pub mod proxy;
-mod regular;
 pub mod registry;
+mod regular;
 pub mod request;
 pub mod select;
 

@@ -129,14 +129,26 @@ impl Metrics {
             registry: PromRegistry::default(),
         };
         // prometheus-client appends `_total` to counters itself.
-        registry.register("smg_http_requests", "HTTP requests received, by method and route", m.http_requests.clone());
+        registry.register(
+            "smg_http_requests",
+            "HTTP requests received, by method and route",
+            m.http_requests.clone(),
+        );
         registry.register(
             "smg_http_request_duration_seconds",
             "Time from request received to response head sent, by method and route",
             m.http_duration.clone(),
         );
-        registry.register("smg_http_responses", "HTTP responses sent, by status and error code", m.http_responses.clone());
-        registry.register("smg_router_requests", "Inference requests routed, by endpoint", m.router_requests.clone());
+        registry.register(
+            "smg_http_responses",
+            "HTTP responses sent, by status and error code",
+            m.http_responses.clone(),
+        );
+        registry.register(
+            "smg_router_requests",
+            "Inference requests routed, by endpoint",
+            m.router_requests.clone(),
+        );
         registry.register(
             "smg_router_request_errors",
             "Inference requests that ended in an error, by endpoint and code",
@@ -147,7 +159,11 @@ impl Metrics {
             "Backend requests in flight per worker (one per sub-request)",
             m.worker_active.clone(),
         );
-        registry.register("smg_worker_health", "1 if the worker is ready, else 0", m.worker_health.clone());
+        registry.register(
+            "smg_worker_health",
+            "1 if the worker is ready, else 0",
+            m.worker_health.clone(),
+        );
         registry.register(
             "smg_worker_cb_state",
             "Circuit breaker state per worker: 0 closed, 1 open, 2 half-open",
@@ -206,7 +222,14 @@ impl Metrics {
     }
 
     /// One HTTP request handled.
-    pub fn http_request(&self, method: &str, path: &str, status: u16, code: Option<&str>, elapsed: Duration) {
+    pub fn http_request(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+        code: Option<&str>,
+        elapsed: Duration,
+    ) {
         let route = RouteLabels {
             method: method.to_string(),
             path: path.to_string(),
@@ -327,7 +350,11 @@ impl Metrics {
         let l = Self::label(w);
         self.worker_health.remove(&l);
         self.worker_cb_state.remove(&l);
-        for to in [BreakerState::Closed, BreakerState::Open, BreakerState::HalfOpen] {
+        for to in [
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+        ] {
             self.worker_cb_transitions.remove(&TransitionLabels {
                 worker: l.worker.clone(),
                 to: to.as_str().to_string(),

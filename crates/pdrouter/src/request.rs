@@ -69,10 +69,16 @@ impl ParsedRequest {
 }
 
 fn is_int_array(v: &[Value]) -> bool {
-    v.iter().all(|x| x.as_u64().is_some() || x.as_i64().is_some())
+    v.iter()
+        .all(|x| x.as_u64().is_some() || x.as_i64().is_some())
 }
 
-fn field_type(field: &str, v: Option<&Value>, ok: fn(&Value) -> bool, want: &str) -> Result<(), ApiError> {
+fn field_type(
+    field: &str,
+    v: Option<&Value>,
+    ok: fn(&Value) -> bool,
+    want: &str,
+) -> Result<(), ApiError> {
     match v {
         None | Some(Value::Null) => Ok(()),
         Some(v) if ok(v) => Ok(()),
@@ -89,7 +95,11 @@ fn truncate(s: &str) -> Arc<str> {
 
 /// A prompt that is a string, a list of strings, token ids or a list of token-id lists.
 /// Returns (batch size if a list of prompts, routing text).
-fn prompt_shape(field: &str, v: &Value, allow_ids: bool) -> Result<(Option<usize>, Arc<str>), ApiError> {
+fn prompt_shape(
+    field: &str,
+    v: &Value,
+    allow_ids: bool,
+) -> Result<(Option<usize>, Arc<str>), ApiError> {
     match v {
         Value::String(s) => Ok((None, truncate(s))),
         Value::Array(items) if items.is_empty() => {
@@ -118,7 +128,10 @@ fn prompt_shape(field: &str, v: &Value, allow_ids: bool) -> Result<(Option<usize
                     }
                 }
             }
-            Ok((Some(items.len()), first_text.unwrap_or_else(|| Arc::from(""))))
+            Ok((
+                Some(items.len()),
+                first_text.unwrap_or_else(|| Arc::from("")),
+            ))
         }
         _ => Err(ApiError::invalid_field(
             field,
@@ -135,7 +148,10 @@ fn chat_text(messages: &[Value]) -> Result<Arc<str>, ApiError> {
     let mut text = String::new();
     for (i, m) in messages.iter().enumerate() {
         let Some(obj) = m.as_object() else {
-            return Err(ApiError::invalid_field(&format!("messages[{i}]"), "must be an object"));
+            return Err(ApiError::invalid_field(
+                &format!("messages[{i}]"),
+                "must be an object",
+            ));
         };
         match obj.get("role") {
             Some(Value::String(_)) => {}
@@ -192,15 +208,30 @@ pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<ParsedRequest, ApiError
             "request body must be a JSON object",
         ));
     };
-    field_type("stream", body.get("stream"), Value::is_boolean, "true or false")?;
+    field_type(
+        "stream",
+        body.get("stream"),
+        Value::is_boolean,
+        "true or false",
+    )?;
     field_type("model", body.get("model"), Value::is_string, "a string")?;
     for f in ["max_tokens", "max_completion_tokens"] {
-        field_type(f, body.get(f), |v| v.as_u64().is_some(), "a non-negative integer")?;
+        field_type(
+            f,
+            body.get(f),
+            |v| v.as_u64().is_some(),
+            "a non-negative integer",
+        )?;
     }
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let (batch, text, n) = match endpoint {
         Endpoint::Generate => {
-            field_type("sampling_params", body.get("sampling_params"), Value::is_object, "an object")?;
+            field_type(
+                "sampling_params",
+                body.get("sampling_params"),
+                Value::is_object,
+                "an object",
+            )?;
             let n = positive_n(
                 "sampling_params.n",
                 body.get("sampling_params").and_then(|s| s.get("n")),
@@ -314,8 +345,20 @@ mod tests {
         assert!(err(Endpoint::ChatCompletions, "[1]").contains("JSON object"));
         assert!(err(Endpoint::ChatCompletions, r#"{"messages":"hi"}"#).contains("'messages'"));
         assert!(err(Endpoint::ChatCompletions, r#"{"messages":[1]}"#).contains("messages[0]"));
-        assert!(err(Endpoint::ChatCompletions, r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#).contains("'stream'"));
-        assert!(err(Endpoint::ChatCompletions, r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#).contains("'n'"));
+        assert!(
+            err(
+                Endpoint::ChatCompletions,
+                r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#
+            )
+            .contains("'stream'")
+        );
+        assert!(
+            err(
+                Endpoint::ChatCompletions,
+                r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#
+            )
+            .contains("'n'")
+        );
         assert!(err(Endpoint::Completions, r#"{"model":"m"}"#).contains("'prompt'"));
         assert!(err(Endpoint::Generate, r#"{"text":5}"#).contains("'text'"));
         assert!(err(Endpoint::Generate, r#"{}"#).contains("'text'"));
@@ -325,16 +368,27 @@ mod tests {
     #[test]
     fn batches_and_samples() {
         let r = parse(Endpoint::Generate, br#"{"text":["a","b","c"]}"#).unwrap();
-        assert_eq!((r.batch, r.sub_requests(), r.is_batched()), (Some(3), 3, true));
+        assert_eq!(
+            (r.batch, r.sub_requests(), r.is_batched()),
+            (Some(3), 3, true)
+        );
         let r = parse(Endpoint::Generate, br#"{"input_ids":[1,2,3]}"#).unwrap();
         assert_eq!((r.batch, r.is_batched()), (None, false));
-        let r = parse(Endpoint::Generate, br#"{"input_ids":[[1],[2]],"sampling_params":{"n":2}}"#).unwrap();
+        let r = parse(
+            Endpoint::Generate,
+            br#"{"input_ids":[[1],[2]],"sampling_params":{"n":2}}"#,
+        )
+        .unwrap();
         assert_eq!(r.sub_requests(), 4);
         let r = parse(Endpoint::Completions, br#"{"prompt":[1,2,3]}"#).unwrap();
         assert_eq!(r.batch, None);
         let r = parse(Endpoint::Completions, br#"{"prompt":["x","y"],"n":3}"#).unwrap();
         assert_eq!(r.sub_requests(), 6);
-        let r = parse(Endpoint::ChatCompletions, br#"{"messages":[{"role":"user","content":"hello"}],"n":2,"stream":true}"#).unwrap();
+        let r = parse(
+            Endpoint::ChatCompletions,
+            br#"{"messages":[{"role":"user","content":"hello"}],"n":2,"stream":true}"#,
+        )
+        .unwrap();
         assert_eq!((r.n, r.stream, &*r.text), (2, true, "hello"));
     }
 }

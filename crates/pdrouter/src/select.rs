@@ -38,7 +38,12 @@ pub struct Candidates {
 
 impl Candidates {
     /// A selector over `worker_type` workers.
-    pub fn new(registry: Arc<Registry>, policy: Arc<Policy>, worker_type: WorkerType, wanted: Wanted) -> Self {
+    pub fn new(
+        registry: Arc<Registry>,
+        policy: Arc<Policy>,
+        worker_type: WorkerType,
+        wanted: Wanted,
+    ) -> Self {
         Self {
             registry,
             policy,
@@ -60,7 +65,11 @@ impl Candidates {
         if let Some(i) = self.wanted.target {
             let count = self.registry.snapshot().of_type(self.worker_type).len();
             if i >= count {
-                return Err(ApiError::target_out_of_range(i, count, self.worker_type.as_str()));
+                return Err(ApiError::target_out_of_range(
+                    i,
+                    count,
+                    self.worker_type.as_str(),
+                ));
             }
         }
         Ok(())
@@ -72,7 +81,12 @@ impl Candidates {
         let snap = self.registry.snapshot();
         let all = snap.of_type(self.worker_type);
         let routable: Vec<Arc<Worker>> = match self.wanted.target {
-            Some(i) => all.get(i).filter(|w| w.is_routable()).cloned().into_iter().collect(),
+            Some(i) => all
+                .get(i)
+                .filter(|w| w.is_routable())
+                .cloned()
+                .into_iter()
+                .collect(),
             None => all.iter().filter(|w| w.is_routable()).cloned().collect(),
         };
         if routable.is_empty() {
@@ -85,7 +99,10 @@ impl Candidates {
         let mut order = std::mem::take(&mut self.order);
         let refs: Vec<&Worker> = with_room.iter().map(|w| &**w).collect();
         self.policy.rank(&refs, &self.info(), &mut order);
-        let ranked = order.iter().filter_map(|&i| with_room.get(i).cloned()).collect();
+        let ranked = order
+            .iter()
+            .filter_map(|&i| with_room.get(i).cloned())
+            .collect();
         self.order = order;
         Some(ranked)
     }

@@ -50,7 +50,10 @@ async fn spec_table_one_timeout_then_queue_full() {
     assert_eq!(second.error_code(), "pd_prefill_queue_timeout");
     assert!(second.header("retry-after").is_some());
     let waited = second_done - second_sent;
-    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_millis(2900), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1900) && waited < Duration::from_millis(2900),
+        "{waited:?}"
+    );
 
     let (first, first_done) = first.await.unwrap();
     assert_eq!(first.status, 200, "{}", first.text());
@@ -58,9 +61,25 @@ async fn spec_table_one_timeout_then_queue_full() {
     // Neither rejected request reached a worker, nor was it retried.
     assert_eq!(p.stats().requests_total, 1);
     assert_eq!(d.stats().requests_total, 1);
-    assert_eq!(metric(&r, "smg_pd_prefill_admission_rejections_total{reason=\"queue_full\"}"), Some(1.0));
-    assert_eq!(metric(&r, "smg_pd_prefill_admission_rejections_total{reason=\"queue_timeout\"}"), Some(1.0));
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 0 && total_load(&r) == 0).await);
+    assert_eq!(
+        metric(
+            &r,
+            "smg_pd_prefill_admission_rejections_total{reason=\"queue_full\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &r,
+            "smg_pd_prefill_admission_rejections_total{reason=\"queue_timeout\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
+            && total_load(&r) == 0)
+        .await
+    );
 }
 
 #[tokio::test]
@@ -82,7 +101,13 @@ async fn spec_table_two_all_served_in_arrival_order() {
     // Sampled mid-run: one in flight on the worker, two queued, also in the metrics.
     assert_eq!(adm.inflight_total(), 1);
     let worker = p.url();
-    assert_eq!(metric(&r, &format!("smg_pd_prefill_admission_inflight{{worker=\"{worker}\"}}")), Some(1.0));
+    assert_eq!(
+        metric(
+            &r,
+            &format!("smg_pd_prefill_admission_inflight{{worker=\"{worker}\"}}")
+        ),
+        Some(1.0)
+    );
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(2.0));
     let mut done = Vec::new();
     for t in tasks {
@@ -90,14 +115,24 @@ async fn spec_table_two_all_served_in_arrival_order() {
         assert_eq!(reply.status, 200, "{}", reply.text());
         done.push(at);
     }
-    assert!(done.windows(2).all(|w| w[0] <= w[1]), "finished in arrival order");
+    assert!(
+        done.windows(2).all(|w| w[0] <= w[1]),
+        "finished in arrival order"
+    );
     let total = t0.elapsed();
-    assert!(total >= Duration::from_millis(8800) && total < Duration::from_secs(15), "{total:?}");
+    assert!(
+        total >= Duration::from_millis(8800) && total < Duration::from_secs(15),
+        "{total:?}"
+    );
     // The two queued requests waited about 3 s + 6 s.
     let waited = metric(&r, "smg_pd_prefill_admission_wait_seconds_sum").unwrap();
     assert!((8.0..11.0).contains(&waited), "{waited}");
     assert_eq!(p.stats().max_inflight, 1);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 0 && adm.queued() == 0).await);
+    assert!(
+        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
+            && adm.queued() == 0)
+        .await
+    );
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(0.0));
 }
 
@@ -107,11 +142,17 @@ async fn without_admission_or_with_a_high_limit_requests_are_served() {
     let d = mock(Role::Decode, 0).await;
     let r = router(pd_config(&[&p], &[&d])).await;
     assert!(r.admission().is_none());
-    assert_eq!(post(r.addr(), "/v1/chat/completions", CHAT).await.status, 200);
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT).await.status,
+        200
+    );
     let mut cfg = pd_config(&[&p], &[&d]);
     cfg.admission = admission(64, 100, 60);
     let r = router(cfg).await;
-    assert_eq!(post(r.addr(), "/v1/chat/completions", CHAT).await.status, 200);
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT).await.status,
+        200
+    );
     assert_eq!(r.admission().unwrap().inflight_total(), 0);
 }
 
@@ -126,7 +167,9 @@ async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
     let tasks: Vec<_> = (0..120)
         .map(|_| {
             let addr = r.addr();
-            tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT_STREAM).await.status })
+            tokio::spawn(
+                async move { post(addr, "/v1/chat/completions", CHAT_STREAM).await.status },
+            )
         })
         .collect();
     for t in tasks {
@@ -136,7 +179,12 @@ async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
     assert!(p2.stats().max_inflight <= 2, "{:?}", p2.stats());
     assert_eq!(p1.stats().requests_total + p2.stats().requests_total, 120);
     let adm = r.admission().unwrap().clone();
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 0 && adm.queued() == 0 && total_load(&r) == 0).await);
+    assert!(
+        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
+            && adm.queued() == 0
+            && total_load(&r) == 0)
+        .await
+    );
 }
 
 #[tokio::test]
@@ -158,8 +206,16 @@ async fn a_waiting_client_that_disconnects_leaves_no_trace() {
     assert!(eventually(Duration::from_secs(5), || adm.queued() == 0).await);
     let (reply, _) = first.await.unwrap();
     assert_eq!(reply.status, 200);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 0 && total_load(&r) == 0).await);
-    assert_eq!(p.stats().requests_total, 1, "the cancelled waiter never reached a worker");
+    assert!(
+        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
+            && total_load(&r) == 0)
+        .await
+    );
+    assert_eq!(
+        p.stats().requests_total,
+        1,
+        "the cancelled waiter never reached a worker"
+    );
     assert_eq!(d.stats().requests_total, 1);
 }
 
@@ -177,7 +233,14 @@ async fn strict_target_waits_without_blocking_others() {
     let addr = r.addr();
     let to = |target: &'static str| {
         tokio::spawn(async move {
-            let reply = send(addr, "POST", "/v1/chat/completions", CHAT, &[("x-smg-target-worker", target)]).await;
+            let reply = send(
+                addr,
+                "POST",
+                "/v1/chat/completions",
+                CHAT,
+                &[("x-smg-target-worker", target)],
+            )
+            .await;
             (reply, Instant::now())
         })
     };
@@ -186,9 +249,20 @@ async fn strict_target_waits_without_blocking_others() {
     let waiting = to("0");
     assert!(eventually(Duration::from_secs(5), || adm.queued() == 1).await);
     // A later request for the free worker is not held back by the waiter ahead of it.
-    let free = send(addr, "POST", "/v1/chat/completions", CHAT, &[("x-smg-target-worker", "1")]).await;
+    let free = send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        CHAT,
+        &[("x-smg-target-worker", "1")],
+    )
+    .await;
     assert_eq!(free.status, 200);
-    assert_eq!(adm.queued(), 1, "the strict waiter did not move to worker 1");
+    assert_eq!(
+        adm.queued(),
+        1,
+        "the strict waiter did not move to worker 1"
+    );
     let (a, _) = first.await.unwrap();
     let (b, _) = waiting.await.unwrap();
     assert_eq!((a.status, b.status), (200, 200));
@@ -215,7 +289,13 @@ async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
     let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 503);
     assert_eq!(adm.queued(), 0);
-    assert_eq!(metric(&r, "smg_pd_prefill_admission_rejections_total{reason=\"unavailable\"}"), Some(1.0));
+    assert_eq!(
+        metric(
+            &r,
+            "smg_pd_prefill_admission_rejections_total{reason=\"unavailable\"}"
+        ),
+        Some(1.0)
+    );
     r.registry().set_status(&w, WorkerStatus::Ready);
     assert_eq!(first.await.unwrap().0.status, 200);
 }
@@ -237,7 +317,11 @@ async fn non_streaming_slot_is_released_at_prefill_end_not_after_decode() {
     assert_eq!(d.stats().inflight, 1);
     let second = spawn_chat(r.addr(), CHAT);
     assert!(eventually(Duration::from_secs(5), || p.stats().requests_total == 2).await);
-    assert_eq!(d.stats().inflight, 2, "second request admitted while the first decodes");
+    assert_eq!(
+        d.stats().inflight,
+        2,
+        "second request admitted while the first decodes"
+    );
     assert_eq!(first.await.unwrap().0.status, 200);
     assert_eq!(second.await.unwrap().0.status, 200);
 }
@@ -250,11 +334,17 @@ async fn removed_worker_series_are_removed() {
     let mut cfg = pd_config(&[&p1, &p2], &[&d]);
     cfg.admission = admission(2, 4, 30);
     let r = router(cfg).await;
-    let series = format!("smg_pd_prefill_admission_inflight{{worker=\"{}\"}}", p2.url());
+    let series = format!(
+        "smg_pd_prefill_admission_inflight{{worker=\"{}\"}}",
+        p2.url()
+    );
     assert_eq!(metric(&r, &series), Some(0.0));
     let w = r.registry().snapshot().of_type(WorkerType::Prefill)[1].clone();
     r.registry().remove(w.id());
     assert!(eventually(Duration::from_secs(5), || metric(&r, &series).is_none()).await);
     assert!(metric(&r, &format!("smg_worker_health{{worker=\"{}\"}}", p2.url())).is_none());
-    assert_eq!(post(r.addr(), "/v1/chat/completions", CHAT).await.status, 200);
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT).await.status,
+        200
+    );
 }

@@ -25,8 +25,16 @@ async fn malformed_and_misshapen_json_is_400_naming_the_field() {
     let (p, d, r) = pd().await;
     let cases: &[(&str, &str, &str)] = &[
         ("/v1/chat/completions", "{not json", "invalid_json"),
-        ("/v1/chat/completions", r#"{"messages":"hi"}"#, "invalid_request"),
-        ("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"stream":1}"#, "invalid_request"),
+        (
+            "/v1/chat/completions",
+            r#"{"messages":"hi"}"#,
+            "invalid_request",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"x"}],"stream":1}"#,
+            "invalid_request",
+        ),
         ("/v1/completions", r#"{"prompt":{}}"#, "invalid_request"),
         ("/generate", r#"{"text":null}"#, "invalid_request"),
         ("/generate", "[]", "invalid_request"),
@@ -38,7 +46,12 @@ async fn malformed_and_misshapen_json_is_400_naming_the_field() {
         assert_eq!(reply.error_code(), *code, "{path} {body}");
     }
     let reply = post(r.addr(), "/v1/chat/completions", r#"{"messages":"hi"}"#).await;
-    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("messages"));
+    assert!(
+        reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages")
+    );
     assert_eq!(p.stats().requests_total + d.stats().requests_total, 0);
 }
 
@@ -66,16 +79,44 @@ async fn unknown_route_is_404_and_wrong_method_405() {
 #[tokio::test]
 async fn target_worker_header_is_checked() {
     let (p, _d, r) = pd().await;
-    let reply = send(r.addr(), "POST", "/v1/chat/completions", CHAT, &[("x-smg-target-worker", "abc")]).await;
+    let reply = send(
+        r.addr(),
+        "POST",
+        "/v1/chat/completions",
+        CHAT,
+        &[("x-smg-target-worker", "abc")],
+    )
+    .await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.error_code(), "invalid_header");
-    let reply = send(r.addr(), "POST", "/v1/chat/completions", CHAT, &[("x-smg-target-worker", "-1")]).await;
+    let reply = send(
+        r.addr(),
+        "POST",
+        "/v1/chat/completions",
+        CHAT,
+        &[("x-smg-target-worker", "-1")],
+    )
+    .await;
     assert_eq!(reply.status, 400);
-    let reply = send(r.addr(), "POST", "/v1/chat/completions", CHAT, &[("x-smg-target-worker", "7")]).await;
+    let reply = send(
+        r.addr(),
+        "POST",
+        "/v1/chat/completions",
+        CHAT,
+        &[("x-smg-target-worker", "7")],
+    )
+    .await;
     assert_eq!(reply.status, 503);
     assert_eq!(reply.error_code(), "target_worker_unavailable");
     assert_eq!(p.stats().requests_total, 0);
-    let reply = send(r.addr(), "POST", "/v1/chat/completions", CHAT, &[("x-smg-target-worker", "0")]).await;
+    let reply = send(
+        r.addr(),
+        "POST",
+        "/v1/chat/completions",
+        CHAT,
+        &[("x-smg-target-worker", "0")],
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
 }
 
@@ -102,9 +143,23 @@ async fn api_key_guards_inference_and_admin_but_not_probes() {
     assert_eq!(reply.status, 401);
     assert_eq!(reply.error_code(), "unauthorized");
     assert!(!reply.text().contains("s3cret"));
-    let reply = send(r.addr(), "GET", "/workers", "", &[("authorization", "Bearer nope")]).await;
+    let reply = send(
+        r.addr(),
+        "GET",
+        "/workers",
+        "",
+        &[("authorization", "Bearer nope")],
+    )
+    .await;
     assert_eq!(reply.status, 401);
-    let reply = send(r.addr(), "POST", "/v1/chat/completions", CHAT, &[("authorization", "Bearer s3cret")]).await;
+    let reply = send(
+        r.addr(),
+        "POST",
+        "/v1/chat/completions",
+        CHAT,
+        &[("authorization", "Bearer s3cret")],
+    )
+    .await;
     assert_eq!(reply.status, 200);
     for path in ["/health", "/liveness", "/readiness"] {
         assert_eq!(get(r.addr(), path).await.status, 200, "{path}");
@@ -114,7 +169,14 @@ async fn api_key_guards_inference_and_admin_but_not_probes() {
 #[tokio::test]
 async fn request_id_is_echoed_or_generated() {
     let (_p, _d, r) = pd().await;
-    let reply = send(r.addr(), "GET", "/health", "", &[("x-request-id", "abc-123")]).await;
+    let reply = send(
+        r.addr(),
+        "GET",
+        "/health",
+        "",
+        &[("x-request-id", "abc-123")],
+    )
+    .await;
     assert_eq!(reply.header("x-request-id"), Some("abc-123"));
     let reply = get(r.addr(), "/health").await;
     assert!(reply.header("x-request-id").is_some_and(|v| v.len() >= 16));

@@ -22,27 +22,81 @@ fn fails_with(args: &[&str], needle: &str) {
 
 #[test]
 fn invalid_configurations_exit_non_zero_naming_the_problem() {
-    let pd = ["--pd-disaggregation", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2"];
-    fails_with(&["--pd-disaggregation", "--decode", "http://127.0.0.1:2"], "--prefill");
-    fails_with(&["--pd-disaggregation", "--prefill", "http://127.0.0.1:2"], "--decode");
-    fails_with(&["--worker-urls", "localhost:8000"], "http://");
-    fails_with(&["--worker-urls", "http://127.0.0.1:1", "--port", "65536"], "--port");
-    fails_with(&["--worker-urls", "http://127.0.0.1:1", "--policy", "best"], "--policy");
-    fails_with(&[&pd[..], &["--prefill-policy", "nope"]].concat(), "--prefill-policy");
-    fails_with(&["--worker-urls", "http://127.0.0.1:1", "--prefill-queue-size", "5"], "--prefill-queue-size");
+    let pd = [
+        "--pd-disaggregation",
+        "--prefill",
+        "http://127.0.0.1:1",
+        "--decode",
+        "http://127.0.0.1:2",
+    ];
     fails_with(
-        &["--worker-urls", "http://127.0.0.1:1", "--prefill-max-inflight-requests-per-worker", "1"],
+        &["--pd-disaggregation", "--decode", "http://127.0.0.1:2"],
+        "--prefill",
+    );
+    fails_with(
+        &["--pd-disaggregation", "--prefill", "http://127.0.0.1:2"],
+        "--decode",
+    );
+    fails_with(&["--worker-urls", "localhost:8000"], "http://");
+    fails_with(
+        &["--worker-urls", "http://127.0.0.1:1", "--port", "65536"],
+        "--port",
+    );
+    fails_with(
+        &["--worker-urls", "http://127.0.0.1:1", "--policy", "best"],
+        "--policy",
+    );
+    fails_with(
+        &[&pd[..], &["--prefill-policy", "nope"]].concat(),
+        "--prefill-policy",
+    );
+    fails_with(
+        &[
+            "--worker-urls",
+            "http://127.0.0.1:1",
+            "--prefill-queue-size",
+            "5",
+        ],
+        "--prefill-queue-size",
+    );
+    fails_with(
+        &[
+            "--worker-urls",
+            "http://127.0.0.1:1",
+            "--prefill-max-inflight-requests-per-worker",
+            "1",
+        ],
         "PD mode",
     );
     fails_with(
-        &[&pd[..], &["--prefill-max-inflight-requests-per-worker", "1", "--priority-scheduler-enabled"]].concat(),
+        &[
+            &pd[..],
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "1",
+                "--priority-scheduler-enabled",
+            ],
+        ]
+        .concat(),
         "--priority-scheduler-enabled",
     );
     fails_with(
-        &[&pd[..], &["--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-timeout-secs", "0"]].concat(),
+        &[
+            &pd[..],
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "1",
+                "--prefill-queue-timeout-secs",
+                "0",
+            ],
+        ]
+        .concat(),
         "--prefill-queue-timeout-secs 0",
     );
-    fails_with(&[&pd[..], &["--prefill", "http://127.0.0.1:3", "notaport"]].concat(), "bootstrap port");
+    fails_with(
+        &[&pd[..], &["--prefill", "http://127.0.0.1:3", "notaport"]].concat(),
+        "bootstrap port",
+    );
 }
 
 #[test]
@@ -50,7 +104,14 @@ fn help_is_grouped() {
     let out = pdrouter().args(["launch", "--help"]).output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for heading in ["Workers:", "Policies:", "Prefill admission:", "Retries:", "Circuit breaker:", "Health checks:"] {
+    for heading in [
+        "Workers:",
+        "Policies:",
+        "Prefill admission:",
+        "Retries:",
+        "Circuit breaker:",
+        "Health checks:",
+    ] {
         assert!(help.contains(heading), "missing {heading}");
     }
     assert!(help.contains("--prefill-max-inflight-requests-per-worker"));
@@ -65,7 +126,9 @@ fn launch(args: &[String]) -> (Child, String) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let addr = line
         .trim()
         .strip_prefix("pdrouter listening on http://")
@@ -75,7 +138,10 @@ fn launch(args: &[String]) -> (Child, String) {
 }
 
 fn sigterm(child: &Child) {
-    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(ok.success());
 }
 
@@ -83,20 +149,35 @@ fn sigterm(child: &Child) {
 async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() {
     let w = mock(Role::Regular, 800).await;
     let args: Vec<String> = [
-        "--worker-urls", &w.url(), "--host", "127.0.0.1", "--port", "0",
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", "0", "--disable-health-check",
+        "--worker-urls",
+        &w.url(),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        "0",
+        "--disable-health-check",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     let (mut child, addr) = launch(&args);
     let sock: std::net::SocketAddr = addr.parse().unwrap();
-    let inflight = tokio::spawn(async move { post(sock, "/v1/completions", r#"{"prompt":"x"}"#).await });
+    let inflight =
+        tokio::spawn(async move { post(sock, "/v1/completions", r#"{"prompt":"x"}"#).await });
     assert!(eventually(Duration::from_secs(5), || w.stats().inflight == 1).await);
     sigterm(&child);
     let reply = inflight.await.unwrap();
-    assert_eq!(reply.status, 200, "in-flight request finished during the grace period");
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert_eq!(
+        reply.status, 200,
+        "in-flight request finished during the grace period"
+    );
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
     assert!(status.success(), "{status:?}");
 
     // Restart on the very same port.
@@ -106,9 +187,16 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
     again[i + 1] = port;
     let (mut child, addr2) = launch(&again);
     assert_eq!(addr2, addr);
-    let reply = post(addr2.parse().unwrap(), "/v1/completions", r#"{"prompt":"y"}"#).await;
+    let reply = post(
+        addr2.parse().unwrap(),
+        "/v1/completions",
+        r#"{"prompt":"y"}"#,
+    )
+    .await;
     assert_eq!(reply.status, 200);
     sigterm(&child);
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
     assert!(status.success());
 }

@@ -28,7 +28,10 @@ async fn workers_api_add_list_get_delete() {
     let mut cfg = pd_config(&[&p], &[&d]);
     fast_health(&mut cfg);
     let r = router(cfg).await;
-    let body = format!(r#"{{"url":"{}","worker_type":"prefill","bootstrap_port":9001}}"#, extra.url());
+    let body = format!(
+        r#"{{"url":"{}","worker_type":"prefill","bootstrap_port":9001}}"#,
+        extra.url()
+    );
     let added = post(r.addr(), "/workers", &body).await;
     assert_eq!(added.status, 202, "{}", added.text());
     let id = added.json()["worker_id"].as_str().unwrap().to_string();
@@ -38,7 +41,9 @@ async fn workers_api_add_list_get_delete() {
         eventually(Duration::from_secs(5), || reg
             .snapshot()
             .find(&id2)
-            .is_some_and(|w| w.status() == pdrouter::registry::WorkerStatus::Ready))
+            .is_some_and(
+                |w| w.status() == pdrouter::registry::WorkerStatus::Ready
+            ))
         .await
     );
     let list = get(r.addr(), "/workers").await.json();
@@ -64,7 +69,12 @@ async fn workers_api_add_list_get_delete() {
     let del = send(r.addr(), "DELETE", &format!("/workers/{id}"), "", &[]).await;
     assert_eq!(del.status, 202);
     assert_eq!(get(r.addr(), &format!("/workers/{id}")).await.status, 404);
-    assert_eq!(send(r.addr(), "DELETE", "/workers/nope", "", &[]).await.status, 404);
+    assert_eq!(
+        send(r.addr(), "DELETE", "/workers/nope", "", &[])
+            .await
+            .status,
+        404
+    );
     assert_eq!(count(&r), 2);
 }
 
@@ -112,9 +122,20 @@ async fn killed_worker_goes_unhealthy_traffic_moves_and_it_recovers() {
     let w1 = reg.snapshot().all()[0].clone();
     assert!(eventually(Duration::from_secs(10), || !w1.is_routable()).await);
     for _ in 0..5 {
-        assert_eq!(post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await.status, 200);
+        assert_eq!(
+            post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#)
+                .await
+                .status,
+            200
+        );
     }
-    assert_eq!(metric(&r, &format!("smg_worker_health{{worker=\"http://127.0.0.1:{port}\"}}")), Some(0.0));
+    assert_eq!(
+        metric(
+            &r,
+            &format!("smg_worker_health{{worker=\"http://127.0.0.1:{port}\"}}")
+        ),
+        Some(0.0)
+    );
     // Restart on the same port: the health checker brings it back.
     let mut cfg = MockConfig::new(Role::Regular);
     cfg.port = port;
@@ -143,14 +164,28 @@ async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
     assert_eq!(metric(&r, &series), Some(1.0));
     let before = bad.stats().requests_total;
     for _ in 0..4 {
-        assert_eq!(post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await.status, 200);
+        assert_eq!(
+            post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#)
+                .await
+                .status,
+            200
+        );
     }
-    assert_eq!(bad.stats().requests_total, before, "open breaker gets no traffic");
+    assert_eq!(
+        bad.stats().requests_total,
+        before,
+        "open breaker gets no traffic"
+    );
     bad.controls().set_fail_rate(0.0);
     // Half-open is published at its instant (no request needed), then a success closes it.
     assert!(eventually(Duration::from_secs(5), || metric(&r, &series) == Some(2.0)).await);
     for _ in 0..4 {
-        assert_eq!(post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await.status, 200);
+        assert_eq!(
+            post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#)
+                .await
+                .status,
+            200
+        );
     }
     assert_eq!(metric(&r, &series), Some(0.0));
 }
@@ -181,12 +216,22 @@ async fn pd_failure_is_charged_to_the_failing_leg_only() {
     cfg.breaker.failure_threshold = 1;
     let r = router(cfg).await;
     p.controls().set_fail_rate(1.0);
-    assert_eq!(post(r.addr(), "/v1/chat/completions", CHAT).await.status, 502);
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT).await.status,
+        502
+    );
     let snap = r.registry().snapshot();
     let pw = snap.of_type(WorkerType::Prefill)[0].clone();
     let dw = snap.of_type(WorkerType::Decode)[0].clone();
-    assert!(eventually(Duration::from_secs(5), || pw.breaker().state() == pdrouter::registry::BreakerState::Open).await);
-    assert_eq!(dw.breaker().state(), pdrouter::registry::BreakerState::Closed);
+    assert!(
+        eventually(Duration::from_secs(5), || pw.breaker().state()
+            == pdrouter::registry::BreakerState::Open)
+        .await
+    );
+    assert_eq!(
+        dw.breaker().state(),
+        pdrouter::registry::BreakerState::Closed
+    );
 }
 
 #[tokio::test]

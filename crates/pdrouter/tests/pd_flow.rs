@@ -36,7 +36,13 @@ async fn bootstrap_port_none_is_json_null_and_batches_get_arrays() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     let last = d.stats().last_request.unwrap();
     assert_eq!(last["bootstrap_room"].as_array().unwrap().len(), 3);
-    assert!(last["bootstrap_port"].as_array().unwrap().iter().all(|p| p.is_null()));
+    assert!(
+        last["bootstrap_port"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p.is_null())
+    );
     let reply = post(
         r.addr(),
         "/v1/chat/completions",
@@ -80,12 +86,18 @@ async fn unreachable_prefill_is_a_502_naming_the_leg() {
     let d = mock(Role::Decode, 0).await;
     let dead = dead_url().await;
     let mut cfg = pd_config(&[], &[&d]);
-    cfg.workers.insert(0, spec(&dead, pdrouter::config::WorkerType::Prefill));
+    cfg.workers
+        .insert(0, spec(&dead, pdrouter::config::WorkerType::Prefill));
     let r = router(cfg).await;
     let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(reply.error_code(), "prefill_connect_failed");
-    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("prefill"));
+    assert!(
+        reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("prefill")
+    );
     assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
 }
 
@@ -94,7 +106,8 @@ async fn unreachable_decode_is_a_502_naming_the_leg() {
     let p = mock(Role::Prefill, 0).await;
     let dead = dead_url().await;
     let mut cfg = pd_config(&[&p], &[]);
-    cfg.workers.push(spec(&dead, pdrouter::config::WorkerType::Decode));
+    cfg.workers
+        .push(spec(&dead, pdrouter::config::WorkerType::Decode));
     let r = router(cfg).await;
     let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 502);
@@ -137,7 +150,10 @@ async fn retries_reselect_the_pair_on_5xx() {
     }
     assert!(bad.stats().requests_total >= 1);
     let text = r.metrics_text();
-    assert!(metric(&r, "smg_worker_retries_total").unwrap_or(0.0) >= 1.0, "{text}");
+    assert!(
+        metric(&r, "smg_worker_retries_total").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -198,8 +214,13 @@ async fn readiness_needs_both_roles() {
     let p = mock(Role::Prefill, 0).await;
     let d = mock(Role::Decode, 0).await;
     let r = router(pd_config(&[&p], &[&d])).await;
-    let w = r.registry().snapshot().of_type(pdrouter::config::WorkerType::Decode)[0].clone();
-    r.registry().set_status(&w, pdrouter::registry::WorkerStatus::NotReady);
+    let w = r
+        .registry()
+        .snapshot()
+        .of_type(pdrouter::config::WorkerType::Decode)[0]
+        .clone();
+    r.registry()
+        .set_status(&w, pdrouter::registry::WorkerStatus::NotReady);
     let reply = get(r.addr(), "/readiness").await;
     assert_eq!(reply.status, 503);
     assert!(reply.text().contains("decode"));

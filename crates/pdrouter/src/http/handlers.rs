@@ -22,21 +22,26 @@ use crate::request::{Endpoint, parse};
 const TARGET_WORKER: &str = "x-smg-target-worker";
 const ROUTING_KEY: &str = "x-smg-routing-key";
 
-pub(crate) async fn read_body(state: &AppState, body: Body, headers: &HeaderMap) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    state: &AppState,
+    body: Body,
+    headers: &HeaderMap,
+) -> Result<Bytes, ApiError> {
     let limit = state.cfg.max_payload_size;
     if let Some(len) = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
+        && len > limit as u64
     {
-        if len > limit as u64 {
-            return Err(ApiError::payload_too_large(limit));
-        }
+        return Err(ApiError::payload_too_large(limit));
     }
     let limited = http_body_util::Limited::new(body, limit);
     match http_body_util::BodyExt::collect(limited).await {
         Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::payload_too_large(limit)),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::payload_too_large(limit))
+        }
         Err(e) => Err(ApiError::bad_request(
             "invalid_body",
             format!("could not read the request body: {e}"),
@@ -54,7 +59,11 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
     }
 }
 
-async fn infer(state: Arc<AppState>, endpoint: Endpoint, req: Request) -> Result<Response, ApiError> {
+async fn infer(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    req: Request,
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     if state.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::shutting_down());
@@ -63,7 +72,10 @@ async fn infer(state: Arc<AppState>, endpoint: Endpoint, req: Request) -> Result
     let target = match header_str(&parts.headers, TARGET_WORKER)? {
         None => None,
         Some(s) => Some(s.parse::<usize>().map_err(|_| {
-            ApiError::invalid_header(TARGET_WORKER, format!("must be a 0-based worker index, got '{s}'"))
+            ApiError::invalid_header(
+                TARGET_WORKER,
+                format!("must be a 0-based worker index, got '{s}'"),
+            )
         })?),
     };
     let routing_key = header_str(&parts.headers, ROUTING_KEY)?.map(Arc::<str>::from);
@@ -87,7 +99,9 @@ async fn infer(state: Arc<AppState>, endpoint: Endpoint, req: Request) -> Result
 macro_rules! inference_handler {
     ($name:ident, $endpoint:expr) => {
         pub(crate) async fn $name(State(state): State<Arc<AppState>>, req: Request) -> Response {
-            infer(state, $endpoint, req).await.unwrap_or_else(IntoResponse::into_response)
+            infer(state, $endpoint, req)
+                .await
+                .unwrap_or_else(IntoResponse::into_response)
         }
     };
 }
@@ -120,10 +134,10 @@ pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
     let mut ids: Vec<String> = Vec::new();
     let snap = state.registry.snapshot();
     for w in snap.all() {
-        if let Some(id) = w.model_id() {
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
+        if let Some(id) = w.model_id()
+            && !ids.contains(&id)
+        {
+            ids.push(id);
         }
     }
     if ids.is_empty() {
@@ -147,11 +161,14 @@ async fn forward_get(state: &AppState, path: &str) -> Result<Response, ApiError>
         return Err(ApiError::no_worker(t.as_str()));
     };
     let url = format!("{}{path}", w.base_url());
-    match state.client.get(&url, w.api_key(), state.cfg.health.timeout).await {
+    match state
+        .client
+        .get(&url, w.api_key(), state.cfg.health.timeout)
+        .await
+    {
         Ok((status, body)) if status.is_success() => {
-            let v: Value = serde_json::from_slice(&body).map_err(|_| {
-                ApiError::upstream_broken(crate::error::Leg::Worker, w.url())
-            })?;
+            let v: Value = serde_json::from_slice(&body)
+                .map_err(|_| ApiError::upstream_broken(crate::error::Leg::Worker, w.url()))?;
             Ok(Json(v).into_response())
         }
         Ok((status, body)) => Err(ApiError::upstream_status(
@@ -160,7 +177,11 @@ async fn forward_get(state: &AppState, path: &str) -> Result<Response, ApiError>
             status,
             &String::from_utf8_lossy(&body),
         )),
-        Err(e) => Err(crate::dispatch::upstream_error(e, crate::error::Leg::Worker, w.url())),
+        Err(e) => Err(crate::dispatch::upstream_error(
+            e,
+            crate::error::Leg::Worker,
+            w.url(),
+        )),
     }
 }
 
@@ -234,7 +255,10 @@ pub(crate) async fn health_generate(State(state): State<Arc<AppState>>) -> Respo
         };
         probes.push(w);
     }
-    let timeout = state.cfg.request_timeout.min(std::time::Duration::from_secs(30));
+    let timeout = state
+        .cfg
+        .request_timeout
+        .min(std::time::Duration::from_secs(30));
     let checks = probes.iter().map(|w| {
         let url = format!("{}/health_generate", w.base_url());
         let client = state.client.clone();

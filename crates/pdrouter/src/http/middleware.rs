@@ -20,15 +20,24 @@ const REQUEST_ID: &str = "x-request-id";
 
 fn valid_id(v: &HeaderValue) -> Option<String> {
     let s = v.to_str().ok()?;
-    (!s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic())).then(|| s.to_string())
+    (!s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
+        .then(|| s.to_string())
 }
 
 fn new_id() -> String {
-    format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
+    format!(
+        "{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    )
 }
 
 /// Assigns the request id, opens the request span, records access metrics, echoes the id.
-pub(crate) async fn observe(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn observe(
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let id = req
         .headers()

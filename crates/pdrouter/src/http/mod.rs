@@ -11,13 +11,13 @@ mod workers;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use axum::Router;
-use axum::routing::{get, post};
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::registry::Registry;
+use axum::Router;
+use axum::routing::{get, post};
 
 /// Shared state of all handlers.
 #[derive(Debug)]
@@ -41,7 +41,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/get_server_info", get(handlers::server_info))
         .route("/get_model_info", get(handlers::model_info))
         .route("/workers", post(workers::add).get(workers::list))
-        .route("/workers/{id}", get(workers::get_one).delete(workers::remove))
+        .route(
+            "/workers/{id}",
+            get(workers::get_one).delete(workers::remove),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::auth,

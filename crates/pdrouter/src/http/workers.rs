@@ -34,7 +34,10 @@ fn describe(w: &Worker) -> Value {
 fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiError> {
     let v: Value = serde_json::from_slice(bytes).map_err(ApiError::malformed_json)?;
     let Value::Object(obj) = v else {
-        return Err(ApiError::bad_request("invalid_request", "body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "body must be a JSON object",
+        ));
     };
     for key in obj.keys() {
         if !matches!(
@@ -97,7 +100,9 @@ fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiE
     let bootstrap_port = match obj.get("bootstrap_port") {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
-            Some(p) if (1..=65535).contains(&p) && worker_type == WorkerType::Prefill => Some(p as u16),
+            Some(p) if (1..=65535).contains(&p) && worker_type == WorkerType::Prefill => {
+                Some(p as u16)
+            }
             Some(_) if worker_type != WorkerType::Prefill => {
                 return Err(ApiError::invalid_field(
                     "bootstrap_port",
@@ -115,7 +120,12 @@ fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiE
     let api_key = match obj.get("api_key") {
         None | Some(Value::Null) => None,
         Some(Value::String(k)) if !k.is_empty() => Some(k.clone()),
-        Some(_) => return Err(ApiError::invalid_field("api_key", "must be a non-empty string")),
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "api_key",
+                "must be a non-empty string",
+            ));
+        }
     };
     let dp_aware = match obj.get("dp_aware") {
         None | Some(Value::Null) => false,
@@ -149,9 +159,14 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
         } else {
             WorkerStatus::Ready
         };
-        let added = state.registry.register(&spec, dp, initial).map_err(|e| match e {
-            RegisterError::Duplicate(url) => ApiError::conflict(format!("worker '{url}' is already registered")),
-        })?;
+        let added = state
+            .registry
+            .register(&spec, dp, initial)
+            .map_err(|e| match e {
+                RegisterError::Duplicate(url) => {
+                    ApiError::conflict(format!("worker '{url}' is already registered"))
+                }
+            })?;
         tracing::info!(url = %spec.url, worker_type = spec.worker_type.as_str(), "worker added");
         let ids: Vec<&str> = added.iter().map(|w| w.id()).collect();
         Ok::<_, ApiError>(
@@ -189,7 +204,10 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /workers/{id}` (id or URL).
-pub(crate) async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+pub(crate) async fn get_one(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Response {
     match state.registry.snapshot().find(&id) {
         Some(w) => Json(describe(w)).into_response(),
         None => ApiError::no_such("worker", &id).into_response(),

@@ -87,7 +87,13 @@ mod tests {
         let req = parse(Endpoint::Completions, br#"{"prompt":["a","b"],"n":2}"#).unwrap();
         let v: Value = serde_json::from_slice(&inject(&req, &prefill(None))).unwrap();
         assert_eq!(v["bootstrap_host"].as_array().unwrap().len(), 4);
-        assert!(v["bootstrap_port"].as_array().unwrap().iter().all(Value::is_null));
+        assert!(
+            v["bootstrap_port"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(Value::is_null)
+        );
         let rooms: std::collections::HashSet<u64> = v["bootstrap_room"]
             .as_array()
             .unwrap()

@@ -111,8 +111,20 @@ impl Dispatcher {
 
         let body = bootstrap::inject(req, &prefill);
         let path = req.endpoint.path();
-        let prefill_req = json_post(prefill.base_url(), path, body.clone(), prefill.api_key(), &ctx.request_id);
-        let decode_req = json_post(decode.base_url(), path, body, decode.api_key(), &ctx.request_id);
+        let prefill_req = json_post(
+            prefill.base_url(),
+            path,
+            body.clone(),
+            prefill.api_key(),
+            &ctx.request_id,
+        );
+        let decode_req = json_post(
+            decode.base_url(),
+            path,
+            body,
+            decode.api_key(),
+            &ctx.request_id,
+        );
 
         let timeout = self.cfg.request_timeout;
         let leg_task = {
@@ -131,7 +143,12 @@ impl Dispatcher {
                     let status = resp.status();
                     if !status.is_success() {
                         let detail = error_detail(resp.into_body()).await;
-                        return Err(ApiError::upstream_status(Leg::Prefill, &url, status, &detail));
+                        return Err(ApiError::upstream_status(
+                            Leg::Prefill,
+                            &url,
+                            status,
+                            &detail,
+                        ));
                     }
                     let mut body = resp.into_body();
                     while let Some(frame) = body.frame().await {

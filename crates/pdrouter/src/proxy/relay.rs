@@ -98,12 +98,12 @@ impl Body for RelayBody {
         if this.finished {
             return Poll::Ready(None);
         }
-        if let Some(p) = this.prefill.as_mut() {
-            if let Poll::Ready(outcome) = p.poll_outcome(cx) {
-                this.prefill = None;
-                if let Err(e) = outcome {
-                    return this.fail(e);
-                }
+        if let Some(p) = this.prefill.as_mut()
+            && let Poll::Ready(outcome) = p.poll_outcome(cx)
+        {
+            this.prefill = None;
+            if let Err(e) = outcome {
+                return this.fail(e);
             }
         }
         let Some(inner) = this.inner.as_mut() else {
@@ -118,7 +118,10 @@ impl Body for RelayBody {
             }
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "worker body broke mid-stream");
-                this.fail(ApiError::upstream_broken(crate::error::Leg::Decode, "(stream)"))
+                this.fail(ApiError::upstream_broken(
+                    crate::error::Leg::Decode,
+                    "(stream)",
+                ))
             }
             None => {
                 this.finished = true;

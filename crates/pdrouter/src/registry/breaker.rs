@@ -104,7 +104,10 @@ impl Breaker {
             }
             return (BreakerState::Open, None);
         }
-        (BreakerState::from_u8(self.fast.load(Ordering::Acquire)), None)
+        (
+            BreakerState::from_u8(self.fast.load(Ordering::Acquire)),
+            None,
+        )
     }
 
     /// Current state without side effects on the caller's view (may still apply a due change).
@@ -137,7 +140,8 @@ impl Breaker {
                 *successes += 1;
                 if *successes >= self.cfg.success_threshold {
                     *inner = Inner::Closed { failures: 0 };
-                    self.fast.store(BreakerState::Closed as u8, Ordering::Release);
+                    self.fast
+                        .store(BreakerState::Closed as u8, Ordering::Release);
                     return Some(Transition {
                         to: BreakerState::Closed,
                         half_open_at: None,
@@ -190,7 +194,10 @@ mod tests {
         assert!(b.record(false).is_none());
         let t = b.record(false).unwrap();
         assert_eq!(t.to, BreakerState::Open);
-        assert_eq!(t.half_open_at, Some(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(
+            t.half_open_at,
+            Some(Instant::now() + Duration::from_secs(10))
+        );
         assert!(!b.allows());
     }
 

@@ -31,7 +31,12 @@ pub struct ProbeCounts {
 
 impl ProbeCounts {
     /// Records one probe and returns the status the worker should move to, if any.
-    pub fn record(&mut self, ok: bool, current: WorkerStatus, cfg: &HealthConfig) -> Option<WorkerStatus> {
+    pub fn record(
+        &mut self,
+        ok: bool,
+        current: WorkerStatus,
+        cfg: &HealthConfig,
+    ) -> Option<WorkerStatus> {
         if ok {
             self.successes += 1;
             self.failures = 0;
@@ -47,7 +52,9 @@ impl ProbeCounts {
         } else {
             self.failures += 1;
             self.successes = 0;
-            let failed_after = cfg.failure_threshold.saturating_mul(FAILED_AFTER_THRESHOLDS);
+            let failed_after = cfg
+                .failure_threshold
+                .saturating_mul(FAILED_AFTER_THRESHOLDS);
             match current {
                 WorkerStatus::Draining => None,
                 _ if self.failures >= failed_after && current != WorkerStatus::Failed => {
@@ -85,13 +92,22 @@ impl HealthChecker {
                 let Ok(rt) = tokio::runtime::Handle::try_current() else {
                     return;
                 };
-                let h = rt.spawn(probe_loop(reg.clone(), w.clone(), client.clone(), cfg.clone()));
-                chk.tasks.lock().insert(w.id().to_string(), h.abort_handle());
+                let h = rt.spawn(probe_loop(
+                    reg.clone(),
+                    w.clone(),
+                    client.clone(),
+                    cfg.clone(),
+                ));
+                chk.tasks
+                    .lock()
+                    .insert(w.id().to_string(), h.abort_handle());
             }
         };
         let spawn2 = spawn.clone();
         registry.subscribe(Arc::new(move |e: &Event| {
-            let Some(chk) = weak_chk.upgrade() else { return };
+            let Some(chk) = weak_chk.upgrade() else {
+                return;
+            };
             match e {
                 Event::Registered(w) => spawn2(&weak_reg, &chk, w),
                 Event::Replaced { old, new } => {
@@ -124,7 +140,12 @@ impl Drop for HealthChecker {
     }
 }
 
-async fn probe_loop(reg: Weak<Registry>, worker: Arc<Worker>, client: UpstreamClient, cfg: HealthConfig) {
+async fn probe_loop(
+    reg: Weak<Registry>,
+    worker: Arc<Worker>,
+    client: UpstreamClient,
+    cfg: HealthConfig,
+) {
     let url = format!("{}{}", worker.base_url(), cfg.endpoint);
     let mut counts = ProbeCounts::default();
     let mut ever_ready = worker.status() == WorkerStatus::Ready;
@@ -133,7 +154,9 @@ async fn probe_loop(reg: Weak<Registry>, worker: Arc<Worker>, client: UpstreamCl
             client.get(&url, worker.api_key(), cfg.timeout).await,
             Ok((status, _)) if status.is_success()
         );
-        let Some(registry) = reg.upgrade() else { return };
+        let Some(registry) = reg.upgrade() else {
+            return;
+        };
         if let Some(next) = counts.record(ok, worker.status(), &cfg) {
             registry.set_status(&worker, next);
         }
@@ -154,27 +177,24 @@ async fn probe_loop(reg: Weak<Registry>, worker: Arc<Worker>, client: UpstreamCl
 /// Reads the worker's model id from `/v1/models` (falls back to `/get_model_info`).
 pub(crate) async fn learn_model(client: &UpstreamClient, worker: &Worker, timeout: Duration) {
     let base = worker.base_url();
-    if let Ok((s, body)) = client.get(&format!("{base}/v1/models"), worker.api_key(), timeout).await {
-        if s.is_success() {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
-                if let Some(id) = v["data"][0]["id"].as_str() {
-                    *worker.model_id.lock() = Some(id.to_string());
-                    return;
-                }
-            }
-        }
+    if let Ok((s, body)) = client
+        .get(&format!("{base}/v1/models"), worker.api_key(), timeout)
+        .await
+        && s.is_success()
+        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+        && let Some(id) = v["data"][0]["id"].as_str()
+    {
+        *worker.model_id.lock() = Some(id.to_string());
+        return;
     }
     if let Ok((s, body)) = client
         .get(&format!("{base}/get_model_info"), worker.api_key(), timeout)
         .await
+        && s.is_success()
+        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+        && let Some(id) = v["model_path"].as_str()
     {
-        if s.is_success() {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
-                if let Some(id) = v["model_path"].as_str() {
-                    *worker.model_id.lock() = Some(id.to_string());
-                }
-            }
-        }
+        *worker.model_id.lock() = Some(id.to_string());
     }
 }
 
@@ -196,7 +216,10 @@ mod tests {
     #[test]
     fn pending_becomes_ready_on_first_success() {
         let mut c = ProbeCounts::default();
-        assert_eq!(c.record(true, WorkerStatus::Pending, &cfg()), Some(WorkerStatus::Ready));
+        assert_eq!(
+            c.record(true, WorkerStatus::Pending, &cfg()),
+            Some(WorkerStatus::Ready)
+        );
     }
 
     #[test]
@@ -204,9 +227,15 @@ mod tests {
         let cfg = cfg();
         let mut c = ProbeCounts::default();
         assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), None);
-        assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), Some(WorkerStatus::NotReady));
+        assert_eq!(
+            c.record(false, WorkerStatus::Ready, &cfg),
+            Some(WorkerStatus::NotReady)
+        );
         assert_eq!(c.record(true, WorkerStatus::NotReady, &cfg), None);
-        assert_eq!(c.record(true, WorkerStatus::NotReady, &cfg), Some(WorkerStatus::Ready));
+        assert_eq!(
+            c.record(true, WorkerStatus::NotReady, &cfg),
+            Some(WorkerStatus::Ready)
+        );
         // A success in between resets the failure run.
         assert_eq!(c.record(false, WorkerStatus::Ready, &cfg), None);
         assert_eq!(c.record(true, WorkerStatus::Ready, &cfg), None);

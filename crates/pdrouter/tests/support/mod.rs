@@ -10,8 +10,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use pdrouter::config::{Config, Mode, WorkerSpec, WorkerType};
 use pdrouter::RouterHandle;
+use pdrouter::config::{Config, Mode, WorkerSpec, WorkerType};
 pub use pdrouter_mock::{MockConfig, MockWorker, Role};
 
 pub async fn mock(role: Role, delay_ms: u64) -> MockWorker {
@@ -45,7 +45,10 @@ pub fn pd_config(prefills: &[&MockWorker], decodes: &[&MockWorker]) -> Config {
 }
 
 pub fn regular_config(workers: &[&MockWorker]) -> Config {
-    let specs = workers.iter().map(|w| spec(&w.url(), WorkerType::Regular)).collect();
+    let specs = workers
+        .iter()
+        .map(|w| spec(&w.url(), WorkerType::Regular))
+        .collect();
     let mut cfg = Config::with_workers(Mode::Regular, specs);
     cfg.health.enabled = false;
     cfg.retry.max_attempts = 1;
@@ -68,7 +71,10 @@ pub struct Reply {
 impl Reply {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body))
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
         })
     }
     pub fn text(&self) -> String {
@@ -129,7 +135,8 @@ pub async fn get(addr: SocketAddr, path: &str) -> Reply {
     send(addr, "GET", path, Bytes::new(), &[]).await
 }
 
-pub const CHAT: &str = r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}]}"#;
+pub const CHAT: &str =
+    r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}]}"#;
 pub const CHAT_STREAM: &str =
     r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}],"stream":true}"#;
 
