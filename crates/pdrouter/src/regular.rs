@@ -26,10 +26,18 @@ impl Dispatcher {
         )
         .pick()?;
         let load = LoadGuard::new(worker.clone(), req.sub_requests() as u64);
+        let body = match worker.dp_rank() {
+            None => ctx.raw.clone(),
+            Some(rank) => {
+                let mut with_rank = req.body.clone();
+                with_rank.insert("routed_dp_rank".into(), rank.into());
+                serde_json::to_vec(&with_rank).unwrap_or_default().into()
+            }
+        };
         let upstream = json_post(
             worker.base_url(),
             req.endpoint.path(),
-            ctx.raw.clone(),
+            body,
             worker.api_key(),
             &ctx.request_id,
         );

@@ -226,3 +226,47 @@ async fn readiness_needs_both_roles() {
     assert!(reply.text().contains("decode"));
     assert_eq!(get(r.addr(), "/liveness").await.status, 200);
 }
+
+#[tokio::test]
+async fn dp_aware_registers_each_rank_with_its_own_limit() {
+    let mut pc = MockConfig::new(Role::Prefill);
+    pc.dp_size = 2;
+    let p = MockWorker::start(pc).await.unwrap();
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.dp_aware = true;
+    cfg.admission = Some(pdrouter::config::AdmissionSettings {
+        max_inflight_per_worker: 1,
+        queue_size: 4,
+        queue_timeout: Duration::from_secs(30),
+    });
+    let r = router(cfg).await;
+    let prefills: Vec<String> = r
+        .registry()
+        .snapshot()
+        .of_type(pdrouter::config::WorkerType::Prefill)
+        .iter()
+        .map(|w| w.url().to_string())
+        .collect();
+    assert_eq!(
+        prefills,
+        vec![format!("{}@0", p.url()), format!("{}@1", p.url())]
+    );
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let pl = p.stats().last_request.unwrap();
+    let dl = d.stats().last_request.unwrap();
+    let rank = pl["routed_dp_rank"].as_u64().unwrap();
+    assert!(rank < 2);
+    assert_eq!(dl["disagg_prefill_dp_rank"], rank);
+    assert!(
+        metric(
+            &r,
+            &format!(
+                "smg_pd_prefill_admission_inflight{{worker=\"{}@1\"}}",
+                p.url()
+            )
+        )
+        .is_some()
+    );
+}

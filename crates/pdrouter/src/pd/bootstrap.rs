@@ -16,8 +16,36 @@ pub fn random_room() -> u64 {
     rand::random::<u64>() >> 1
 }
 
-/// The body sent to both legs.
+/// The bodies sent to the Prefill and Decode legs: identical bootstrap fields; with DP ranks
+/// each leg also gets its own `routed_dp_rank`, and Decode gets `disagg_prefill_dp_rank`.
+pub fn bodies(req: &ParsedRequest, prefill: &Worker, decode: &Worker) -> (Bytes, Bytes) {
+    let base = ticket(req, prefill);
+    if prefill.dp_rank().is_none() && decode.dp_rank().is_none() {
+        let b = encode(&base);
+        return (b.clone(), b);
+    }
+    let mut p = base.clone();
+    let mut d = base;
+    if let Some(rank) = prefill.dp_rank() {
+        p.insert("routed_dp_rank".into(), Value::from(rank));
+        d.insert("disagg_prefill_dp_rank".into(), Value::from(rank));
+    }
+    if let Some(rank) = decode.dp_rank() {
+        d.insert("routed_dp_rank".into(), Value::from(rank));
+    }
+    (encode(&p), encode(&d))
+}
+
+fn encode(body: &Map<String, Value>) -> Bytes {
+    Bytes::from(serde_json::to_vec(body).unwrap_or_default())
+}
+
+/// The request body with the bootstrap ticket of `prefill` added (shared by both legs).
 pub fn inject(req: &ParsedRequest, prefill: &Worker) -> Bytes {
+    encode(&ticket(req, prefill))
+}
+
+fn ticket(req: &ParsedRequest, prefill: &Worker) -> Map<String, Value> {
     let host = Value::String(prefill.bootstrap_host().to_string());
     let port = prefill.bootstrap_port().map_or(Value::Null, Value::from);
     let mut body: Map<String, Value> = req.body.clone();
@@ -34,10 +62,7 @@ pub fn inject(req: &ParsedRequest, prefill: &Worker) -> Bytes {
         body.insert("bootstrap_port".into(), port);
         body.insert("bootstrap_room".into(), Value::from(random_room()));
     }
-    if let Some(rank) = prefill.dp_rank() {
-        body.insert("disagg_prefill_dp_rank".into(), Value::from(rank));
-    }
-    Bytes::from(serde_json::to_vec(&Value::Object(body)).unwrap_or_default())
+    body
 }
 
 #[cfg(test)]
@@ -47,6 +72,47 @@ mod tests {
     use crate::registry::{Registry, WorkerStatus};
     use crate::request::{Endpoint, parse};
     use std::time::Duration;
+
+    #[test]
+    fn dp_ranks_go_to_their_legs() {
+        let reg = Registry::new(
+            BreakerConfig {
+                enabled: false,
+                failure_threshold: 1,
+                success_threshold: 1,
+                timeout: Duration::from_secs(1),
+            },
+            None,
+        );
+        let mk = |url: &str, t| WorkerSpec {
+            url: url.into(),
+            worker_type: t,
+            bootstrap_port: None,
+            api_key: None,
+        };
+        let p = reg
+            .register(
+                &mk("http://p:1", WorkerType::Prefill),
+                Some(2),
+                WorkerStatus::Ready,
+            )
+            .unwrap();
+        let d = reg
+            .register(
+                &mk("http://d:1", WorkerType::Decode),
+                Some(4),
+                WorkerStatus::Ready,
+            )
+            .unwrap();
+        let req = parse(Endpoint::Generate, br#"{"text":"hi"}"#).unwrap();
+        let (pb, db) = bodies(&req, &p[1], &d[3]);
+        let pv: Value = serde_json::from_slice(&pb).unwrap();
+        let dv: Value = serde_json::from_slice(&db).unwrap();
+        assert_eq!(pv["routed_dp_rank"], 1);
+        assert_eq!(dv["routed_dp_rank"], 3);
+        assert_eq!(dv["disagg_prefill_dp_rank"], 1);
+        assert_eq!(pv["bootstrap_room"], dv["bootstrap_room"]);
+    }
 
     fn prefill(port: Option<u16>) -> std::sync::Arc<Worker> {
         let reg = Registry::new(

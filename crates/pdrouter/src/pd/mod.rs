@@ -109,19 +109,19 @@ impl Dispatcher {
         .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
 
-        let body = bootstrap::inject(req, &prefill);
+        let (prefill_body, decode_body) = bootstrap::bodies(req, &prefill, &decode);
         let path = req.endpoint.path();
         let prefill_req = json_post(
             prefill.base_url(),
             path,
-            body.clone(),
+            prefill_body,
             prefill.api_key(),
             &ctx.request_id,
         );
         let decode_req = json_post(
             decode.base_url(),
             path,
-            body,
+            decode_body,
             decode.api_key(),
             &ctx.request_id,
         );
@@ -167,7 +167,7 @@ impl Dispatcher {
             }
         };
         let mut leg = PrefillLeg {
-            handle: Some(tokio::spawn(leg_task)),
+            handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
         };
 
         let decode_head = self.client.send(decode_req, timeout);

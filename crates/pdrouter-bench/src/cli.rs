@@ -1,0 +1,260 @@
+//! Command line of the `pdrouter-bench` binary.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Write as _};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Map, Value};
+
+use crate::csv::{read_csv, write_csv};
+use crate::load::{Load, LoadOptions, run};
+use crate::plot::{render_svg, series_from_records};
+use crate::sample::PromptDist;
+
+/// Command line of `pdrouter-bench`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pdrouter-bench",
+    version,
+    about = "Load generator for pdrouter and its mock workers (closed or open loop), and a TTFT plotter",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct BenchCli {
+    /// Another mode than the load generator.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Load-generator flags (the default mode).
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Render the TTFT distributions of one or more `--csv` files as an SVG
+    /// (empirical CDF per label, log time axis).
+    Plot(PlotArgs),
+}
+
+/// Flags of `pdrouter-bench plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// SVG file to write.
+    #[arg(long, value_name = "FILE.svg")]
+    pub out: PathBuf,
+    /// Title above the plot.
+    #[arg(long, default_value = "Time to first token")]
+    pub title: String,
+    /// CSV files written by `--csv`.
+    #[arg(required = true, value_name = "CSV")]
+    pub csv: Vec<PathBuf>,
+}
+
+/// Flags of the load generator.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Base URL of the router or worker, e.g. http://127.0.0.1:30000.
+    #[arg(long, required = true)]
+    pub url: Option<String>,
+    /// Request path; also selects the body shape.
+    #[arg(long, default_value = "/v1/chat/completions")]
+    pub path: String,
+    /// Closed loop: this many tasks sending back to back.
+    #[arg(long, value_name = "C", conflicts_with = "rate")]
+    pub concurrency: Option<usize>,
+    /// Open loop: Poisson arrivals at R requests per second.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Seconds during which requests are started.
+    #[arg(long, value_name = "SECS", required = true)]
+    pub duration: Option<f64>,
+    /// Ask for server-sent events (TTFT = first `data:` chunk).
+    #[arg(long)]
+    pub stream: bool,
+    /// Seed for arrivals and prompts.
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    pub seed: u64,
+    /// Prompt-length distribution.
+    #[arg(long, value_enum, default_value_t = PromptDist::Fixed)]
+    pub prompt_dist: PromptDist,
+    /// Mean prompt length in words.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub prompt_mean_tokens: u32,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 8, value_name = "K")]
+    pub max_tokens: u32,
+    /// Model name sent in the body.
+    #[arg(long, default_value = "mock-model")]
+    pub model: String,
+    /// JSON object merged into every request body, e.g. '{"bootstrap_room":1}'.
+    #[arg(long, value_name = "JSON", value_parser = parse_extra)]
+    pub body_extra: Option<Map<String, Value>>,
+    /// Seconds before a single request counts as failed.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub timeout: f64,
+    /// Write one CSV row per request to this file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the summary as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Label of this run (summary and CSV).
+    #[arg(long, default_value = "run", value_name = "NAME")]
+    pub label: String,
+    /// No progress line on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_extra(s: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str(s) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err("must be a JSON object".to_owned()),
+        Err(e) => Err(format!("invalid JSON: {e}")),
+    }
+}
+
+fn secs(v: f64, name: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v).map_err(|_| format!("--{name} must be a non-negative number"))
+}
+
+impl LoadArgs {
+    /// The run these flags describe.
+    pub fn to_options(&self) -> Result<LoadOptions, String> {
+        let url = self.url.clone().ok_or("--url is required")?;
+        let load = match (self.concurrency, self.rate) {
+            (Some(_), Some(_)) => return Err("give --concurrency or --rate, not both".into()),
+            (_, Some(rate)) if !(rate.is_finite() && rate > 0.0) => {
+                return Err("--rate must be positive".into());
+            }
+            (_, Some(rate)) => Load::Open { rate },
+            (Some(0), None) => return Err("--concurrency must be at least 1".into()),
+            (Some(c), None) => Load::Closed { concurrency: c },
+            (None, None) => Load::Closed { concurrency: 1 },
+        };
+        Ok(LoadOptions {
+            url,
+            path: self.path.clone(),
+            load,
+            duration: secs(self.duration.unwrap_or(0.0), "duration")?,
+            stream: self.stream,
+            seed: self.seed,
+            prompt_dist: self.prompt_dist,
+            prompt_mean_tokens: self.prompt_mean_tokens,
+            max_tokens: self.max_tokens,
+            model: self.model.clone(),
+            extra: self.body_extra.clone().unwrap_or_default(),
+            timeout: secs(self.timeout, "timeout")?,
+            label: self.label.clone(),
+            progress: !self.quiet,
+        })
+    }
+}
+
+fn create(path: &PathBuf) -> Result<BufWriter<File>, String> {
+    File::create(path)
+        .map(BufWriter::new)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Runs `pdrouter-bench` with `args` (including the program name). Errors are
+/// messages for stderr; clap's own errors (and `--help`) are returned as
+/// [`clap::Error`] through `Err(Ok(e))`.
+pub async fn run_cli(
+    args: impl IntoIterator<Item = String>,
+) -> Result<(), Result<clap::Error, String>> {
+    let cli = BenchCli::try_parse_from(args).map_err(Ok)?;
+    match cli.command {
+        Some(Command::Plot(p)) => plot(&p).map_err(Err),
+        None => load(&cli.load).await.map_err(Err),
+    }
+}
+
+async fn load(args: &LoadArgs) -> Result<(), String> {
+    let opts = args.to_options()?;
+    let report = run(opts).await.map_err(|e| e.to_string())?;
+    print!("{}", report.summary.render());
+    io::stdout().flush().map_err(|e| e.to_string())?;
+    if let Some(path) = &args.csv {
+        write_csv(create(path)?, &report.records).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.json {
+        let mut out = create(path)?;
+        serde_json::to_writer_pretty(&mut out, &report.summary)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        writeln!(out).and_then(|()| out.flush())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn plot(args: &PlotArgs) -> Result<(), String> {
+    let mut records = Vec::new();
+    for path in &args.csv {
+        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        records.extend(read_csv(BufReader::new(file)).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    let svg = render_svg(&args.title, &series_from_records(&records));
+    std::fs::write(&args.out, svg).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<BenchCli, clap::Error> {
+        BenchCli::try_parse_from(std::iter::once("pdrouter-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn load_flags_become_options() {
+        let cli = parse(&[
+            "--url", "http://127.0.0.1:9", "--rate", "50", "--duration", "2.5", "--stream",
+            "--prompt-dist", "pareto", "--body-extra", r#"{"bootstrap_room":1}"#, "--quiet",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        let o = cli.load.to_options().unwrap();
+        assert_eq!(o.load, Load::Open { rate: 50.0 });
+        assert_eq!(o.duration, Duration::from_millis(2500));
+        assert!(o.stream && !o.progress);
+        assert_eq!(o.prompt_dist, PromptDist::Pareto);
+        assert_eq!(o.extra["bootstrap_room"], 1);
+    }
+
+    #[test]
+    fn closed_loop_is_the_default() {
+        let cli = parse(&["--url", "http://h:1", "--duration", "1"]).unwrap();
+        assert_eq!(cli.load.to_options().unwrap().load, Load::Closed { concurrency: 1 });
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        assert!(parse(&["--duration", "1"]).is_err(), "url required");
+        assert!(parse(&["--url", "http://h:1"]).is_err(), "duration required");
+        assert!(parse(&["--url", "http://h:1", "--duration", "1", "--rate", "1", "--concurrency", "2"]).is_err());
+        assert!(parse(&["--url", "http://h:1", "--duration", "1", "--body-extra", "[1]"]).is_err());
+        let zero = parse(&["--url", "http://h:1", "--duration", "1", "--concurrency", "0"]).unwrap();
+        assert!(zero.load.to_options().is_err());
+        let neg = parse(&["--url", "http://h:1", "--duration", "-1"]).unwrap();
+        assert!(neg.load.to_options().is_err());
+    }
+
+    #[test]
+    fn plot_is_a_subcommand() {
+        let cli = parse(&["plot", "--out", "x.svg", "a.csv", "b.csv"]).unwrap();
+        match cli.command {
+            Some(Command::Plot(p)) => {
+                assert_eq!(p.csv.len(), 2);
+                assert_eq!(p.out, PathBuf::from("x.svg"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["plot", "--out", "x.svg"]).is_err(), "needs a CSV");
+    }
+}
