@@ -19,7 +19,7 @@
 //!   logical tick); rank reads it. evict and remove_worker shrink it.
 //! - Workers are identified by url: any url may appear in or vanish from the slice between calls;
 //!   urls the tree never saw match nothing and hold zero chars.
-//! - Only the first [`MAX_INDEXED_CHARS`](crate::MAX_INDEXED_CHARS) chars of a text are indexed
+//! - Only the first [`MAX_INDEXED_CHARS`] chars of a text are indexed
 //!   and matched; the match rate is computed against that truncated length.
 //! - Memory: evict trims every worker to `max_tree_size` chars; between evicts, a commit that
 //!   pushes its worker past twice that trims the worker on the spot. Shared nodes count once per

@@ -14,24 +14,24 @@
 //! - The ring is rebuilt (re-sorted) only when a url it has never seen shows up, or pruned when
 //!   absent urls outnumber present ones; an unchanged slice costs one string comparison per
 //!   worker plus a binary search and a short walk.
-//! - rank writes a full permutation: up to [`RING_PREFIX`] workers in ring order, then every other
-//!   worker by slice position.
+//! - rank writes a full permutation: up to [`RING_PREFIX`] distinct workers in ring order, then
+//!   every other worker in slice order starting after the first pick.
 //! - commit changes nothing; rank only maintains the ring cache described above.
 
 use parking_lot::RwLock;
 use rand::RngExt;
 
-use crate::hash::{Fnv1a, mix64};
-use crate::registry::{Registry, SliceCache, WorkerId};
-use crate::{RequestInfo, WorkerRef};
 use std::fmt;
-use std::hash::Hasher;
+
+use crate::hash::{derive, hash_str};
+use crate::registry::{Registry, SliceCache, WorkerId};
+use crate::{RequestInfo, WorkerRef, order};
 
 /// Virtual nodes per worker url.
 pub(crate) const VNODES_PER_WORKER: u32 = 160;
 
 /// How many workers rank takes from the ring walk before falling back to slice order.
-pub(crate) const RING_PREFIX: usize = 8;
+pub(crate) const RING_PREFIX: usize = 4;
 
 /// The consistent_hashing policy.
 #[derive(Debug, Default)]
@@ -56,17 +56,10 @@ impl fmt::Debug for Ring {
     }
 }
 
-fn vnode_point(url: &str, i: u32) -> u64 {
-    let mut h = Fnv1a::default();
-    h.write(url.as_bytes());
-    h.write(&[0xff]);
-    h.write(&i.to_le_bytes());
-    mix64(h.finish())
-}
-
-/// The ring point of a request key.
-pub(crate) fn key_point(key: &str) -> u64 {
-    crate::hash::hash_str(key)
+/// The ring points of one url.
+fn vnode_points(url: &str) -> impl Iterator<Item = u64> {
+    let base = hash_str(url);
+    (0..u64::from(VNODES_PER_WORKER)).map(move |i| derive(base, i))
 }
 
 impl Ring {
@@ -77,8 +70,7 @@ impl Ring {
             let (id, new) = self.registry.intern(url);
             if new {
                 added = true;
-                self.vnodes
-                    .extend((0..VNODES_PER_WORKER).map(|i| (vnode_point(url, i), id)));
+                self.vnodes.extend(vnode_points(url).map(|p| (p, id)));
             }
         }
         if added {
@@ -126,12 +118,10 @@ impl Ring {
                 }
             }
         }
-        let head = out.len();
-        for i in 0..n {
-            if !out[..head].contains(&i) {
-                out.push(i);
-            }
-        }
+        let mut head = [0usize; RING_PREFIX];
+        let h = out.len();
+        head[..h].copy_from_slice(out);
+        order::rotation_except(n, out.first().map_or(0, |&f| f + 1), &head[..h], out);
     }
 }
 
@@ -153,7 +143,7 @@ impl ConsistentHash {
             .filter(|k| !k.is_empty())
             .or(req.text.filter(|t| !t.is_empty()));
         let point = match key {
-            Some(key) => key_point(key),
+            Some(key) => hash_str(key),
             None => rand::rng().random(),
         };
         let urls: Vec<&str> = workers.iter().map(WorkerRef::url).collect();

@@ -326,4 +326,45 @@ mod tests {
         assert_eq!(ca.cached_chars(&ws[2].url), 0);
         assert_eq!(rr.cached_chars(&ws[2].url), 0);
     }
+
+    #[test]
+    fn concurrent_use_is_safe() {
+        let ws = workers(&[1, 2, 3, 4, 5, 6]);
+        for kind in KINDS {
+            let p = Policy::new(
+                kind,
+                CacheAwareConfig {
+                    max_tree_size: 64,
+                    ..CacheAwareConfig::default()
+                },
+            );
+            std::thread::scope(|s| {
+                for t in 0..4 {
+                    let (p, ws) = (&p, &ws);
+                    s.spawn(move || {
+                        let mut out = Vec::new();
+                        for i in 0..300 {
+                            let text = format!("thread {t} prompt {}", i % 17);
+                            let req = RequestInfo {
+                                text: Some(&text),
+                                routing_key: None,
+                            };
+                            let slice = &ws[..(i % ws.len()) + 1];
+                            p.rank(slice, &req, &mut out);
+                            assert_eq!(out.len(), slice.len());
+                            p.commit(slice, out[0], &req);
+                            if i % 50 == 0 {
+                                p.evict();
+                                p.remove_worker(&ws[t].url);
+                            }
+                        }
+                    });
+                }
+            });
+            p.evict();
+            for w in &ws {
+                assert!(p.cached_chars(&w.url) <= 64);
+            }
+        }
+    }
 }

@@ -35,16 +35,76 @@ pub(crate) fn index_of(key: u64) -> usize {
 }
 
 /// Pushes `first` (if any), then every other index by ascending load (ties: lower index).
+///
+/// `keys` must be in index order (as [`load_keys`] returns them). When the load range is small
+/// relative to the candidate count (the usual case) this is a stable counting sort, O(n + range);
+/// otherwise a sort of the packed keys.
 pub(crate) fn by_load(keys: &mut [u64], first: Option<usize>, out: &mut Vec<usize>) {
     out.reserve(keys.len());
     out.extend(first);
-    keys.sort_unstable();
-    out.extend(
-        keys.iter()
-            .map(|&k| index_of(k))
-            .filter(|&i| Some(i) != first),
-    );
+    let loads = keys.iter().map(|&k| load_of(k));
+    let (Some(min), Some(max)) = (loads.clone().min(), loads.max()) else {
+        return;
+    };
+    let range = (max - min) as usize;
+    if range > 4 * keys.len() + 64 {
+        keys.sort_unstable();
+        out.extend(
+            keys.iter()
+                .map(|&k| index_of(k))
+                .filter(|&i| Some(i) != first),
+        );
+        return;
+    }
+    let mut starts = vec![0usize; range + 1];
+    let rest = keys.iter().filter(|&&k| Some(index_of(k)) != first);
+    for &k in rest.clone() {
+        starts[(load_of(k) - min) as usize] += 1;
+    }
+    let mut at = out.len();
+    for s in &mut starts {
+        let count = *s;
+        *s = at;
+        at += count;
+    }
+    out.resize(at, 0);
+    for &k in rest {
+        let slot = &mut starts[(load_of(k) - min) as usize];
+        out[*slot] = index_of(k);
+        *slot += 1;
+    }
 }
+
+/// Pushes the rotation `start, start + 1, ..., n - 1, 0, ..., start - 1` (`start` taken mod
+/// `n`) minus the indices in `skip` (at most [`MAX_SKIP`] of them, any order, duplicates fine).
+pub(crate) fn rotation_except(n: usize, start: usize, skip: &[usize], out: &mut Vec<usize>) {
+    if n == 0 {
+        return;
+    }
+    let start = start % n;
+    let mut sorted = [0usize; MAX_SKIP];
+    let sorted = &mut sorted[..skip.len()];
+    sorted.copy_from_slice(skip);
+    sorted.sort_unstable();
+    let sorted = &*sorted;
+    out.reserve(n);
+    // Pushes `lo..hi` minus `sorted`.
+    let mut emit = |lo: usize, hi: usize| {
+        let mut cur = lo;
+        for &s in sorted {
+            if s >= cur && s < hi {
+                out.extend(cur..s);
+                cur = s + 1;
+            }
+        }
+        out.extend(cur..hi.max(cur));
+    };
+    emit(start, n);
+    emit(0, start);
+}
+
+/// Most indices [`rotation_except`] can skip.
+pub(crate) const MAX_SKIP: usize = 8;
 
 /// Pushes `start, start + 1, ..., n - 1, 0, ..., start - 1`.
 pub(crate) fn rotation(n: usize, start: usize, out: &mut Vec<usize>) {
@@ -70,6 +130,38 @@ mod tests {
         out.clear();
         by_load(&mut keys, None, &mut out);
         assert_eq!(out, [1, 3, 2, 0]);
+    }
+
+    #[test]
+    fn by_load_wide_range_uses_sort() {
+        let ws = workers(&[1_000_000, 0, 500, 0, 7]);
+        let mut keys = load_keys(&ws);
+        let mut out = vec![42];
+        by_load(&mut keys, Some(3), &mut out);
+        assert_eq!(out, [42, 3, 1, 4, 2, 0]);
+        let mut keys = load_keys(&ws);
+        out.clear();
+        by_load(&mut keys, None, &mut out);
+        assert_eq!(out, [1, 3, 4, 2, 0]);
+        let mut keys = load_keys(&workers(&[]));
+        out.clear();
+        by_load(&mut keys, None, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn rotation_except_skips() {
+        let mut out = Vec::new();
+        rotation_except(6, 4, &[5, 1, 1], &mut out);
+        assert_eq!(out, [4, 0, 2, 3]);
+        out.clear();
+        rotation_except(3, 3, &[], &mut out);
+        assert_eq!(out, [0, 1, 2]);
+        out.clear();
+        rotation_except(2, 1, &[0, 1], &mut out);
+        assert!(out.is_empty());
+        rotation_except(0, 0, &[], &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use rand::RngExt;
 
-use crate::WorkerRef;
+use crate::{WorkerRef, order};
 
 /// The power_of_two policy.
 #[derive(Debug, Default)]
@@ -36,7 +36,7 @@ impl PowerOfTwo {
         out.reserve(n);
         out.push(first);
         out.push(second);
-        out.extend((a + 1..n).chain(0..a).filter(|&i| i != b));
+        order::rotation_except(n, a + 1, &[a, b], out);
     }
 }
 
