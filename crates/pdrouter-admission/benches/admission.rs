@@ -59,7 +59,11 @@ fn setup(n: u32, q: usize, workers: usize) -> (Admission, Arc<Vec<Arc<Slot>>>) {
         },
         Arc::new(Noop),
     );
-    let slots = Arc::new((0..workers).map(|i| adm.slot(&format!("http://w{i}"))).collect());
+    let slots = Arc::new(
+        (0..workers)
+            .map(|i| adm.slot(&format!("http://w{i}")))
+            .collect(),
+    );
     (adm, slots)
 }
 
@@ -103,7 +107,10 @@ fn contended(c: &mut Criterion) {
         .build()
         .unwrap();
     let mut group = c.benchmark_group("contended_64_tasks");
-    for (name, n, hold_across_yield) in [("ample_slots", 1024, false), ("scarce_slots_queueing", 4, true)] {
+    for (name, n, hold_across_yield) in [
+        ("ample_slots", 1024, false),
+        ("scarce_slots_queueing", 4, true),
+    ] {
         let (adm, slots) = setup(n, 10_000, 4);
         let sel = BenchSel {
             slots,
@@ -144,13 +151,29 @@ fn contended(c: &mut Criterion) {
 
 /// Builds a queue: `pinned` waiters strict on worker 0 (held forever), then `queue_len` waiters
 /// for worker 1, whose single slot is held by the returned permit.
-fn queued(adm: &Admission, slots: &Arc<Vec<Arc<Slot>>>, pinned: usize, queue_len: usize) -> (Permit, Permit, std::collections::VecDeque<Acquire>, Vec<Acquire>) {
+fn queued(
+    adm: &Admission,
+    slots: &Arc<Vec<Arc<Slot>>>,
+    pinned: usize,
+    queue_len: usize,
+) -> (
+    Permit,
+    Permit,
+    std::collections::VecDeque<Acquire>,
+    Vec<Acquire>,
+) {
     let strict = |i| BenchSel {
         slots: Arc::clone(slots),
         strict: Some(i),
     };
-    let x = poll_once(&mut acquire(adm, strict(0))).unwrap().unwrap().permit;
-    let y = poll_once(&mut acquire(adm, strict(1))).unwrap().unwrap().permit;
+    let x = poll_once(&mut acquire(adm, strict(0)))
+        .unwrap()
+        .unwrap()
+        .permit;
+    let y = poll_once(&mut acquire(adm, strict(1)))
+        .unwrap()
+        .unwrap()
+        .permit;
     let mut pinned_futs = Vec::new();
     for _ in 0..pinned {
         let mut f = acquire(adm, strict(0));
@@ -172,7 +195,10 @@ fn release_handoff(c: &mut Criterion) {
         .build()
         .unwrap();
     let _enter = rt.enter();
-    for (group, pinned_per_len) in [("release_handoff", false), ("release_past_strict_waiters", true)] {
+    for (group, pinned_per_len) in [
+        ("release_handoff", false),
+        ("release_past_strict_waiters", true),
+    ] {
         let mut g = c.benchmark_group(group);
         for len in [100usize, 10_000] {
             g.bench_function(len.to_string(), |b| {

@@ -27,15 +27,17 @@
 //! the lock, which it can only take after the arrival has enqueued. So no waiter is ever left
 //! waiting while capacity it can use is free.
 //!
-//! A release that sees waiters before it decrements does the decrement itself under the lock and
-//! dispatches before unlocking, so no slow-path arrival can see the unit first. A fast-path arrival
-//! does not take the lock; it may win the CAS on a just-freed unit, but it re-reads `contended`
-//! after its CAS and, if anyone waits, gives the unit back under the lock through the same
-//! dispatch (waiters first) before queueing or admitting itself as the newest arrival. The only
-//! remaining interleavings are ones where the waiter enqueued while the competing arrival or
-//! release was already in progress, which linearise with the arrival first. In the sequential
-//! model (operations not overlapping), a new arrival therefore never takes a unit an existing
-//! waiter could use, and waiters competing for the same workers are served in arrival order.
+//! No bypass. A release that sees `contended > 0` *before* it decrements does the decrement
+//! under the lock and dispatches before unlocking, so no slow-path arrival (which ranks under the
+//! same lock) can see the unit first. A fast-path arrival takes no lock and may win the CAS on a
+//! just-freed unit, but it re-reads `contended` after its CAS: if anyone waits (or is about to),
+//! it gives the unit back under the lock through the same dispatch (waiters first) and then
+//! competes as the newest arrival. What remains are interleavings in which the waiter announced
+//! itself while the competing release or arrival was already past its check of `contended`, i.e.
+//! truly concurrent operations, which linearise with the waiter last. In the sequential model
+//! (no overlapping operations) a new arrival never takes a unit an existing waiter could use, and
+//! waiters competing for the same workers are served in arrival order; the property test checks
+//! exactly that, and the multi-thread stress tests check the limit and the return to zero.
 //!
 //! # Improvements on the suggested design, and why
 //!
@@ -47,7 +49,15 @@
 //!   when many strict-target waiters for a full worker sit in front. The walk itself skips the
 //!   others with one bit test each.
 //! * The wait list is a slab threaded on an intrusive list with generation-checked ids: O(1)
-//!   removal from anywhere, and walks never pass over tombstones.
+//!   removal from anywhere, and walks never pass over tombstones. The links and interest bits
+//!   are kept in a dense array (16 bytes per waiter), apart from the boxed selectors, so the
+//!   walk stays in cache.
+//! * A grant whose receiver is gone is released iteratively in the delivering loop, not by
+//!   recursion through `Drop`.
+//! * The ledger entry lives exactly as long as the `Arc<Slot>` (see [`crate::Slot`]'s module):
+//!   dropping it at "forgotten and idle" while a stale handle can still be reserved could give
+//!   one key two slots and double its limit. The metrics cue is the separate
+//!   [`Observer::slot_forgotten`] hook.
 
 use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};

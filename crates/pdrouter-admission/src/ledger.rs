@@ -160,7 +160,9 @@ impl Ledger {
     /// A forgotten slot was reserved again (stale selection): re-arm its idle report.
     pub(crate) fn reserved_forgotten(&self, slot: &Slot) {
         let _map = self.map.lock();
-        let _ = slot.state.compare_exchange(REPORTED, FORGOTTEN, SeqCst, SeqCst);
+        let _ = slot
+            .state
+            .compare_exchange(REPORTED, FORGOTTEN, SeqCst, SeqCst);
     }
 
     /// A forgotten slot may have become idle: report it once.

@@ -10,6 +10,52 @@
 //! The crate knows nothing of HTTP, metrics libraries or routing policies: the router supplies a
 //! [`Selector`] (health, model pool, strict target, policy) and an [`Observer`] (metrics).
 //!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use pdrouter_admission::*;
+//!
+//! /// Any of the given workers, in order (a real selector re-reads the registry and the policy).
+//! struct AnyOf(Vec<Arc<Slot>>);
+//!
+//! impl Selector for AnyOf {
+//!     type Choice = String;
+//!     fn rank(&mut self, has_room: &dyn Fn(&Slot) -> bool) -> Ranking<String> {
+//!         if self.0.is_empty() {
+//!             return Ranking::Unavailable;
+//!         }
+//!         let with_room = self.0.iter().filter(|s| has_room(s));
+//!         Ranking::Candidates(with_room.map(|s| (s.clone(), s.key().to_owned())).collect())
+//!     }
+//!     fn commit(&mut self, _choice: &String) {}
+//! }
+//!
+//! struct NoMetrics;
+//! impl Observer for NoMetrics {}
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let cfg = AdmissionConfig {
+//!     max_inflight_per_worker: 1,
+//!     queue_size: 0,
+//!     queue_timeout: Duration::from_secs(60),
+//! };
+//! let admission = Admission::new(cfg, Arc::new(NoMetrics));
+//! let workers = vec![admission.slot("http://prefill-0:8000")];
+//!
+//! let admitted = admission.acquire(AnyOf(workers.clone())).await.unwrap();
+//! assert_eq!(admitted.choice, "http://prefill-0:8000");
+//! // Full, and queue size 0: rejected at once.
+//! let second = admission.acquire(AnyOf(workers.clone())).await;
+//! assert_eq!(second.unwrap_err(), Rejection::QueueFull);
+//! // Shared by every sub-request of the client request; released when the last one drops.
+//! let permit = Arc::new(admitted.permit);
+//! drop(permit);
+//! assert_eq!(admission.inflight_total(), 0);
+//! # });
+//! ```
+//!
 //! # Invariants
 //!
 //! - A slot's in-flight count never exceeds `max_inflight_per_worker` (reservation is a CAS that
@@ -35,6 +81,8 @@
 //!   caller code runs; no global lock is taken on the fast path when nobody waits.
 //!
 //! See the [`controller`] module docs for the hand-off and the race argument.
+
+#![warn(missing_docs)]
 
 mod config;
 pub mod controller;

@@ -85,7 +85,12 @@ impl Selector for Sel {
         let healthy = |w: &Worker| w.healthy && w.open_until.is_none_or(|t| now >= t);
         let matching: Vec<&Worker> = match self.target {
             Target::Any => world.workers.iter().filter(|w| healthy(w)).collect(),
-            Target::Strict(k) => world.workers.get(k).filter(|w| healthy(w)).into_iter().collect(),
+            Target::Strict(k) => world
+                .workers
+                .get(k)
+                .filter(|w| healthy(w))
+                .into_iter()
+                .collect(),
         };
         if matching.is_empty() {
             return Ranking::Unavailable;
@@ -176,7 +181,9 @@ async fn settle() {
     }
 }
 
-async fn done(h: JoinHandle<Result<Admitted<String>, Rejection>>) -> Result<Admitted<String>, Rejection> {
+async fn done(
+    h: JoinHandle<Result<Admitted<String>, Rejection>>,
+) -> Result<Admitted<String>, Rejection> {
     assert!(h.is_finished(), "task should have finished");
     h.await.expect("task did not panic")
 }
@@ -232,7 +239,11 @@ async fn shared_permit_is_one_slot_released_once() {
     drop(permit);
     assert_eq!(f.slot(0).inflight(), 1);
     for (i, p) in subs.into_iter().enumerate() {
-        assert_eq!(f.slot(0).inflight(), 1, "still held before sub-request {i} ends");
+        assert_eq!(
+            f.slot(0).inflight(),
+            1,
+            "still held before sub-request {i} ends"
+        );
         drop(p);
     }
     assert_eq!(f.slot(0).inflight(), 0);
@@ -243,15 +254,24 @@ async fn shared_permit_is_one_slot_released_once() {
 async fn unavailable_is_rejected_never_queued() {
     let f = Fixture::new(1, 10, 1, &["w0"]);
     f.world.lock().workers[0].healthy = false;
-    assert_eq!(f.get(Target::Any).await.unwrap_err(), Rejection::Unavailable);
-    assert_eq!(f.get(Target::Strict(5)).await.unwrap_err(), Rejection::Unavailable);
+    assert_eq!(
+        f.get(Target::Any).await.unwrap_err(),
+        Rejection::Unavailable
+    );
+    assert_eq!(
+        f.get(Target::Strict(5)).await.unwrap_err(),
+        Rejection::Unavailable
+    );
     // Also on the slow path (someone is waiting).
     f.world.lock().workers[0].healthy = true;
     let held = f.get(Target::Any).await.unwrap();
     let waiter = f.spawn(Target::Any);
     settle().await;
     assert_eq!(f.adm.queued(), 1);
-    assert_eq!(f.get(Target::Strict(7)).await.unwrap_err(), Rejection::Unavailable);
+    assert_eq!(
+        f.get(Target::Strict(7)).await.unwrap_err(),
+        Rejection::Unavailable
+    );
     assert_eq!(f.adm.queued(), 1);
     let rejected: Vec<_> = f
         .rec
@@ -345,12 +365,7 @@ async fn timeout_after_exactly_t_and_place_goes_to_next() {
 async fn strict_fifo_among_competitors() {
     let f = Fixture::new(1, 10, 60, &["w0"]);
     let mut held = f.get(Target::Any).await.unwrap();
-    let waiters: Vec<_> = (0..5)
-        .map(|_| {
-            let h = f.spawn(Target::Any);
-            h
-        })
-        .collect();
+    let waiters: Vec<_> = (0..5).map(|_| f.spawn(Target::Any)).collect();
     settle().await;
     assert_eq!(f.adm.queued(), 5);
     for h in waiters {
@@ -563,7 +578,10 @@ async fn waiter_keeps_waiting_while_unavailable() {
     f.adm.notify();
     drop(held);
     settle().await;
-    assert!(!w.is_finished(), "unavailable waiter waits (breaker may recover)");
+    assert!(
+        !w.is_finished(),
+        "unavailable waiter waits (breaker may recover)"
+    );
     f.world.lock().workers[0].healthy = true;
     f.adm.notify();
     settle().await;
@@ -665,6 +683,15 @@ async fn observer_sees_queue_and_wait() {
 // ---------------------------------------------------------------- concurrency
 
 #[test]
+fn public_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Admission>();
+    send_sync::<Permit>();
+    send_sync::<Slot>();
+    send_sync::<Admitted<String>>();
+}
+
+#[test]
 fn acquire_future_is_send() {
     fn is_send<T: Send>(_: &T) {}
     let f = Fixture::new(1, 0, 1, &[]);
@@ -681,7 +708,11 @@ async fn stress_limit_and_no_leaks_multi_thread() {
         let f = Arc::clone(&f);
         tasks.push(tokio::spawn(async move {
             for i in 0..300 {
-                let target = if (t + i) % 3 == 0 { Target::Strict(i % 3) } else { Target::Any };
+                let target = if (t + i) % 3 == 0 {
+                    Target::Strict(i % 3)
+                } else {
+                    Target::Any
+                };
                 let a = f.get(target).await.expect("long timeout, big queue");
                 assert!(a.permit.slot().inflight() <= N);
                 if i % 7 == 0 {
@@ -699,4 +730,73 @@ async fn stress_limit_and_no_leaks_multi_thread() {
     }
     assert_eq!(f.commits().len(), 16 * 300);
     f.assert_clean();
+}
+
+/// Races of every kind (fast path against enqueue, release against cancel and timeout, grants
+/// against dropped receivers): outcomes vary run to run, the invariants checked do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stress_cancel_timeout_races_multi_thread() {
+    const N: u32 = 1;
+    let rec = Arc::new(Rec::default());
+    let f = Arc::new({
+        let mut f = Fixture::new(N, 8, 0, &["a", "b"]);
+        f.adm = Admission::new(
+            AdmissionConfig {
+                max_inflight_per_worker: N,
+                queue_size: 8,
+                queue_timeout: Duration::from_micros(200),
+            },
+            rec.clone(),
+        );
+        let slots = [f.adm.slot("a"), f.adm.slot("b")];
+        for (w, s) in f.world.lock().workers.iter_mut().zip(slots) {
+            w.slot = s;
+        }
+        f
+    });
+    let mut tasks = Vec::new();
+    for t in 0..16usize {
+        let f = Arc::clone(&f);
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut rejected, mut cancelled) = (0, 0, 0);
+            for i in 0..400usize {
+                let target = match (t + i) % 4 {
+                    0 => Target::Strict(0),
+                    1 => Target::Strict(1),
+                    _ => Target::Any,
+                };
+                let fut = f.get(target);
+                match tokio::time::timeout(Duration::from_micros(((t * 7 + i) % 150) as u64), fut)
+                    .await
+                {
+                    Ok(Ok(a)) => {
+                        ok += 1;
+                        assert!(a.permit.slot().inflight() <= N);
+                        if i % 3 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                        drop(a);
+                    }
+                    Ok(Err(_)) => rejected += 1,
+                    Err(_) => cancelled += 1,
+                }
+            }
+            (ok, rejected, cancelled)
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.unwrap().0;
+    }
+    assert!(ok > 0);
+    f.assert_clean();
+    let max = rec
+        .take()
+        .into_iter()
+        .filter_map(|e| match e {
+            Ev::Inflight(_, n) => Some(n),
+            _ => None,
+        })
+        .max();
+    assert!(max <= Some(N));
 }

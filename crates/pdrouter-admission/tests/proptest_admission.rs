@@ -314,7 +314,11 @@ impl Harness {
         }
         for (id, r) in &results {
             if let Err(Rejection::QueueFull | Rejection::Unavailable) = r {
-                prop_assert_eq!(*id, self.next_id - 1, "only a new arrival is rejected at once");
+                prop_assert_eq!(
+                    *id,
+                    self.next_id - 1,
+                    "only a new arrival is rejected at once"
+                );
             }
         }
 
@@ -328,7 +332,12 @@ impl Harness {
             let key = key(k);
             let inflight = self.inflight_of(&world, &key);
             prop_assert!(inflight <= self.n, "{} over the limit", key);
-            prop_assert_eq!(inflight, held_per_key.get(&key).copied().unwrap_or(0), "{}", key);
+            prop_assert_eq!(
+                inflight,
+                held_per_key.get(&key).copied().unwrap_or(0),
+                "{}",
+                key
+            );
         }
         prop_assert_eq!(self.adm.queued(), self.waiting.len());
         prop_assert!(self.adm.queued() <= self.q);
@@ -366,7 +375,11 @@ impl Harness {
         // Commits: at most once per request, matching the admission.
         let mut committed: HashMap<u32, &str> = HashMap::new();
         for (id, k) in &world.commits {
-            prop_assert!(committed.insert(*id, k).is_none(), "request {} committed twice", id);
+            prop_assert!(
+                committed.insert(*id, k).is_none(),
+                "request {} committed twice",
+                id
+            );
         }
         for (id, p) in &self.held {
             prop_assert_eq!(committed.get(id).copied(), Some(p.slot().key()));
@@ -439,8 +452,7 @@ fn run(n: u32, q: usize, ops: &[Op], by_timeout: bool) -> Result<(), TestCaseErr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
+    // 256 cases by default; PROPTEST_CASES=N runs more.
     #[test]
     fn admission_matches_model(
         n in 1u32..=3,
