@@ -348,3 +348,33 @@ async fn removed_worker_series_are_removed() {
         200
     );
 }
+
+#[tokio::test]
+async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
+    let p = mock(Role::Prefill, 800).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.admission = admission(1, 4, 30);
+    cfg.breaker.failure_threshold = 1;
+    cfg.breaker.timeout = Duration::from_secs(2);
+    let r = router(cfg).await;
+    let adm = r.admission().unwrap().clone();
+    let first = spawn_chat(r.addr(), CHAT);
+    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    let waiter = spawn_chat(r.addr(), CHAT);
+    assert!(eventually(Duration::from_secs(5), || adm.queued() == 1).await);
+    // The worker's breaker opens while both requests are in the router.
+    let w = r.registry().snapshot().of_type(WorkerType::Prefill)[0].clone();
+    let opened = Instant::now();
+    r.registry().record_outcome(&w, false);
+    assert!(!w.is_routable());
+    assert_eq!(first.await.unwrap().0.status, 200);
+    // The slot is free but the breaker is open: the waiter keeps waiting (not a 503).
+    assert_eq!(adm.inflight_total(), 0);
+    assert_eq!(adm.queued(), 1);
+    let (reply, done) = waiter.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let after = done - opened;
+    assert!(after >= Duration::from_millis(2500) && after < Duration::from_secs(6), "{after:?}");
+    assert_eq!(p.stats().requests_total, 2);
+}
