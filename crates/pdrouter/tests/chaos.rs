@@ -1,0 +1,124 @@
+//! Chaos: many requests with random client disconnects at random phases (queued, in Prefill,
+//! in Decode), a 10% worker failure rate, a Prefill worker killed and restarted, a Decode
+//! worker removed and re-added through /workers. Afterwards nothing is left behind: no queued
+//! waiter, no admission slot, no worker load, no 500, and the router still serves.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pdrouter::config::AdmissionSettings;
+use rand::{RngExt, SeedableRng};
+use support::*;
+
+const REQUESTS: usize = 600;
+const CONCURRENCY: usize = 40;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_leaks_under_chaos() {
+    let mk = |role: Role, delay: u64| {
+        let mut c = MockConfig::new(role);
+        c.delay = Duration::from_millis(delay);
+        c.fail_rate = 0.1;
+        c.output_tokens = 4;
+        c.token_interval = Duration::from_millis(3);
+        c
+    };
+    let p1 = MockWorker::start(mk(Role::Prefill, 15)).await.unwrap();
+    let p2 = MockWorker::start(mk(Role::Prefill, 15)).await.unwrap();
+    let d1 = MockWorker::start(mk(Role::Decode, 0)).await.unwrap();
+    let d2 = MockWorker::start(mk(Role::Decode, 0)).await.unwrap();
+    let p2_port = p2.addr().port();
+    let d2_url = d2.url();
+    let mut cfg = pd_config(&[&p1, &p2], &[&d1, &d2]);
+    cfg.admission = Some(AdmissionSettings {
+        max_inflight_per_worker: 2,
+        queue_size: 64,
+        queue_timeout: Duration::from_secs(3),
+    });
+    cfg.retry.max_attempts = 2;
+    cfg.retry.initial_backoff = Duration::from_millis(1);
+    cfg.breaker.failure_threshold = 1000;
+    cfg.request_timeout = Duration::from_secs(10);
+    let r = router(cfg).await;
+    let addr = r.addr();
+
+    let sem = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let statuses = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut tasks = Vec::new();
+    for i in 0..REQUESTS {
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        let stream = rng.random_bool(0.5);
+        let abort_after = rng.random_bool(0.3).then(|| Duration::from_millis(rng.random_range(0..60)));
+        let statuses = statuses.clone();
+        let req = tokio::spawn(async move {
+            let body = if stream { CHAT_STREAM } else { CHAT };
+            let reply = post(addr, "/v1/chat/completions", body).await;
+            statuses.lock().push(reply.status);
+        });
+        tasks.push(tokio::spawn(async move {
+            if let Some(after) = abort_after {
+                tokio::time::sleep(after).await;
+                req.abort();
+                let _ = req.await;
+            } else {
+                let _ = req.await;
+            }
+            drop(permit);
+        }));
+        // Chaos on the worker set while traffic flows.
+        if i == 150 {
+            p2.controls().set_hang(true);
+        }
+        if i == 200 {
+            let encoded = d2_url.replace(':', "%3A").replace('/', "%2F");
+            let del = send(addr, "DELETE", &format!("/workers/{encoded}"), "", &[]).await;
+            assert_eq!(del.status, 202);
+        }
+        if i == 300 {
+            let add = post(addr, "/workers", &format!(r#"{{"url":"{d2_url}","worker_type":"decode"}}"#)).await;
+            assert_eq!(add.status, 202, "{}", add.text());
+        }
+    }
+    // Kill the hung Prefill worker outright, then bring it back on the same port.
+    p2.shutdown().await;
+    let mut again = mk(Role::Prefill, 15);
+    again.port = p2_port;
+    let p2 = MockWorker::start(again).await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+
+    let adm = r.admission().unwrap().clone();
+    assert!(
+        eventually(Duration::from_secs(15), || adm.queued() == 0
+            && adm.inflight_total() == 0
+            && total_load(&r) == 0)
+        .await,
+        "queued {} inflight {} load {}",
+        adm.queued(),
+        adm.inflight_total(),
+        total_load(&r)
+    );
+    assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(0.0));
+    let statuses = statuses.lock().clone();
+    assert!(statuses.len() >= REQUESTS / 2, "most requests finished: {}", statuses.len());
+    assert!(statuses.iter().all(|s| [200, 429, 502, 503, 504].contains(s)), "{statuses:?}");
+    assert!(statuses.iter().filter(|s| **s == 200).count() > REQUESTS / 4);
+
+    // Still serving once the faults stop.
+    for w in [&p1, &p2, &d1, &d2] {
+        w.controls().set_fail_rate(0.0);
+    }
+    let mut served = false;
+    for _ in 0..20 {
+        if post(addr, "/v1/chat/completions", CHAT).await.status == 200 {
+            served = true;
+            break;
+        }
+    }
+    assert!(served);
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0 && adm.inflight_total() == 0).await);
+}
