@@ -48,9 +48,16 @@ def metric(addr, name):
 BODY = b'{"model":"mock-model","messages":[{"role":"user","content":"park me in the queue please"}]}'
 
 
+IDLE = False
+
+
 async def client(addr, stop):
     host, port = addr.split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
+    if IDLE:
+        await stop.wait()
+        writer.close()
+        return
     writer.write(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
         + f"content-length: {len(BODY)}\r\n\r\n".encode()
@@ -64,7 +71,9 @@ async def client(addr, stop):
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--waiters", type=int, default=10000)
+    ap.add_argument("--idle", action="store_true", help="connect without sending (baseline per connection)")
     args = ap.parse_args()
+    global IDLE
     rel = f"{ROOT}/target/release"
     procs = []
     try:
@@ -88,15 +97,18 @@ async def main():
             await asyncio.sleep(0.05)
         base = rss_kb(router.pid)
         t0 = time.time()
+        IDLE = args.idle
         tasks = []
         for i in range(args.waiters):
             tasks.append(asyncio.create_task(client(addr, stop)))
             if i % 500 == 499:
                 await asyncio.sleep(0.01)
-        while metric(maddr, "smg_pd_prefill_admission_queued") < args.waiters:
+        while not IDLE and metric(maddr, "smg_pd_prefill_admission_queued") < args.waiters:
             await asyncio.sleep(0.1)
             if time.time() - t0 > 120:
                 raise SystemExit("waiters did not all queue within 120 s")
+        if IDLE:
+            await asyncio.sleep(3)
         parked = rss_kb(router.pid)
         queued = metric(maddr, "smg_pd_prefill_admission_queued")
         stop.set()
