@@ -179,13 +179,15 @@ async fn load(args: &LoadArgs) -> Result<(), String> {
     print!("{}", report.summary.render());
     io::stdout().flush().map_err(|e| e.to_string())?;
     if let Some(path) = &args.csv {
-        write_csv(create(path)?, &report.records).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_csv(create(path)?, &report.records)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.json {
         let mut out = create(path)?;
         serde_json::to_writer_pretty(&mut out, &report.summary)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        writeln!(out).and_then(|()| out.flush())
+        writeln!(out)
+            .and_then(|()| out.flush())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
@@ -195,7 +197,9 @@ fn plot(args: &PlotArgs) -> Result<(), String> {
     let mut records = Vec::new();
     for path in &args.csv {
         let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        records.extend(read_csv(BufReader::new(file)).map_err(|e| format!("{}: {e}", path.display()))?);
+        records.extend(
+            read_csv(BufReader::new(file)).map_err(|e| format!("{}: {e}", path.display()))?,
+        );
     }
     let svg = render_svg(&args.title, &series_from_records(&records));
     std::fs::write(&args.out, svg).map_err(|e| format!("{}: {e}", args.out.display()))?;
@@ -214,8 +218,18 @@ mod tests {
     #[test]
     fn load_flags_become_options() {
         let cli = parse(&[
-            "--url", "http://127.0.0.1:9", "--rate", "50", "--duration", "2.5", "--stream",
-            "--prompt-dist", "pareto", "--body-extra", r#"{"bootstrap_room":1}"#, "--quiet",
+            "--url",
+            "http://127.0.0.1:9",
+            "--rate",
+            "50",
+            "--duration",
+            "2.5",
+            "--stream",
+            "--prompt-dist",
+            "pareto",
+            "--body-extra",
+            r#"{"bootstrap_room":1}"#,
+            "--quiet",
         ])
         .unwrap();
         assert!(cli.command.is_none());
@@ -230,18 +244,54 @@ mod tests {
     #[test]
     fn closed_loop_is_the_default() {
         let cli = parse(&["--url", "http://h:1", "--duration", "1"]).unwrap();
-        assert_eq!(cli.load.to_options().unwrap().load, Load::Closed { concurrency: 1 });
+        assert_eq!(
+            cli.load.to_options().unwrap().load,
+            Load::Closed { concurrency: 1 }
+        );
     }
 
     #[test]
     fn bad_flags_are_refused() {
         assert!(parse(&["--duration", "1"]).is_err(), "url required");
-        assert!(parse(&["--url", "http://h:1"]).is_err(), "duration required");
-        assert!(parse(&["--url", "http://h:1", "--duration", "1", "--rate", "1", "--concurrency", "2"]).is_err());
-        assert!(parse(&["--url", "http://h:1", "--duration", "1", "--body-extra", "[1]"]).is_err());
-        let zero = parse(&["--url", "http://h:1", "--duration", "1", "--concurrency", "0"]).unwrap();
+        assert!(
+            parse(&["--url", "http://h:1"]).is_err(),
+            "duration required"
+        );
+        assert!(
+            parse(&[
+                "--url",
+                "http://h:1",
+                "--duration",
+                "1",
+                "--rate",
+                "1",
+                "--concurrency",
+                "2"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&[
+                "--url",
+                "http://h:1",
+                "--duration",
+                "1",
+                "--body-extra",
+                "[1]"
+            ])
+            .is_err()
+        );
+        let zero = parse(&[
+            "--url",
+            "http://h:1",
+            "--duration",
+            "1",
+            "--concurrency",
+            "0",
+        ])
+        .unwrap();
         assert!(zero.load.to_options().is_err());
-        let neg = parse(&["--url", "http://h:1", "--duration", "-1"]).unwrap();
+        let neg = parse(&["--url", "http://h:1", "--duration=-1"]).unwrap();
         assert!(neg.load.to_options().is_err());
     }
 

@@ -294,11 +294,7 @@ struct Conn {
 }
 
 impl Conn {
-    async fn send(
-        &mut self,
-        shared: &Shared,
-        body: Bytes,
-    ) -> Result<Response<Incoming>, String> {
+    async fn send(&mut self, shared: &Shared, body: Bytes) -> Result<Response<Incoming>, String> {
         let sender = match self.sender.take() {
             Some(s) if !s.is_closed() => self.sender.insert(s),
             _ => {
@@ -510,7 +506,9 @@ pub async fn run(opts: LoadOptions) -> Result<Report, LoadError> {
             }
             all
         }
-        Load::Open { rate } => open_loop(Arc::clone(&shared), Arc::clone(&opts), rate, deadline).await,
+        Load::Open { rate } => {
+            open_loop(Arc::clone(&shared), Arc::clone(&opts), rate, deadline).await
+        }
     };
     let elapsed = start.elapsed();
     if let Some(p) = progress {
@@ -573,7 +571,9 @@ mod tests {
         assert_eq!(t.uri.to_string(), "http://127.0.0.1:8080/generate");
         assert_eq!(t.authority, "127.0.0.1:8080");
         assert_eq!(
-            target(&LoadOptions::new("http://localhost")).unwrap().authority,
+            target(&LoadOptions::new("http://localhost"))
+                .unwrap()
+                .authority,
             "localhost:80"
         );
         assert!(target(&LoadOptions::new("https://x:1")).is_err());

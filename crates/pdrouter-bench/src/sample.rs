@@ -203,7 +203,10 @@ mod tests {
         assert!(draws.iter().all(|&g| g > 0.0 && g.is_finite()));
         // P(gap > mean) = 1/e ≈ 0.368 for an exponential.
         let above = draws.iter().filter(|&&g| g > 0.1).count() as f64 / draws.len() as f64;
-        assert!((above - (-1.0f64).exp()).abs() < 0.02, "share above mean {above}");
+        assert!(
+            (above - (-1.0f64).exp()).abs() < 0.02,
+            "share above mean {above}"
+        );
     }
 
     #[test]
@@ -263,7 +266,11 @@ mod tests {
         let p = s.words(5);
         let words: Vec<&str> = p.split(' ').collect();
         assert_eq!(words.len(), 5);
-        assert!(words.iter().all(|w| w.starts_with('w') && w[1..].parse::<u32>().is_ok()));
+        assert!(
+            words
+                .iter()
+                .all(|w| w.starts_with('w') && w[1..].parse::<u32>().is_ok())
+        );
         assert_eq!(s.words(0), "");
     }
 

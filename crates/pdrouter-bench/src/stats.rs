@@ -138,7 +138,11 @@ pub fn summarize(shape: &RunShape, records: &[Record]) -> Summary {
     let window_ms = shape.duration_secs * 1000.0;
     let in_window = |r: &&Record| r.start_offset_ms + r.latency_ms <= window_ms;
     let completed_in_window = records.iter().filter(in_window).count();
-    let ok_in_window = records.iter().filter(in_window).filter(|r| r.is_ok()).count();
+    let ok_in_window = records
+        .iter()
+        .filter(in_window)
+        .filter(|r| r.is_ok())
+        .count();
     let per_sec = |n: usize| {
         if shape.duration_secs > 0.0 {
             n as f64 / shape.duration_secs
@@ -159,7 +163,12 @@ pub fn summarize(shape: &RunShape, records: &[Record]) -> Summary {
     let ok: Vec<&Record> = records.iter().filter(|r| r.is_ok()).collect();
     Summary {
         label: shape.label.clone(),
-        mode: if shape.rate.is_some() { "open" } else { "closed" }.to_owned(),
+        mode: if shape.rate.is_some() {
+            "open"
+        } else {
+            "closed"
+        }
+        .to_owned(),
         concurrency: shape.concurrency,
         rate: shape.rate,
         duration_secs: shape.duration_secs,
@@ -230,7 +239,39 @@ impl Summary {
                 p.p50, p.p90, p.p99, p.max, p.count
             );
         }
+        let _ = writeln!(s, "{}", self.kv_line());
         s
+    }
+
+    /// One machine-readable line, `kv: label=… requests=… rps=… …`, the last
+    /// line of [`Summary::render`], so shell scripts can pick numbers with
+    /// `awk` alone. Times are in milliseconds, shares in 0..=1.
+    pub fn kv_line(&self) -> String {
+        let n = |k: &str| self.status_counts.get(k).copied().unwrap_or(0);
+        format!(
+            "kv: label={} requests={} ok={} n429={} errors={} rps={:.3} ok_rps={:.3} share_429={:.5} \
+             lat_p50_ms={:.4} lat_p90_ms={:.4} lat_p99_ms={:.4} lat_max_ms={:.4} \
+             ttft_p50_ms={:.4} ttft_p90_ms={:.4} ttft_p99_ms={:.4} ttft_max_ms={:.4} \
+             rejected_p99_ms={:.4} rejected_max_ms={:.4}",
+            self.label.replace(char::is_whitespace, "_"),
+            self.requests,
+            self.ok,
+            n("429"),
+            n("error"),
+            self.throughput_rps,
+            self.ok_rps,
+            self.share_429,
+            self.latency_ms.p50,
+            self.latency_ms.p90,
+            self.latency_ms.p99,
+            self.latency_ms.max,
+            self.ttft_ms.p50,
+            self.ttft_ms.p90,
+            self.ttft_ms.p99,
+            self.ttft_ms.max,
+            self.rejected_latency_ms.p99,
+            self.rejected_latency_ms.max,
+        )
     }
 }
 
@@ -312,6 +353,13 @@ mod tests {
         let text = s.render();
         assert!(text.contains("429=1"), "{text}");
         assert!(text.contains("20.00 %"), "{text}");
+        let kv = text.lines().last().unwrap();
+        assert!(
+            kv.starts_with("kv: label=x requests=5 ok=3 n429=1 errors=1 rps=4.000"),
+            "{kv}"
+        );
+        assert!(kv.contains(" lat_p99_ms=200.0000 "), "{kv}");
+        assert!(!kv.contains("  "), "{kv}");
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["latency_ms"]["p99"], 200.0);
         assert_eq!(json["status_counts"]["200"], 3);

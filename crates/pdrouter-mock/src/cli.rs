@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::config::{MockConfig, Role};
+use crate::engine::EngineConfig;
 use crate::worker::MockWorker;
 
 /// Command line flags of `pdrouter-mock`.
@@ -46,6 +47,34 @@ pub struct MockArgs {
     /// Model id reported when a request names none.
     #[arg(long, default_value = "mock-model", value_name = "NAME")]
     pub model: String,
+    /// Engine mode: a prefill worker runs at most --max-running prefills at
+    /// once (the rest queue FIFO), takes time proportional to the prompt and
+    /// serves a KV bootstrap endpoint; a decode worker waits for that
+    /// endpoint before generating max_tokens tokens.
+    #[arg(long)]
+    pub engine: bool,
+    /// Engine mode: prefills running at once (reported as
+    /// max_running_requests).
+    #[arg(long, default_value_t = 8, value_name = "N", requires = "engine",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_running: u32,
+    /// Engine mode: prefill speed in prompt tokens (words) per second.
+    #[arg(long, default_value_t = 10_000.0, value_name = "R", requires = "engine",
+          value_parser = parse_rate)]
+    pub prefill_tokens_per_sec: f64,
+    /// Engine mode, prefill role: port of the KV bootstrap endpoint (0 picks
+    /// a free port; it is printed as bootstrap_port=P).
+    #[arg(long, default_value_t = 0, value_name = "P", requires = "engine")]
+    pub bootstrap_port: u16,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let rate: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if rate.is_finite() && rate > 0.0 {
+        Ok(rate)
+    } else {
+        Err(format!("{rate} is not a positive number"))
+    }
 }
 
 fn parse_fail_rate(s: &str) -> Result<f64, String> {
@@ -70,6 +99,11 @@ impl MockArgs {
             fail_rate: self.fail_rate,
             dp_size: self.dp_size,
             model: self.model.clone(),
+            engine: self.engine.then_some(EngineConfig {
+                max_running: self.max_running as usize,
+                prefill_tokens_per_sec: self.prefill_tokens_per_sec,
+                bootstrap_port: self.bootstrap_port,
+            }),
         }
     }
 }
@@ -116,19 +150,24 @@ impl From<io::Error> for CliError {
 
 /// Runs the `pdrouter-mock` command: parses `args` (including the program
 /// name, as in [`std::env::args`]), starts the worker, prints
-/// `pdrouter-mock listening on http://ADDR role=ROLE` to stdout and serves
+/// `pdrouter-mock listening on http://ADDR role=ROLE` (engine-mode prefill:
+/// followed by ` bootstrap_port=P`) to stdout and serves
 /// until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: impl IntoIterator<Item = String>) -> Result<(), CliError> {
     let args = MockArgs::try_parse_from(args).map_err(CliError::Args)?;
     let worker = MockWorker::start(args.to_config()).await?;
     {
         let mut out = io::stdout().lock();
-        writeln!(
+        write!(
             out,
             "pdrouter-mock listening on {} role={}",
             worker.url(),
             args.role
         )?;
+        if let Some(b) = worker.bootstrap_addr() {
+            write!(out, " bootstrap_port={}", b.port())?;
+        }
+        writeln!(out)?;
         out.flush()?;
     }
     wait_for_signal().await?;

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::engine::EngineConfig;
+
 /// The part a worker plays in a prefill/decode deployment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -100,11 +102,13 @@ pub struct MockConfig {
     pub dp_size: u32,
     /// Model id reported when the request names none.
     pub model: String,
+    /// Engine mode (see [`EngineConfig`]); `None` for the plain mock.
+    pub engine: Option<EngineConfig>,
 }
 
 impl MockConfig {
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
-    /// dp size 1, model `"mock-model"`.
+    /// dp size 1, model `"mock-model"`, no engine mode.
     pub fn new(role: Role) -> Self {
         MockConfig {
             host: "127.0.0.1".to_owned(),
@@ -116,6 +120,7 @@ impl MockConfig {
             fail_rate: 0.0,
             dp_size: 1,
             model: "mock-model".to_owned(),
+            engine: None,
         }
     }
 }

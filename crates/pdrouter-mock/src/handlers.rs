@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::body::{self, JSON, SSE};
 use crate::config::Role;
-use crate::render::{Api, Plan};
+use crate::engine::{await_bootstrap, rooms_of};
+use crate::render::{Api, Plan, prompt_words, requested_tokens};
 use crate::state::{InflightGuard, Shared};
 
 /// Largest accepted request body.
@@ -89,7 +90,7 @@ async fn server_info(State(s): AppState) -> Response {
         "model_path": s.model,
         "dp_size": s.dp_size,
         "disaggregation_mode": s.role.disaggregation_mode(),
-        "max_running_requests": 128,
+        "max_running_requests": s.engine.as_ref().map_or(128, |e| e.config.max_running),
         "version": "mock",
     }))
 }
@@ -104,13 +105,23 @@ async fn model_info(State(s): AppState) -> Response {
 
 async fn stats(State(s): AppState) -> Response {
     let st = s.controls.stats();
-    json_response(&json!({
+    let mut v = json!({
         "role": s.role,
         "requests_total": st.requests_total,
         "inflight": st.inflight,
         "max_inflight": st.max_inflight,
         "last_request": st.last_request,
-    }))
+    });
+    // Engine-mode workers add their engine queue (absent otherwise, so the
+    // plain contract stays exactly as documented).
+    if let (Some(engine), Value::Object(map)) = (&s.engine, &mut v) {
+        map.insert("engine_queue_len".to_owned(), json!(engine.queue_len()));
+        map.insert(
+            "max_engine_queue_wait_ms".to_owned(),
+            json!(engine.max_queue_wait().as_secs_f64() * 1000.0),
+        );
+    }
+    json_response(&v)
 }
 
 /// Body of `POST /mock/controls`; every field is optional.
@@ -167,6 +178,9 @@ async fn set_controls(State(s): AppState, body: Bytes) -> Response {
     }
     if update.reset_max_inflight {
         c.reset_max_inflight();
+        if let Some(engine) = &s.engine {
+            engine.reset_max_queue_wait();
+        }
     }
     json_response(&json!({
         "delay_ms": c.delay().as_millis() as u64,
@@ -224,10 +238,32 @@ async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
     if controls.garbage() {
         return body::full(StatusCode::OK, JSON, GARBAGE, Some(guard));
     }
-    let plan = match Plan::new(api, &req, s.role, &s.model, controls.output_tokens()) {
+    // In engine mode a decode worker generates what the request asks for.
+    let output_tokens = match &s.engine {
+        Some(_) => requested_tokens(api, &req).unwrap_or_else(|| controls.output_tokens()),
+        None => controls.output_tokens(),
+    };
+    let plan = match Plan::new(api, &req, s.role, &s.model, output_tokens) {
         Ok(plan) => plan,
         Err(msg) => return body::error(StatusCode::BAD_REQUEST, &msg, Some(guard)),
     };
+    let mut delay = controls.delay();
+    if let Some(engine) = &s.engine {
+        match s.role {
+            Role::Prefill => {
+                // The configured delay is part of the engine's prefill work.
+                let words = prompt_words(api, &req);
+                engine.prefill(words, delay, &rooms_of(&req)).await;
+                delay = Duration::ZERO;
+            }
+            Role::Decode => {
+                if let Err(msg) = await_bootstrap(&req).await {
+                    return body::error(StatusCode::BAD_GATEWAY, &msg, Some(guard));
+                }
+            }
+            Role::Regular => {}
+        }
+    }
     drop(req);
 
     let interval = if s.role == Role::Prefill {
@@ -235,7 +271,6 @@ async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
     } else {
         controls.token_interval()
     };
-    let delay = controls.delay();
     if plan.stream {
         sleep(delay).await;
         if s.role == Role::Prefill {

@@ -15,6 +15,19 @@
 //!   "healthy", "garbage", "hang", "token_interval_ms", "output_tokens",
 //!   "reset_max_inflight"}`); answers the current settings.
 //!
+//! With [`MockConfig::engine`] set (`--engine`), a prefill worker behaves
+//! like a continuous-batching engine: at most
+//! [`EngineConfig::max_running`] requests prefill at once, the rest wait in
+//! the engine's own FIFO, and prefill takes time proportional to the prompt
+//! (words of the text, or token ids). It also serves a KV bootstrap endpoint
+//! on its own port ([`MockWorker::bootstrap_addr`]): `GET /room/{room}`
+//! answers once that room's prefill has finished. A decode worker in engine
+//! mode asks that endpoint (from `bootstrap_host`/`bootstrap_port`/
+//! `bootstrap_room` in the body) before it generates the requested number of
+//! tokens, one per [`MockConfig::token_interval`]. `/get_server_info` then
+//! reports `max_running_requests` = `max_running`, and `/mock/stats` adds
+//! `engine_queue_len` and `max_engine_queue_wait_ms`.
+//!
 //! Generated text is made of the tokens `" tok0"`, `" tok1"`, … A worker of
 //! role [`Role::Prefill`] answers with the first token only, after the
 //! configured delay; [`Role::Decode`] and [`Role::Regular`] workers produce
@@ -37,6 +50,7 @@
 mod body;
 mod cli;
 mod config;
+mod engine;
 mod handlers;
 mod render;
 mod state;
@@ -44,5 +58,6 @@ mod worker;
 
 pub use cli::{CliError, MockArgs, run_cli};
 pub use config::{MockConfig, ParseRoleError, Role};
+pub use engine::EngineConfig;
 pub use state::{MockControls, MockStats};
 pub use worker::MockWorker;

@@ -669,3 +669,110 @@ impl TokenStream {
         out.into()
     }
 }
+
+/// Words in a text, the engine-mode token count.
+fn words(s: &str) -> u64 {
+    s.split_whitespace().count() as u64
+}
+
+fn content_words(content: Option<&Value>) -> u64 {
+    match content {
+        Some(Value::String(s)) => words(s),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|p| match p {
+                Value::String(s) => words(s),
+                Value::Object(o) => o.get("text").and_then(Value::as_str).map_or(0, words),
+                _ => 0,
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Words (or token ids) of a text-or-ids prompt, or of a list of them.
+fn prompt_input_words(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::String(s)) => words(s),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|it| match it {
+                Value::String(s) => words(s),
+                Value::Number(_) => 1,
+                Value::Array(ids) => len_u64(ids),
+                other => content_words(other.get("content")),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Prompt length of a request in engine mode: words of the text (all
+/// prompts of a batch together), or the number of token ids.
+pub(crate) fn prompt_words(api: Api, req: &Map<String, Value>) -> u64 {
+    match api {
+        Api::Generate => match req.get("text") {
+            Some(t @ (Value::String(_) | Value::Array(_))) => prompt_input_words(Some(t)),
+            _ => prompt_input_words(req.get("input_ids")),
+        },
+        Api::Chat => match req.get("messages") {
+            Some(Value::Array(msgs)) => msgs.iter().map(|m| content_words(m.get("content"))).sum(),
+            _ => 0,
+        },
+        Api::Completion => prompt_input_words(req.get("prompt")),
+        Api::Responses => prompt_input_words(req.get("input")),
+    }
+}
+
+/// The output length a request asks for, if it names one.
+pub(crate) fn requested_tokens(api: Api, req: &Map<String, Value>) -> Option<u32> {
+    match api {
+        Api::Generate => cap(req
+            .get("sampling_params")
+            .and_then(|p| p.get("max_new_tokens"))),
+        Api::Chat => cap(req.get("max_completion_tokens")).or(cap(req.get("max_tokens"))),
+        Api::Completion => cap(req.get("max_tokens")),
+        Api::Responses => cap(req.get("max_output_tokens")),
+    }
+}
+
+#[cfg(test)]
+mod engine_count_tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn prompt_words_counts_words_or_ids() {
+        let g = obj(json!({"text": "w1 w2  w3"}));
+        assert_eq!(prompt_words(Api::Generate, &g), 3);
+        let gb = obj(json!({"text": ["a b", "c"]}));
+        assert_eq!(prompt_words(Api::Generate, &gb), 3);
+        let ids = obj(json!({"input_ids": [1, 2, 3, 4]}));
+        assert_eq!(prompt_words(Api::Generate, &ids), 4);
+        let ids_batch = obj(json!({"input_ids": [[1, 2], [3]]}));
+        assert_eq!(prompt_words(Api::Generate, &ids_batch), 3);
+        let chat = obj(json!({"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "one two three"}]}
+        ]}));
+        assert_eq!(prompt_words(Api::Chat, &chat), 5);
+        let c = obj(json!({"prompt": "x y"}));
+        assert_eq!(prompt_words(Api::Completion, &c), 2);
+        let r = obj(json!({"input": "p q r s"}));
+        assert_eq!(prompt_words(Api::Responses, &r), 4);
+    }
+
+    #[test]
+    fn requested_tokens_reads_each_api_field() {
+        let g = obj(json!({"sampling_params": {"max_new_tokens": 5}}));
+        assert_eq!(requested_tokens(Api::Generate, &g), Some(5));
+        let chat = obj(json!({"max_tokens": 4, "max_completion_tokens": 6}));
+        assert_eq!(requested_tokens(Api::Chat, &chat), Some(6));
+        assert_eq!(requested_tokens(Api::Completion, &obj(json!({}))), None);
+        let r = obj(json!({"max_output_tokens": 2}));
+        assert_eq!(requested_tokens(Api::Responses, &r), Some(2));
+    }
+}

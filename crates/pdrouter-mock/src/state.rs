@@ -9,6 +9,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::config::{MockConfig, Role};
+use crate::engine::Engine;
 
 /// Snapshot of a worker's request counters (the numbers of `GET /mock/stats`).
 ///
@@ -203,6 +204,8 @@ pub(crate) struct Shared {
     pub(crate) model: String,
     pub(crate) dp_size: u32,
     pub(crate) controls: MockControls,
+    /// Engine mode, if configured.
+    pub(crate) engine: Option<Arc<Engine>>,
 }
 
 impl Shared {
@@ -212,6 +215,7 @@ impl Shared {
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
             controls: MockControls::new(cfg),
+            engine: cfg.engine.clone().map(|e| Arc::new(Engine::new(e))),
         }
     }
 }

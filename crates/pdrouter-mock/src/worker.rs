@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{MockConfig, Role};
+use crate::engine;
 use crate::handlers;
 use crate::state::{MockControls, MockStats, Shared};
 
@@ -27,6 +28,15 @@ pub struct MockWorker {
     shared: Arc<Shared>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+    bootstrap: Option<Bootstrap>,
+}
+
+/// The KV bootstrap listener of an engine-mode prefill worker.
+#[derive(Debug)]
+struct Bootstrap {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
 }
 
 impl MockWorker {
@@ -37,6 +47,17 @@ impl MockWorker {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(&cfg));
         let app = handlers::router(Arc::clone(&shared));
+        let bootstrap = match (&shared.engine, &cfg.engine, cfg.role) {
+            (Some(engine), Some(ecfg), Role::Prefill) => {
+                let listener = bind(&cfg.host, ecfg.bootstrap_port).await?;
+                let addr = listener.local_addr()?;
+                let app = engine::bootstrap_router(Arc::clone(engine));
+                let (stop, stop_rx) = oneshot::channel();
+                let task = tokio::spawn(serve(listener, app, stop_rx));
+                Some(Bootstrap { addr, stop, task })
+            }
+            _ => None,
+        };
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(serve(listener, app, stop_rx));
         tracing::debug!(%addr, role = %cfg.role, "mock worker started");
@@ -45,6 +66,7 @@ impl MockWorker {
             shared,
             stop,
             task,
+            bootstrap,
         })
     }
 
@@ -56,6 +78,12 @@ impl MockWorker {
     /// Base URL, e.g. `http://127.0.0.1:41234`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Address of the KV bootstrap endpoint (`GET /room/{room}`); only an
+    /// engine-mode prefill worker has one.
+    pub fn bootstrap_addr(&self) -> Option<SocketAddr> {
+        self.bootstrap.as_ref().map(|b| b.addr)
     }
 
     /// The worker's role.
@@ -78,8 +106,16 @@ impl MockWorker {
     /// once the listening socket is closed, so the port can be bound again.
     pub async fn shutdown(self) {
         let MockWorker {
-            addr, stop, task, ..
+            addr,
+            stop,
+            task,
+            bootstrap,
+            ..
         } = self;
+        if let Some(b) = bootstrap {
+            let _ = b.stop.send(());
+            let _ = b.task.await;
+        }
         let _ = stop.send(());
         if let Err(e) = task.await {
             tracing::warn!(%addr, error = %e, "mock worker task failed");

@@ -117,3 +117,59 @@ fn args_map_to_config() {
     want.token_interval = Duration::from_millis(3);
     assert_eq!(cfg, want);
 }
+
+#[tokio::test]
+async fn engine_prefill_prints_its_bootstrap_port() {
+    let mut child = Command::new(BIN)
+        .args([
+            "--role",
+            "prefill",
+            "--engine",
+            "--max-running",
+            "5",
+            "--prefill-tokens-per-sec",
+            "500",
+            "--bootstrap-port",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn pdrouter-mock");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(TIMEOUT, BufReader::new(stdout).read_line(&mut line))
+        .await
+        .expect("listening line in time")
+        .unwrap();
+    let rest = line
+        .trim_end()
+        .strip_prefix("pdrouter-mock listening on http://")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let parts: Vec<&str> = rest.split(' ').collect();
+    assert_eq!(parts[1], "role=prefill");
+    let port: u16 = parts[2]
+        .strip_prefix("bootstrap_port=")
+        .unwrap_or_else(|| panic!("no bootstrap port in {line:?}"))
+        .parse()
+        .unwrap();
+    assert_ne!(port, 0);
+    let addr: SocketAddr = parts[0].parse().unwrap();
+    let info = get(addr, "/get_server_info").await.json();
+    assert_eq!(info["max_running_requests"], 5);
+    let bootstrap = SocketAddr::new(addr.ip(), port);
+    assert_eq!(get(bootstrap, "/health").await.status, StatusCode::OK);
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn engine_flags_need_engine_mode() {
+    let out = Command::new(BIN)
+        .args(["--role", "prefill", "--max-running", "5"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--engine"), "{err}");
+}

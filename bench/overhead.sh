@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Router overhead: tiny requests sent straight to a decode mock versus through
+# pdrouter in PD mode, closed loop at concurrency 1 and 64.
+#
+#   bench/overhead.sh [--quick] [--duration SECS] [--no-build]
+#
+# Setup: a decode and a prefill pdrouter-mock (no delays), pdrouter
+# (`--pd-disaggregation`, round_robin, health checks off) pinned to core 0
+# with TOKIO_WORKER_THREADS=1; the mocks and pdrouter-bench share core 1.
+# Requests are `POST /generate` with a two-word text and max_new_tokens 1,
+# non-streaming.
+#
+# Read the ratio with care: through the router every client request becomes
+# TWO upstream requests (the prefill leg and the decode leg, sent at once),
+# while the direct baseline is ONE request to the decode mock (its body
+# carries a fixed `bootstrap_room`, which a mock requires). The mocks and the
+# load generator also share one core, so at concurrency 64 that core, not
+# the router's, may be the limit in either mode.
+#
+# Output: a table (mode, concurrency, req/s, p50, p99) and, last, one line
+#   added_p50_us_c1=… router_rps_c64=… direct_rps_c64=… rps_ratio_c64=…
+# Default 10 s per measurement; --quick uses 3 s. Needs only the Rust
+# toolchain (plus bash, awk and, for pinning, taskset).
+
+source "$(dirname "$0")/lib.sh"
+
+DURATION=10
+BUILD=1
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --quick) DURATION=3 ;;
+    --duration) DURATION=$2; shift ;;
+    --no-build) BUILD=0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) die "unknown argument $1" ;;
+    esac
+    shift
+done
+
+((BUILD)) && build
+
+start_mock decode decode
+DECODE=$SPAWNED_URL
+start_mock prefill prefill
+PREFILL=$SPAWNED_URL
+start_router router --pd-disaggregation --prefill "$PREFILL" --decode "$DECODE" \
+    --disable-health-check --policy round_robin
+ROUTER=$SPAWNED_URL
+echo "decode $DECODE  prefill $PREFILL  router $ROUTER" >&2
+
+COMMON=(--path /generate --prompt-mean-tokens 2 --max-tokens 1)
+DIRECT_BODY='{"bootstrap_room":1}'
+
+wait_ready "$DECODE" "${COMMON[@]}" --body-extra "$DIRECT_BODY"
+wait_ready "$ROUTER" "${COMMON[@]}"
+
+run() { # MODE CONCURRENCY
+    local mode=$1 c=$2 url extra=()
+    if [[ $mode == direct ]]; then
+        url=$DECODE
+        extra=(--body-extra "$DIRECT_BODY")
+    else
+        url=$ROUTER
+    fi
+    # Warm the connections up, then measure.
+    bench --url "$url" "${COMMON[@]}" "${extra[@]}" --concurrency "$c" --duration 0.5 >/dev/null
+    bench --url "$url" "${COMMON[@]}" "${extra[@]}" --concurrency "$c" --duration "$DURATION" \
+        --label "$mode-c$c" >"$WORK/$mode-c$c.txt"
+    local errors=$(( $(kv "$WORK/$mode-c$c.txt" requests) - $(kv "$WORK/$mode-c$c.txt" ok) ))
+    ((errors == 0)) || echo "warning: $mode c$c had $errors unsuccessful requests" >&2
+}
+
+for c in 1 64; do
+    for mode in direct router; do
+        echo "running $mode at concurrency $c for ${DURATION}s" >&2
+        run "$mode" "$c"
+    done
+done
+
+printf '%-8s %11s %12s %10s %10s\n' mode concurrency req/s p50_ms p99_ms
+for c in 1 64; do
+    for mode in direct router; do
+        f="$WORK/$mode-c$c.txt"
+        printf '%-8s %11s %12.1f %10.3f %10.3f\n' "$mode" "$c" \
+            "$(kv "$f" ok_rps)" "$(kv "$f" lat_p50_ms)" "$(kv "$f" lat_p99_ms)"
+    done
+done
+
+added=$(calc %.0f "($(kv "$WORK/router-c1.txt" lat_p50_ms) - $(kv "$WORK/direct-c1.txt" lat_p50_ms)) * 1000")
+router_rps=$(kv "$WORK/router-c64.txt" ok_rps)
+direct_rps=$(kv "$WORK/direct-c64.txt" ok_rps)
+ratio=$(calc %.3f "$router_rps / $direct_rps")
+echo "added_p50_us_c1=$added router_rps_c64=$(calc %.0f "$router_rps") direct_rps_c64=$(calc %.0f "$direct_rps") rps_ratio_c64=$ratio"

@@ -1,0 +1,461 @@
+//! Engine mode: a prefill worker that behaves like a continuous-batching
+//! engine (bounded running set, FIFO queue, prefill time proportional to the
+//! prompt) and the KV bootstrap rendezvous between prefill and decode.
+//!
+//! * A prefill request first waits in the engine's own FIFO queue for one of
+//!   [`EngineConfig::max_running`] slots, then "computes" for
+//!   `delay + prompt_tokens / prefill_tokens_per_sec`, then marks its
+//!   bootstrap room(s) finished and answers.
+//! * The prefill worker serves `GET /room/{room}` on a separate bootstrap
+//!   port; the answer comes only once that room's prefill has finished
+//!   (long poll).
+//! * A decode worker in engine mode asks that endpoint (from the
+//!   `bootstrap_host`/`bootstrap_port`/`bootstrap_room` in its request body)
+//!   and starts generating only after the answer.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+/// Engine-mode settings of a [`MockConfig`](crate::MockConfig).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// Requests in prefill at once (the engine's running batch); the rest
+    /// wait in the engine's FIFO. Reported as `max_running_requests`.
+    pub max_running: usize,
+    /// Prefill speed: a prompt of `T` tokens takes `T / rate` seconds.
+    pub prefill_tokens_per_sec: f64,
+    /// Port of the prefill worker's KV bootstrap endpoint (0 = ephemeral).
+    pub bootstrap_port: u16,
+}
+
+impl EngineConfig {
+    /// `max_running` 8, 10 000 tokens/s, ephemeral bootstrap port.
+    pub fn new() -> Self {
+        EngineConfig {
+            max_running: 8,
+            prefill_tokens_per_sec: 10_000.0,
+            bootstrap_port: 0,
+        }
+    }
+
+    /// Time to prefill `tokens` tokens.
+    pub fn prefill_time(&self, tokens: u64) -> Duration {
+        if self.prefill_tokens_per_sec.is_finite() && self.prefill_tokens_per_sec > 0.0 {
+            Duration::from_secs_f64(tokens as f64 / self.prefill_tokens_per_sec)
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig::new()
+    }
+}
+
+/// How long a finished room stays answerable.
+const ROOM_RETENTION: Duration = Duration::from_secs(300);
+/// Longest a bootstrap long poll is held before it answers 504.
+const LONG_POLL_LIMIT: Duration = Duration::from_secs(600);
+
+/// Rendezvous of bootstrap rooms: finished rooms and their waiters.
+#[derive(Debug, Default)]
+pub(crate) struct Rooms {
+    inner: Mutex<RoomsInner>,
+}
+
+#[derive(Debug, Default)]
+struct RoomsInner {
+    /// `true` once the room's prefill finished.
+    rooms: HashMap<u64, watch::Sender<bool>>,
+    /// Finished rooms in finishing order, for expiry.
+    finished: VecDeque<(Instant, u64)>,
+}
+
+impl Rooms {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RoomsInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `room` finished and wakes its waiters.
+    pub(crate) fn finish(&self, room: u64) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner
+            .rooms
+            .entry(room)
+            .or_insert_with(|| watch::Sender::new(false))
+            .send_replace(true);
+        inner.finished.push_back((now, room));
+        while let Some(&(at, old)) = inner.finished.front() {
+            if now.duration_since(at) < ROOM_RETENTION {
+                break;
+            }
+            inner.finished.pop_front();
+            inner.rooms.remove(&old);
+        }
+    }
+
+    /// Whether `room` has finished (and not yet expired).
+    #[cfg(test)]
+    pub(crate) fn is_finished(&self, room: u64) -> bool {
+        self.lock().rooms.get(&room).is_some_and(|s| *s.borrow())
+    }
+
+    /// Waits until `room` has finished. Cancel-safe: a dropped waiter leaves
+    /// no entry behind for a room that never finished.
+    pub(crate) async fn wait(&self, room: u64) {
+        let rx = self
+            .lock()
+            .rooms
+            .entry(room)
+            .or_insert_with(|| watch::Sender::new(false))
+            .subscribe();
+        let mut waiter = RoomWaiter {
+            rooms: self,
+            room,
+            rx: Some(rx),
+        };
+        if let Some(rx) = waiter.rx.as_mut() {
+            // The sender lives in the map until the room finishes or expires.
+            let _ = rx.wait_for(|done| *done).await;
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().rooms.len()
+    }
+}
+
+/// Removes a never-finished room's entry when its last waiter goes away.
+#[derive(Debug)]
+struct RoomWaiter<'a> {
+    rooms: &'a Rooms,
+    room: u64,
+    rx: Option<watch::Receiver<bool>>,
+}
+
+impl Drop for RoomWaiter<'_> {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        let mut inner = self.rooms.lock();
+        let abandoned = inner
+            .rooms
+            .get(&self.room)
+            .is_some_and(|s| !*s.borrow() && s.receiver_count() == 0);
+        if abandoned {
+            inner.rooms.remove(&self.room);
+        }
+    }
+}
+
+/// The prefill engine of one worker: slots, queue statistics, rooms.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) config: EngineConfig,
+    slots: Semaphore,
+    queued: AtomicU64,
+    max_wait_us: AtomicU64,
+    pub(crate) rooms: Rooms,
+}
+
+/// Counts one request as queued in the engine until dropped.
+#[derive(Debug)]
+struct Queued<'a>(&'a AtomicU64);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(config: EngineConfig) -> Self {
+        Engine {
+            slots: Semaphore::new(config.max_running.max(1)),
+            config,
+            queued: AtomicU64::new(0),
+            max_wait_us: AtomicU64::new(0),
+            rooms: Rooms::default(),
+        }
+    }
+
+    /// Requests waiting in the engine's FIFO for a running slot.
+    pub(crate) fn queue_len(&self) -> u64 {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// The longest time a request has waited for a running slot.
+    pub(crate) fn max_queue_wait(&self) -> Duration {
+        Duration::from_micros(self.max_wait_us.load(Ordering::SeqCst))
+    }
+
+    /// Resets the longest queue wait to zero.
+    pub(crate) fn reset_max_queue_wait(&self) {
+        self.max_wait_us.store(0, Ordering::SeqCst);
+    }
+
+    /// One prefill: wait for a slot (FIFO), compute for `extra +
+    /// tokens / rate`, release the slot, then mark `rooms` finished.
+    pub(crate) async fn prefill(&self, tokens: u64, extra: Duration, rooms: &[u64]) {
+        let t0 = Instant::now();
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let queued = Queued(&self.queued);
+        // The semaphore is never closed; tokio's semaphore is FIFO.
+        let Ok(_slot) = self.slots.acquire().await else {
+            return;
+        };
+        drop(queued);
+        let waited = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.max_wait_us.fetch_max(waited, Ordering::SeqCst);
+        let work = extra.saturating_add(self.config.prefill_time(tokens));
+        if !work.is_zero() {
+            tokio::time::sleep(work).await;
+        }
+        for &room in rooms {
+            self.rooms.finish(room);
+        }
+    }
+}
+
+/// The bootstrap endpoint's routes: `GET /room/{room}` (long poll) and
+/// `GET /health`.
+pub(crate) fn bootstrap_router(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .route("/room/{room}", get(room))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .with_state(engine)
+}
+
+async fn room(State(engine): State<Arc<Engine>>, Path(room): Path<String>) -> Response {
+    let Ok(room) = room.parse::<u64>() else {
+        return (StatusCode::BAD_REQUEST, "room must be an unsigned integer").into_response();
+    };
+    match tokio::time::timeout(LONG_POLL_LIMIT, engine.rooms.wait(room)).await {
+        Ok(()) => axum::Json(json!({ "room": room, "ready": true })).into_response(),
+        Err(_) => (StatusCode::GATEWAY_TIMEOUT, "prefill did not finish").into_response(),
+    }
+}
+
+/// The rooms a request body names (`bootstrap_room` as a number or an array
+/// of numbers).
+pub(crate) fn rooms_of(req: &serde_json::Map<String, Value>) -> Vec<u64> {
+    match req.get("bootstrap_room") {
+        Some(Value::Number(n)) => n.as_u64().into_iter().collect(),
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_u64).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The `(host, port, room)` rendezvous points of a decode request; entries
+/// whose port is null or missing are skipped (nothing to ask).
+pub(crate) fn bootstrap_points(req: &serde_json::Map<String, Value>) -> Vec<(String, u16, u64)> {
+    let as_list = |key: &str| match req.get(key) {
+        Some(Value::Array(items)) => items.clone(),
+        Some(v) => vec![v.clone()],
+        None => Vec::new(),
+    };
+    let (hosts, ports, rooms) = (
+        as_list("bootstrap_host"),
+        as_list("bootstrap_port"),
+        as_list("bootstrap_room"),
+    );
+    rooms
+        .iter()
+        .enumerate()
+        .filter_map(|(i, room)| {
+            let host = hosts.get(i).or(hosts.first())?.as_str()?.to_owned();
+            let port = u16::try_from(ports.get(i).or(ports.first())?.as_u64()?).ok()?;
+            Some((host, port, room.as_u64()?))
+        })
+        .collect()
+}
+
+/// Asks `http://host:port/room/{room}` and waits for its answer.
+pub(crate) async fn await_room(host: &str, port: u16, room: u64) -> Result<(), String> {
+    let authority = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let tcp = TcpStream::connect(&authority)
+        .await
+        .map_err(|e| format!("bootstrap {authority}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("bootstrap {authority}: {e}"))?;
+    tokio::spawn(conn);
+    let req = Request::get(format!("/room/{room}"))
+        .header("host", &authority)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("bootstrap {authority}: {e}"))?;
+    let status = resp.status();
+    let _ = resp.into_body().collect().await;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("bootstrap {authority} room {room}: {status}"))
+    }
+}
+
+/// Waits for every rendezvous point of a decode request (concurrently).
+pub(crate) async fn await_bootstrap(req: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let points = bootstrap_points(req);
+    let waits = points
+        .iter()
+        .map(|(host, port, room)| await_room(host, *port, *room));
+    for r in futures_util::future::join_all(waits).await {
+        r?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn rooms_answer_only_after_finish() {
+        let rooms = Arc::new(Rooms::default());
+        let r = Arc::clone(&rooms);
+        let waiter = tokio::spawn(async move { r.wait(7).await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        assert!(!rooms.is_finished(7));
+        rooms.finish(7);
+        waiter.await.unwrap();
+        assert!(rooms.is_finished(7));
+        // A late waiter returns at once.
+        rooms.wait(7).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelled_waiters_leave_nothing_behind() {
+        let rooms = Rooms::default();
+        let _ = tokio::time::timeout(Duration::from_millis(5), rooms.wait(1)).await;
+        assert_eq!(rooms.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_rooms_expire() {
+        let rooms = Rooms::default();
+        rooms.finish(1);
+        tokio::time::advance(ROOM_RETENTION + Duration::from_secs(1)).await;
+        rooms.finish(2);
+        assert!(!rooms.is_finished(1));
+        assert!(rooms.is_finished(2));
+        assert_eq!(rooms.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn engine_runs_at_most_max_running_and_queues_fifo() {
+        let engine = Arc::new(Engine::new(EngineConfig {
+            max_running: 2,
+            prefill_tokens_per_sec: 1000.0,
+            bootstrap_port: 0,
+        }));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..5u64 {
+            let (e, o) = (Arc::clone(&engine), Arc::clone(&order));
+            tasks.push(tokio::spawn(async move {
+                // 1000 tokens = 1 s each.
+                e.prefill(1000, Duration::ZERO, &[i]).await;
+                o.lock().unwrap().push(i);
+            }));
+            // Arrive in a known order.
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(engine.queue_len(), 3);
+        let t0 = Instant::now();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Two at a time, one second each: 3 rounds.
+        assert_eq!(t0.elapsed().as_secs(), 3);
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(engine.queue_len(), 0);
+        assert_eq!(engine.max_queue_wait(), Duration::from_secs(2));
+        assert!((0..5).all(|r| engine.rooms.is_finished(r)));
+        engine.reset_max_queue_wait();
+        assert_eq!(engine.max_queue_wait(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prefill_time_is_proportional_to_tokens() {
+        let cfg = EngineConfig {
+            max_running: 1,
+            prefill_tokens_per_sec: 200.0,
+            bootstrap_port: 0,
+        };
+        assert_eq!(cfg.prefill_time(100), Duration::from_millis(500));
+        assert_eq!(cfg.prefill_time(0), Duration::ZERO);
+        let engine = Engine::new(cfg);
+        let t0 = Instant::now();
+        engine.prefill(400, Duration::from_millis(100), &[]).await;
+        assert_eq!(t0.elapsed(), Duration::from_millis(2100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_queued_prefill_leaves_the_queue() {
+        let engine = Arc::new(Engine::new(EngineConfig {
+            max_running: 1,
+            prefill_tokens_per_sec: 1.0,
+            bootstrap_port: 0,
+        }));
+        let e = Arc::clone(&engine);
+        let running = tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[]).await });
+        tokio::task::yield_now().await;
+        let e = Arc::clone(&engine);
+        let queued = tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[]).await });
+        tokio::task::yield_now().await;
+        assert_eq!(engine.queue_len(), 1);
+        queued.abort();
+        let _ = queued.await;
+        assert_eq!(engine.queue_len(), 0);
+        running.abort();
+    }
+
+    #[test]
+    fn bootstrap_points_pair_hosts_ports_and_rooms() {
+        let req = |v: Value| v.as_object().unwrap().clone();
+        let one =
+            req(json!({"bootstrap_host":"10.0.0.1","bootstrap_port":8998,"bootstrap_room":5}));
+        assert_eq!(
+            bootstrap_points(&one),
+            vec![("10.0.0.1".to_owned(), 8998, 5)]
+        );
+        let batch = req(json!({
+            "bootstrap_host":["a","b"],"bootstrap_port":[1,null],"bootstrap_room":[10,11]
+        }));
+        assert_eq!(bootstrap_points(&batch), vec![("a".to_owned(), 1, 10)]);
+        let no_port = req(json!({"bootstrap_host":"a","bootstrap_port":null,"bootstrap_room":1}));
+        assert!(bootstrap_points(&no_port).is_empty());
+        assert_eq!(rooms_of(&batch), vec![10, 11]);
+        assert_eq!(rooms_of(&one), vec![5]);
+        assert!(rooms_of(&req(json!({}))).is_empty());
+    }
+}
