@@ -375,6 +375,9 @@ async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
     let (reply, done) = waiter.await.unwrap();
     assert_eq!(reply.status, 200, "{}", reply.text());
     let after = done - opened;
-    assert!(after >= Duration::from_millis(2500) && after < Duration::from_secs(6), "{after:?}");
+    assert!(
+        after >= Duration::from_millis(2500) && after < Duration::from_secs(6),
+        "{after:?}"
+    );
     assert_eq!(p.stats().requests_total, 2);
 }

@@ -51,7 +51,9 @@ async fn nothing_leaks_under_chaos() {
     for i in 0..REQUESTS {
         let permit = sem.clone().acquire_owned().await.unwrap();
         let stream = rng.random_bool(0.5);
-        let abort_after = rng.random_bool(0.3).then(|| Duration::from_millis(rng.random_range(0..60)));
+        let abort_after = rng
+            .random_bool(0.3)
+            .then(|| Duration::from_millis(rng.random_range(0..60)));
         let statuses = statuses.clone();
         let req = tokio::spawn(async move {
             let body = if stream { CHAT_STREAM } else { CHAT };
@@ -78,7 +80,12 @@ async fn nothing_leaks_under_chaos() {
             assert_eq!(del.status, 202);
         }
         if i == 300 {
-            let add = post(addr, "/workers", &format!(r#"{{"url":"{d2_url}","worker_type":"decode"}}"#)).await;
+            let add = post(
+                addr,
+                "/workers",
+                &format!(r#"{{"url":"{d2_url}","worker_type":"decode"}}"#),
+            )
+            .await;
             assert_eq!(add.status, 202, "{}", add.text());
         }
     }
@@ -104,8 +111,17 @@ async fn nothing_leaks_under_chaos() {
     );
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(0.0));
     let statuses = statuses.lock().clone();
-    assert!(statuses.len() >= REQUESTS / 2, "most requests finished: {}", statuses.len());
-    assert!(statuses.iter().all(|s| [200, 429, 502, 503, 504].contains(s)), "{statuses:?}");
+    assert!(
+        statuses.len() >= REQUESTS / 2,
+        "most requests finished: {}",
+        statuses.len()
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| [200, 429, 502, 503, 504].contains(s)),
+        "{statuses:?}"
+    );
     assert!(statuses.iter().filter(|s| **s == 200).count() > REQUESTS / 4);
 
     // Still serving once the faults stop.
@@ -120,5 +136,9 @@ async fn nothing_leaks_under_chaos() {
         }
     }
     assert!(served);
-    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0 && adm.inflight_total() == 0).await);
+    assert!(
+        eventually(Duration::from_secs(5), || total_load(&r) == 0
+            && adm.inflight_total() == 0)
+        .await
+    );
 }
