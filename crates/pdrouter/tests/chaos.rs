@@ -12,7 +12,7 @@ use pdrouter::config::AdmissionSettings;
 use rand::{RngExt, SeedableRng};
 use support::*;
 
-const REQUESTS: usize = 600;
+const REQUESTS: usize = 2000;
 const CONCURRENCY: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,6 +46,8 @@ async fn nothing_leaks_under_chaos() {
 
     let sem = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
     let statuses = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cancelled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut tasks = Vec::new();
     for i in 0..REQUESTS {
@@ -55,6 +57,7 @@ async fn nothing_leaks_under_chaos() {
             .random_bool(0.3)
             .then(|| Duration::from_millis(rng.random_range(0..60)));
         let statuses = statuses.clone();
+        let (finished, cancelled) = (finished.clone(), cancelled.clone());
         let req = tokio::spawn(async move {
             let body = if stream { CHAT_STREAM } else { CHAT };
             let reply = post(addr, "/v1/chat/completions", body).await;
@@ -64,22 +67,26 @@ async fn nothing_leaks_under_chaos() {
             if let Some(after) = abort_after {
                 tokio::time::sleep(after).await;
                 req.abort();
-                let _ = req.await;
+                match req.await {
+                    Ok(()) => finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    Err(_) => cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                };
             } else {
-                let _ = req.await;
+                req.await.expect("request task completes");
+                finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             drop(permit);
         }));
         // Chaos on the worker set while traffic flows.
-        if i == 150 {
+        if i == 500 {
             p2.controls().set_hang(true);
         }
-        if i == 200 {
+        if i == 700 {
             let encoded = d2_url.replace(':', "%3A").replace('/', "%2F");
             let del = send(addr, "DELETE", &format!("/workers/{encoded}"), "", &[]).await;
             assert_eq!(del.status, 202);
         }
-        if i == 300 {
+        if i == 1000 {
             let add = post(
                 addr,
                 "/workers",
@@ -111,6 +118,13 @@ async fn nothing_leaks_under_chaos() {
     );
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(0.0));
     let statuses = statuses.lock().clone();
+    // Every request ended exactly once: with one final status, or cancelled by its client.
+    let done = finished.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(statuses.len(), done);
+    assert_eq!(
+        done + cancelled.load(std::sync::atomic::Ordering::Relaxed),
+        REQUESTS
+    );
     assert!(
         statuses.len() >= REQUESTS / 2,
         "most requests finished: {}",
