@@ -71,39 +71,40 @@ mod tests {
     use crate::config::{BreakerConfig, WorkerSpec, WorkerType};
     use crate::registry::{Registry, WorkerStatus};
     use crate::request::{Endpoint, parse};
+    use std::sync::Arc;
     use std::time::Duration;
+
+    fn register(
+        url: &str,
+        t: WorkerType,
+        port: Option<u16>,
+        ranks: Option<u32>,
+    ) -> Vec<Arc<Worker>> {
+        let breaker = BreakerConfig {
+            enabled: false,
+            failure_threshold: 1,
+            success_threshold: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let spec = WorkerSpec {
+            url: url.into(),
+            worker_type: t,
+            bootstrap_port: port,
+            api_key: None,
+        };
+        Registry::new(breaker, None)
+            .register(&spec, ranks, WorkerStatus::Ready)
+            .unwrap()
+    }
+
+    fn prefill(port: Option<u16>) -> Arc<Worker> {
+        register("http://10.0.0.7:8000", WorkerType::Prefill, port, None).remove(0)
+    }
 
     #[test]
     fn dp_ranks_go_to_their_legs() {
-        let reg = Registry::new(
-            BreakerConfig {
-                enabled: false,
-                failure_threshold: 1,
-                success_threshold: 1,
-                timeout: Duration::from_secs(1),
-            },
-            None,
-        );
-        let mk = |url: &str, t| WorkerSpec {
-            url: url.into(),
-            worker_type: t,
-            bootstrap_port: None,
-            api_key: None,
-        };
-        let p = reg
-            .register(
-                &mk("http://p:1", WorkerType::Prefill),
-                Some(2),
-                WorkerStatus::Ready,
-            )
-            .unwrap();
-        let d = reg
-            .register(
-                &mk("http://d:1", WorkerType::Decode),
-                Some(4),
-                WorkerStatus::Ready,
-            )
-            .unwrap();
+        let p = register("http://p:1", WorkerType::Prefill, None, Some(2));
+        let d = register("http://d:1", WorkerType::Decode, None, Some(4));
         let req = parse(Endpoint::Generate, br#"{"text":"hi"}"#).unwrap();
         let (pb, db) = bodies(&req, &p[1], &d[3]);
         let pv: Value = serde_json::from_slice(&pb).unwrap();
@@ -112,30 +113,6 @@ mod tests {
         assert_eq!(dv["routed_dp_rank"], 3);
         assert_eq!(dv["disagg_prefill_dp_rank"], 1);
         assert_eq!(pv["bootstrap_room"], dv["bootstrap_room"]);
-    }
-
-    fn prefill(port: Option<u16>) -> std::sync::Arc<Worker> {
-        let reg = Registry::new(
-            BreakerConfig {
-                enabled: false,
-                failure_threshold: 1,
-                success_threshold: 1,
-                timeout: Duration::from_secs(1),
-            },
-            None,
-        );
-        reg.register(
-            &WorkerSpec {
-                url: "http://10.0.0.7:8000".into(),
-                worker_type: WorkerType::Prefill,
-                bootstrap_port: port,
-                api_key: None,
-            },
-            None,
-            WorkerStatus::Ready,
-        )
-        .unwrap()
-        .remove(0)
     }
 
     #[test]
