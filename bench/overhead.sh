@@ -17,8 +17,9 @@
 # load generator also share one core, so at concurrency 64 that core, not
 # the router's, may be the limit in either mode.
 #
-# Output: a table (mode, concurrency, req/s, p50, p99) and, last, one line
-#   added_p50_us_c1=… router_rps_c64=… direct_rps_c64=… rps_ratio_c64=…
+# Output: a table (mode, concurrency, req/s, p50, p99, router CPU seconds used and
+# requests per router CPU-second = capacity per router core) and, last, one line
+#   added_p50_us_c1=… router_rps_c64=… direct_rps_c64=… rps_ratio_c64=… router_rps_per_core_c64=…
 # Default 10 s per measurement; --quick uses 3 s. Needs only the Rust
 # toolchain (plus bash, awk and, for pinning, taskset).
 
@@ -46,6 +47,10 @@ PREFILL=$SPAWNED_URL
 start_router router --pd-disaggregation --prefill "$PREFILL" --decode "$DECODE" \
     --disable-health-check --policy round_robin
 ROUTER=$SPAWNED_URL
+ROUTER_PID=$SPAWNED_PID
+TICKS=$(getconf CLK_TCK)
+# CPU seconds the router process has used so far (user + system).
+router_cpu() { awk -v t="$TICKS" '{ printf "%.4f", ($14 + $15) / t }' "/proc/$ROUTER_PID/stat"; }
 echo "decode $DECODE  prefill $PREFILL  router $ROUTER" >&2
 
 COMMON=(--path /generate --prompt-mean-tokens 2 --max-tokens 1)
@@ -64,8 +69,10 @@ run() { # MODE CONCURRENCY
     fi
     # Warm the connections up, then measure.
     bench --url "$url" "${COMMON[@]}" "${extra[@]}" --concurrency "$c" --duration 0.5 >/dev/null
+    local cpu0=$(router_cpu)
     bench --url "$url" "${COMMON[@]}" "${extra[@]}" --concurrency "$c" --duration "$DURATION" \
         --label "$mode-c$c" >"$WORK/$mode-c$c.txt"
+    calc %.4f "$(router_cpu) - $cpu0" >"$WORK/$mode-c$c.cpu"
     local errors=$(( $(kv "$WORK/$mode-c$c.txt" requests) - $(kv "$WORK/$mode-c$c.txt" ok) ))
     ((errors == 0)) || echo "warning: $mode c$c had $errors unsuccessful requests" >&2
 }
@@ -77,12 +84,15 @@ for c in 1 64; do
     done
 done
 
-printf '%-8s %11s %12s %10s %10s\n' mode concurrency req/s p50_ms p99_ms
+printf '%-8s %11s %12s %10s %10s %12s %16s\n' mode concurrency req/s p50_ms p99_ms router_cpu_s req/router_cpu_s
 for c in 1 64; do
     for mode in direct router; do
         f="$WORK/$mode-c$c.txt"
-        printf '%-8s %11s %12.1f %10.3f %10.3f\n' "$mode" "$c" \
-            "$(kv "$f" ok_rps)" "$(kv "$f" lat_p50_ms)" "$(kv "$f" lat_p99_ms)"
+        cpu=$(cat "$WORK/$mode-c$c.cpu")
+        per="-"
+        [[ $mode == router ]] && per=$(calc %.0f "$(kv "$f" ok) / $cpu")
+        printf '%-8s %11s %12.1f %10.3f %10.3f %12.2f %16s\n' "$mode" "$c" \
+            "$(kv "$f" ok_rps)" "$(kv "$f" lat_p50_ms)" "$(kv "$f" lat_p99_ms)" "$cpu" "$per"
     done
 done
 
@@ -90,4 +100,7 @@ added=$(calc %.0f "($(kv "$WORK/router-c1.txt" lat_p50_ms) - $(kv "$WORK/direct-
 router_rps=$(kv "$WORK/router-c64.txt" ok_rps)
 direct_rps=$(kv "$WORK/direct-c64.txt" ok_rps)
 ratio=$(calc %.3f "$router_rps / $direct_rps")
-echo "added_p50_us_c1=$added router_rps_c64=$(calc %.0f "$router_rps") direct_rps_c64=$(calc %.0f "$direct_rps") rps_ratio_c64=$ratio"
+# Requests per CPU-second of the router is its capacity per core, whether or not the shared
+# client/mock core (not the router) was the limit in this run.
+per_core=$(calc %.0f "$(kv "$WORK/router-c64.txt" ok) / $(cat "$WORK/router-c64.cpu")")
+echo "added_p50_us_c1=$added router_rps_c64=$(calc %.0f "$router_rps") direct_rps_c64=$(calc %.0f "$direct_rps") rps_ratio_c64=$ratio router_rps_per_core_c64=$per_core"

@@ -284,22 +284,8 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         None => None,
     };
 
-    let (tx, mut rx) = watch::channel(false);
-    let service = app(state.clone());
-    let server = tokio::spawn(async move {
-        use axum::serve::ListenerExt;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let served = axum::serve(listener, service)
-            .with_graceful_shutdown(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "server stopped with an error");
-        }
-    });
+    let (tx, rx) = watch::channel(false);
+    let server = tokio::spawn(crate::http::serve(listener, app(state.clone()), rx));
     tracing::info!(%addr, mode = ?cfg.mode, admission = cfg.admission.is_some(), "router listening");
     Ok(RouterHandle {
         addr,
