@@ -116,7 +116,8 @@ async def main():
         t1 = time.time()
         while metric(maddr, "smg_pd_prefill_admission_queued") > 0 and time.time() - t1 < 60:
             await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)
+        # Allocators return freed pages lazily (jemalloc purges after its decay time).
+        await asyncio.sleep(12.0)
         after = rss_kb(router.pid)
         per = (parked - base) / args.waiters
         print(f"{'state':<22}{'router RSS (KB)':>18}")

@@ -2,6 +2,16 @@
 
 use pdrouter::cli::{Cli, Command};
 
+// jemalloc with a background purge thread hands the memory of a drained admission queue back
+// to the OS (glibc keeps it); see bench/queue_memory.py.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn tune_allocator() {
+    // Best effort: a failure only means freed memory is returned later.
+    let _ = tikv_jemalloc_ctl::background_thread::write(true);
+}
+
 fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level.replace("warning", "warn")))
@@ -21,6 +31,7 @@ fn init_logging(level: &str, json: bool) {
 }
 
 fn main() -> std::process::ExitCode {
+    tune_allocator();
     let cli = Cli::parse_from_env();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

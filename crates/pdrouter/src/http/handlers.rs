@@ -85,6 +85,15 @@ async fn infer(
         .map(|r| r.0.clone())
         .unwrap_or_default();
     let raw = read_body(&state, body, &parts.headers).await?;
+    // A small body and the header values are slices of the connection's read buffer; keeping
+    // them while the request waits (e.g. in the admission queue) would pin that buffer and make
+    // hyper allocate a second one for the next read. Release both before routing.
+    drop(parts);
+    let raw = if raw.len() <= 64 * 1024 {
+        Bytes::copy_from_slice(&raw)
+    } else {
+        raw
+    };
     let parsed = parse(endpoint, &raw)?;
     let ctx = RequestCtx {
         request_id,
