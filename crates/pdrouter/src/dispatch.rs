@@ -54,7 +54,15 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Routes one inference request, retrying where allowed.
-    pub async fn route(&self, req: ParsedRequest, ctx: RequestCtx) -> Result<Response, ApiError> {
+    pub async fn route(
+        &self,
+        mut req: ParsedRequest,
+        mut ctx: RequestCtx,
+    ) -> Result<Response, ApiError> {
+        if self.fill_model(&mut req) {
+            // The forwarded bytes must carry the model too.
+            ctx.raw = serde_json::to_vec(&req.body).unwrap_or_default().into();
+        }
         let route = req.endpoint.path();
         self.metrics.routed(route);
         let mut attempt = 1;
@@ -77,6 +85,31 @@ impl Dispatcher {
             self.metrics.route_error(route, e.code);
         }
         result
+    }
+
+    /// Canonical model: a request that names no model (absent, null or empty) is sent with the
+    /// model id the workers reported, so engines and their answers agree on one name. Returns
+    /// whether the body changed. A model the client did name is forwarded as is.
+    fn fill_model(&self, req: &mut ParsedRequest) -> bool {
+        let named = req
+            .body
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|m| !m.is_empty());
+        if named {
+            return false;
+        }
+        let Some(model) = self
+            .registry
+            .snapshot()
+            .all()
+            .iter()
+            .find_map(|w| w.model_id())
+        else {
+            return false;
+        };
+        req.body.insert("model".into(), model.into());
+        true
     }
 
     pub(crate) fn wanted(req: &ParsedRequest, ctx: &RequestCtx) -> Wanted {

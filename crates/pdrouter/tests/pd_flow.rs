@@ -270,3 +270,40 @@ async fn dp_aware_registers_each_rank_with_its_own_limit() {
         .is_some()
     );
 }
+
+#[tokio::test]
+async fn a_request_without_model_gets_the_canonical_model() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.health.enabled = true;
+    cfg.health.interval = Duration::from_secs(1);
+    let r = router(cfg).await;
+    let reg = r.registry().clone();
+    assert!(
+        eventually(Duration::from_secs(5), || reg
+            .snapshot()
+            .all()
+            .iter()
+            .all(|w| w.is_routable() && w.model_id().is_some()))
+        .await
+    );
+    let reply = post(
+        r.addr(),
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(d.stats().last_request.unwrap()["model"], "mock-model");
+    assert_eq!(p.stats().last_request.unwrap()["model"], "mock-model");
+    // A model the client names is left alone.
+    let reply = post(
+        r.addr(),
+        "/v1/chat/completions",
+        r#"{"model":"other","messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(d.stats().last_request.unwrap()["model"], "other");
+}
