@@ -381,3 +381,19 @@ async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
     );
     assert_eq!(p.stats().requests_total, 2);
 }
+
+#[tokio::test]
+async fn streaming_responses_get_the_real_429_not_a_200_stream() {
+    let p = mock(Role::Prefill, 1500).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.admission = admission(1, 0, 1);
+    let r = router(cfg).await;
+    let adm = r.admission().unwrap().clone();
+    let first = spawn_chat(r.addr(), CHAT);
+    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    let reply = post(r.addr(), "/v1/responses", r#"{"input":"hi","stream":true}"#).await;
+    assert_eq!(reply.status, 429, "{}", reply.text());
+    assert_eq!(reply.error_code(), "pd_prefill_queue_full");
+    assert_eq!(first.await.unwrap().0.status, 200);
+}

@@ -307,3 +307,36 @@ async fn a_request_without_model_gets_the_canonical_model() {
     assert_eq!(reply.status, 200);
     assert_eq!(d.stats().last_request.unwrap()["model"], "other");
 }
+
+#[tokio::test]
+async fn prefill_failure_after_the_stream_started_ends_it_with_an_sse_error_event() {
+    use http_body_util::BodyExt;
+    let p = mock(Role::Prefill, 0).await;
+    p.controls().set_hang(true);
+    let mut dc = MockConfig::new(Role::Decode);
+    dc.output_tokens = 500;
+    dc.token_interval = Duration::from_millis(10);
+    let d = MockWorker::start(dc).await.unwrap();
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", r.addr()))
+        .body(http_body_util::Full::new(bytes::Bytes::from(CHAT_STREAM)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert!(first.is_data());
+    // The Prefill worker dies while Decode is streaming.
+    p.shutdown().await;
+    let mut rest = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            rest.extend_from_slice(&data);
+        }
+    }
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.contains(r#""code":"prefill_"#), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+    assert!(eventually(Duration::from_secs(5), || d.stats().inflight == 0).await);
+}
