@@ -51,7 +51,7 @@ async fn spec_table_one_timeout_then_queue_full() {
     assert!(second.header("retry-after").is_some());
     let waited = second_done - second_sent;
     assert!(
-        waited >= Duration::from_millis(1900) && waited < Duration::from_millis(2900),
+        waited >= Duration::from_millis(1900) && waited < Duration::from_millis(4000),
         "{waited:?}"
     );
 
@@ -121,12 +121,12 @@ async fn spec_table_two_all_served_in_arrival_order() {
     );
     let total = t0.elapsed();
     assert!(
-        total >= Duration::from_millis(8800) && total < Duration::from_secs(15),
+        total >= Duration::from_millis(8800) && total < Duration::from_secs(20),
         "{total:?}"
     );
     // The two queued requests waited about 3 s + 6 s.
     let waited = metric(&r, "smg_pd_prefill_admission_wait_seconds_sum").unwrap();
-    assert!((8.0..11.0).contains(&waited), "{waited}");
+    assert!((8.0..14.0).contains(&waited), "{waited}");
     assert_eq!(p.stats().max_inflight, 1);
     assert!(
         eventually(Duration::from_secs(5), || adm.inflight_total() == 0
