@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use pdrouter_admission::Admission;
 use pdrouter_policy::Policy;
@@ -35,8 +34,6 @@ pub struct RequestCtx {
     pub routing_key: Option<Arc<str>>,
     /// When the request arrived.
     pub started: Instant,
-    /// Original body bytes (forwarded unchanged in regular mode).
-    pub raw: Bytes,
 }
 
 /// Everything routing needs, built once by the composition root.
@@ -57,12 +54,9 @@ impl Dispatcher {
     pub async fn route(
         &self,
         mut req: ParsedRequest,
-        mut ctx: RequestCtx,
+        ctx: RequestCtx,
     ) -> Result<Response, ApiError> {
-        if self.fill_model(&mut req) {
-            // The forwarded bytes must carry the model too.
-            ctx.raw = serde_json::to_vec(&req.body).unwrap_or_default().into();
-        }
+        self.fill_model(&mut req);
         let route = req.endpoint.path();
         self.metrics.routed(route);
         let mut attempt = 1;
@@ -88,28 +82,17 @@ impl Dispatcher {
     }
 
     /// Canonical model: a request that names no model (absent, null or empty) is sent with the
-    /// model id the workers reported, so engines and their answers agree on one name. Returns
-    /// whether the body changed. A model the client did name is forwarded as is.
-    fn fill_model(&self, req: &mut ParsedRequest) -> bool {
-        let named = req
-            .body
-            .get("model")
-            .and_then(serde_json::Value::as_str)
-            .is_some_and(|m| !m.is_empty());
-        if named {
-            return false;
+    /// model id the workers reported, so engines and their answers agree on one name. A model
+    /// the client did name is forwarded as is.
+    fn fill_model(&self, req: &mut ParsedRequest) {
+        if !req.model_named {
+            req.model_fill = self
+                .registry
+                .snapshot()
+                .all()
+                .iter()
+                .find_map(|w| w.model_id());
         }
-        let Some(model) = self
-            .registry
-            .snapshot()
-            .all()
-            .iter()
-            .find_map(|w| w.model_id())
-        else {
-            return false;
-        };
-        req.body.insert("model".into(), model.into());
-        true
     }
 
     pub(crate) fn wanted(req: &ParsedRequest, ctx: &RequestCtx) -> Wanted {

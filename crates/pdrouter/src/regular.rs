@@ -26,14 +26,12 @@ impl Dispatcher {
         )
         .pick()?;
         let load = LoadGuard::new(worker.clone(), req.sub_requests() as u64);
-        let body = match worker.dp_rank() {
-            None => ctx.raw.clone(),
-            Some(rank) => {
-                let mut with_rank = req.body.clone();
-                with_rank.insert("routed_dp_rank".into(), rank.into());
-                serde_json::to_vec(&with_rank).unwrap_or_default().into()
-            }
-        };
+        let rank: Vec<(&'static str, serde_json::Value)> = worker
+            .dp_rank()
+            .map(|r| ("routed_dp_rank", r.into()))
+            .into_iter()
+            .collect();
+        let body = req.body_with(&rank);
         let upstream = json_post(
             worker.base_url(),
             req.endpoint.path(),

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -39,13 +40,33 @@ pub const MAX_N: u64 = 1024;
 /// Characters of request text kept for cache-aware routing.
 const ROUTING_TEXT_CHARS: usize = 4096;
 
+/// Fields the router itself may add to a forwarded body.
+const ROUTER_FIELDS: [&str; 6] = [
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "routed_dp_rank",
+    "disagg_prefill_dp_rank",
+    "model",
+];
+
 /// A validated inference request.
+///
+/// The parsed JSON tree is dropped after validation on the common path: forwarded bodies are
+/// the received bytes with the router's fields spliced in at the top of the object, so a
+/// request waiting in the admission queue holds its bytes, not a tree. The tree is kept only
+/// when the body already has a field the router sets, so that field is replaced, not doubled.
 #[derive(Debug)]
 pub struct ParsedRequest {
     /// Which endpoint.
     pub endpoint: Endpoint,
-    /// The JSON object as received.
-    pub body: Map<String, Value>,
+    /// The body as received.
+    pub raw: Bytes,
+    object: Option<Map<String, Value>>,
+    /// Whether the client named a model (a non-empty string).
+    pub model_named: bool,
+    /// Model id the router adds because the client named none (see `Dispatcher::route`).
+    pub model_fill: Option<String>,
     /// `stream: true`.
     pub stream: bool,
     /// Text used for cache-aware routing (a prefix of the prompt).
@@ -57,6 +78,29 @@ pub struct ParsedRequest {
 }
 
 impl ParsedRequest {
+    /// The body to forward: as received, plus `fields` (and the filled-in model, if any), each
+    /// replacing a field of the same name.
+    pub fn body_with(&self, fields: &[(&'static str, Value)]) -> Bytes {
+        let model = self
+            .model_fill
+            .as_ref()
+            .map(|m| ("model", Value::String(m.clone())));
+        if fields.is_empty() && model.is_none() {
+            return self.raw.clone();
+        }
+        let all = fields.iter().cloned().chain(model);
+        match &self.object {
+            Some(object) => {
+                let mut object = object.clone();
+                for (k, v) in all {
+                    object.insert(k.to_string(), v);
+                }
+                Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
+            }
+            None => splice(&self.raw, all),
+        }
+    }
+
     /// Backend sub-requests: one per prompt per sample.
     pub fn sub_requests(&self) -> usize {
         self.batch.unwrap_or(1).max(1) * self.n
@@ -199,9 +243,36 @@ fn positive_n(field: &str, v: Option<&Value>) -> Result<usize, ApiError> {
     }
 }
 
+/// `raw` (a JSON object, already validated) with `fields` inserted first. The caller guarantees
+/// none of the fields is already present.
+fn splice(raw: &[u8], fields: impl Iterator<Item = (&'static str, Value)>) -> Bytes {
+    let open = raw
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(0);
+    let rest = &raw[open + 1..];
+    let empty = rest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
+    let mut out = Vec::with_capacity(raw.len() + 128);
+    out.push(b'{');
+    for (i, (k, v)) in fields.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // Writing to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, k);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, &v);
+    }
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest);
+    Bytes::from(out)
+}
+
 /// Parses and validates a request body for `endpoint`.
-pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<ParsedRequest, ApiError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(ApiError::malformed_json)?;
+pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> {
+    let value: Value = serde_json::from_slice(&raw).map_err(ApiError::malformed_json)?;
     let Value::Object(body) = value else {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -321,9 +392,20 @@ pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<ParsedRequest, ApiError
             (None, text, 1)
         }
     };
+    let model_named = body
+        .get("model")
+        .and_then(Value::as_str)
+        .is_some_and(|m| !m.is_empty());
+    let object = ROUTER_FIELDS
+        .iter()
+        .any(|k| body.contains_key(*k))
+        .then_some(body);
     Ok(ParsedRequest {
         endpoint,
-        body,
+        raw,
+        object,
+        model_named,
+        model_fill: None,
         stream,
         text,
         batch,
@@ -336,7 +418,58 @@ mod tests {
     use super::*;
 
     fn err(endpoint: Endpoint, body: &str) -> String {
-        parse(endpoint, body.as_bytes()).unwrap_err().message
+        parse(endpoint, Bytes::copy_from_slice(body.as_bytes()))
+            .unwrap_err()
+            .message
+    }
+
+    fn ok(endpoint: Endpoint, body: &[u8]) -> ParsedRequest {
+        parse(endpoint, Bytes::copy_from_slice(body)).unwrap()
+    }
+
+    fn json(b: &Bytes) -> Value {
+        serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn fields_are_spliced_without_a_tree_and_replaced_with_one() {
+        let r = ok(Endpoint::Generate, br#"  {"text":"hi"} "#);
+        assert!(r.object.is_none());
+        let b = r.body_with(&[
+            ("bootstrap_room", Value::from(7)),
+            ("bootstrap_port", Value::Null),
+        ]);
+        assert_eq!(
+            json(&b),
+            serde_json::json!({"text":"hi","bootstrap_room":7,"bootstrap_port":null})
+        );
+        assert_eq!(r.body_with(&[]), r.raw);
+        // The client already sent a field the router sets: replaced, never doubled.
+        let r = ok(Endpoint::Generate, br#"{"text":"hi","bootstrap_room":1}"#);
+        assert!(r.object.is_some());
+        let b = r.body_with(&[("bootstrap_room", Value::from(9))]);
+        assert_eq!(
+            json(&b),
+            serde_json::json!({"text":"hi","bootstrap_room":9})
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&b)
+                .matches("bootstrap_room")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn model_fill_is_added_once() {
+        let mut r = ok(Endpoint::Completions, br#"{"prompt":"x","model":null}"#);
+        assert!(!r.model_named);
+        r.model_fill = Some("m".into());
+        let b = r.body_with(&[]);
+        assert_eq!(json(&b)["model"], "m");
+        assert_eq!(String::from_utf8_lossy(&b).matches("model").count(), 1);
+        assert!(ok(Endpoint::Completions, br#"{"prompt":"x","model":"a"}"#).model_named);
+        assert!(!ok(Endpoint::Completions, br#"{"prompt":"x","model":""}"#).model_named);
     }
 
     #[test]
@@ -367,28 +500,26 @@ mod tests {
 
     #[test]
     fn batches_and_samples() {
-        let r = parse(Endpoint::Generate, br#"{"text":["a","b","c"]}"#).unwrap();
+        let r = ok(Endpoint::Generate, br#"{"text":["a","b","c"]}"#);
         assert_eq!(
             (r.batch, r.sub_requests(), r.is_batched()),
             (Some(3), 3, true)
         );
-        let r = parse(Endpoint::Generate, br#"{"input_ids":[1,2,3]}"#).unwrap();
+        let r = ok(Endpoint::Generate, br#"{"input_ids":[1,2,3]}"#);
         assert_eq!((r.batch, r.is_batched()), (None, false));
-        let r = parse(
+        let r = ok(
             Endpoint::Generate,
             br#"{"input_ids":[[1],[2]],"sampling_params":{"n":2}}"#,
-        )
-        .unwrap();
+        );
         assert_eq!(r.sub_requests(), 4);
-        let r = parse(Endpoint::Completions, br#"{"prompt":[1,2,3]}"#).unwrap();
+        let r = ok(Endpoint::Completions, br#"{"prompt":[1,2,3]}"#);
         assert_eq!(r.batch, None);
-        let r = parse(Endpoint::Completions, br#"{"prompt":["x","y"],"n":3}"#).unwrap();
+        let r = ok(Endpoint::Completions, br#"{"prompt":["x","y"],"n":3}"#);
         assert_eq!(r.sub_requests(), 6);
-        let r = parse(
+        let r = ok(
             Endpoint::ChatCompletions,
             br#"{"messages":[{"role":"user","content":"hello"}],"n":2,"stream":true}"#,
-        )
-        .unwrap();
+        );
         assert_eq!((r.n, r.stream, &*r.text), (2, true, "hello"));
     }
 }

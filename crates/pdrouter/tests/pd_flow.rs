@@ -340,3 +340,17 @@ async fn prefill_failure_after_the_stream_started_ends_it_with_an_sse_error_even
     assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
     assert!(eventually(Duration::from_secs(5), || d.stats().inflight == 0).await);
 }
+
+#[tokio::test]
+async fn a_client_supplied_bootstrap_field_is_replaced_not_doubled() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let reply = post(r.addr(), "/generate", r#"{"text":"hi","bootstrap_room":5}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let pl = p.stats().last_request.unwrap();
+    let dl = d.stats().last_request.unwrap();
+    assert_eq!(pl["bootstrap_room"], dl["bootstrap_room"]);
+    assert_ne!(pl["bootstrap_room"], 5);
+    assert_eq!(pl["text"], "hi");
+}

@@ -94,13 +94,12 @@ async fn infer(
     } else {
         raw
     };
-    let parsed = parse(endpoint, &raw)?;
+    let parsed = parse(endpoint, raw)?;
     let ctx = RequestCtx {
         request_id,
         target,
         routing_key,
         started,
-        raw,
     };
     state.dispatcher.route(parsed, ctx).await
 }

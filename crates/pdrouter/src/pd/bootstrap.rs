@@ -6,7 +6,7 @@
 //! rooms drawn independently.
 
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::registry::Worker;
 use crate::request::ParsedRequest;
@@ -19,50 +19,47 @@ pub fn random_room() -> u64 {
 /// The bodies sent to the Prefill and Decode legs: identical bootstrap fields; with DP ranks
 /// each leg also gets its own `routed_dp_rank`, and Decode gets `disagg_prefill_dp_rank`.
 pub fn bodies(req: &ParsedRequest, prefill: &Worker, decode: &Worker) -> (Bytes, Bytes) {
-    let base = ticket(req, prefill);
+    let mut p = ticket(req, prefill);
     if prefill.dp_rank().is_none() && decode.dp_rank().is_none() {
-        let b = encode(&base);
+        let b = req.body_with(&p);
         return (b.clone(), b);
     }
-    let mut p = base.clone();
-    let mut d = base;
+    let mut d = p.clone();
     if let Some(rank) = prefill.dp_rank() {
-        p.insert("routed_dp_rank".into(), Value::from(rank));
-        d.insert("disagg_prefill_dp_rank".into(), Value::from(rank));
+        p.push(("routed_dp_rank", Value::from(rank)));
+        d.push(("disagg_prefill_dp_rank", Value::from(rank)));
     }
     if let Some(rank) = decode.dp_rank() {
-        d.insert("routed_dp_rank".into(), Value::from(rank));
+        d.push(("routed_dp_rank", Value::from(rank)));
     }
-    (encode(&p), encode(&d))
-}
-
-fn encode(body: &Map<String, Value>) -> Bytes {
-    Bytes::from(serde_json::to_vec(body).unwrap_or_default())
+    (req.body_with(&p), req.body_with(&d))
 }
 
 /// The request body with the bootstrap ticket of `prefill` added (shared by both legs).
 pub fn inject(req: &ParsedRequest, prefill: &Worker) -> Bytes {
-    encode(&ticket(req, prefill))
+    req.body_with(&ticket(req, prefill))
 }
 
-fn ticket(req: &ParsedRequest, prefill: &Worker) -> Map<String, Value> {
+fn ticket(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str, Value)> {
     let host = Value::String(prefill.bootstrap_host().to_string());
     let port = prefill.bootstrap_port().map_or(Value::Null, Value::from);
-    let mut body: Map<String, Value> = req.body.clone();
     if req.is_batched() {
         let k = req.sub_requests();
-        body.insert("bootstrap_host".into(), Value::Array(vec![host; k]));
-        body.insert("bootstrap_port".into(), Value::Array(vec![port; k]));
-        body.insert(
-            "bootstrap_room".into(),
-            Value::Array((0..k).map(|_| Value::from(random_room())).collect()),
-        );
+        vec![
+            ("bootstrap_host", Value::Array(vec![host; k])),
+            ("bootstrap_port", Value::Array(vec![port; k])),
+            (
+                "bootstrap_room",
+                Value::Array((0..k).map(|_| Value::from(random_room())).collect()),
+            ),
+        ]
     } else {
-        body.insert("bootstrap_host".into(), host);
-        body.insert("bootstrap_port".into(), port);
-        body.insert("bootstrap_room".into(), Value::from(random_room()));
+        vec![
+            ("bootstrap_host", host),
+            ("bootstrap_port", port),
+            ("bootstrap_room", Value::from(random_room())),
+        ]
     }
-    body
 }
 
 #[cfg(test)]
@@ -105,7 +102,7 @@ mod tests {
     fn dp_ranks_go_to_their_legs() {
         let p = register("http://p:1", WorkerType::Prefill, None, Some(2));
         let d = register("http://d:1", WorkerType::Decode, None, Some(4));
-        let req = parse(Endpoint::Generate, br#"{"text":"hi"}"#).unwrap();
+        let req = parse(Endpoint::Generate, Bytes::from_static(br#"{"text":"hi"}"#)).unwrap();
         let (pb, db) = bodies(&req, &p[1], &d[3]);
         let pv: Value = serde_json::from_slice(&pb).unwrap();
         let dv: Value = serde_json::from_slice(&db).unwrap();
@@ -117,7 +114,7 @@ mod tests {
 
     #[test]
     fn single_request_gets_scalars() {
-        let req = parse(Endpoint::Generate, br#"{"text":"hi"}"#).unwrap();
+        let req = parse(Endpoint::Generate, Bytes::from_static(br#"{"text":"hi"}"#)).unwrap();
         let v: Value = serde_json::from_slice(&inject(&req, &prefill(Some(9000)))).unwrap();
         assert_eq!(v["bootstrap_host"], "10.0.0.7");
         assert_eq!(v["bootstrap_port"], 9000);
@@ -127,7 +124,11 @@ mod tests {
 
     #[test]
     fn batch_and_n_get_arrays_with_independent_rooms() {
-        let req = parse(Endpoint::Completions, br#"{"prompt":["a","b"],"n":2}"#).unwrap();
+        let req = parse(
+            Endpoint::Completions,
+            Bytes::from_static(br#"{"prompt":["a","b"],"n":2}"#),
+        )
+        .unwrap();
         let v: Value = serde_json::from_slice(&inject(&req, &prefill(None))).unwrap();
         assert_eq!(v["bootstrap_host"].as_array().unwrap().len(), 4);
         assert!(
