@@ -72,6 +72,7 @@ async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--waiters", type=int, default=10000)
     ap.add_argument("--idle", action="store_true", help="connect without sending (baseline per connection)")
+    ap.add_argument("--settle", type=float, default=0.0, help="seconds to wait with everyone parked before reading RSS")
     args = ap.parse_args()
     global IDLE
     rel = f"{ROOT}/target/release"
@@ -109,6 +110,8 @@ async def main():
                 raise SystemExit("waiters did not all queue within 120 s")
         if IDLE:
             await asyncio.sleep(3)
+        parked_now = rss_kb(router.pid)
+        await asyncio.sleep(args.settle)
         parked = rss_kb(router.pid)
         queued = metric(maddr, "smg_pd_prefill_admission_queued")
         stop.set()
@@ -122,7 +125,11 @@ async def main():
         per = (parked - base) / args.waiters
         print(f"{'state':<22}{'router RSS (KB)':>18}")
         print(f"{'before':<22}{base:>18}")
-        print(f"{'%d parked' % int(queued):<22}{parked:>18}")
+        if args.settle:
+            print(f"{'%d parked' % int(queued):<22}{parked_now:>18}")
+            print(f"{'  … after %.0f s' % args.settle:<22}{parked:>18}")
+        else:
+            print(f"{'%d parked' % int(queued):<22}{parked:>18}")
         print(f"{'after drain':<22}{after:>18}")
         print(f"per waiter: {per:.2f} KB; kept after drain: {after - base} KB")
         print(f"waiters={int(queued)} rss_per_waiter_kb={per:.2f} rss_base_kb={base} rss_parked_kb={parked} rss_after_kb={after}")
