@@ -260,3 +260,16 @@ async fn a_worker_speaking_garbage_is_a_502() {
     assert_eq!(reply.error_code(), "worker_bad_response");
     assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
 }
+
+#[tokio::test]
+async fn a_router_started_against_live_workers_serves_its_first_request() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.health.enabled = true;
+    let r = router(cfg).await;
+    // No waiting for readiness: the first probe round ran before the router took traffic.
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(get(r.addr(), "/readiness").await.status, 200);
+}

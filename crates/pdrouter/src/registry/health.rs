@@ -163,6 +163,9 @@ async fn probe_loop(
         if ok && worker.model_id().is_none() {
             learn_model(&client, &worker, cfg.timeout).await;
         }
+        worker
+            .probed
+            .store(true, std::sync::atomic::Ordering::Release);
         ever_ready |= worker.status() == WorkerStatus::Ready;
         drop(registry);
         let wait = if ever_ready {

@@ -212,6 +212,7 @@ impl Registry {
             breaker: Breaker::new(self.breaker),
             slot,
             model_id: Mutex::new(None),
+            probed: std::sync::atomic::AtomicBool::new(false),
             load_hook: self.load_hook.lock().clone(),
         })
     }

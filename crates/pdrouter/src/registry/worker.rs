@@ -112,6 +112,7 @@ pub struct Worker {
     pub(crate) breaker: Breaker,
     pub(crate) slot: Option<Arc<Slot>>,
     pub(crate) model_id: Mutex<Option<String>>,
+    pub(crate) probed: std::sync::atomic::AtomicBool,
     pub(crate) load_hook: Option<LoadHook>,
 }
 
@@ -180,6 +181,11 @@ impl Worker {
     pub fn model_id(&self) -> Option<String> {
         self.model_id.lock().clone()
     }
+    /// Whether the health checker has finished at least one probe of this worker.
+    pub fn probed(&self) -> bool {
+        self.probed.load(Ordering::Acquire)
+    }
+
     /// Whether new requests may be sent: ready and breaker not open.
     pub fn is_routable(&self) -> bool {
         self.status() == WorkerStatus::Ready && self.breaker.allows()
