@@ -17,6 +17,13 @@ const CONCURRENCY: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_leaks_under_chaos() {
+    // Any panic anywhere in the process (router tasks included) is counted and fails the test.
+    static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        default_hook(info);
+    }));
     let mk = |role: Role, delay: u64| {
         let mut c = MockConfig::new(role);
         c.delay = Duration::from_millis(delay);
@@ -117,6 +124,14 @@ async fn nothing_leaks_under_chaos() {
         total_load(&r)
     );
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(0.0));
+    // Every per-worker gauge is back to zero too.
+    let text = r.metrics_text();
+    for line in text.lines().filter(|l| {
+        l.starts_with("smg_pd_prefill_admission_inflight{")
+            || l.starts_with("smg_worker_requests_active{")
+    }) {
+        assert!(line.ends_with(" 0"), "{line}");
+    }
     let statuses = statuses.lock().clone();
     // Every request ended exactly once: with one final status, or cancelled by its client.
     let done = finished.load(std::sync::atomic::Ordering::Relaxed);
@@ -150,6 +165,11 @@ async fn nothing_leaks_under_chaos() {
         }
     }
     assert!(served);
+    assert_eq!(
+        PANICS.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a task panicked"
+    );
     assert!(
         eventually(Duration::from_secs(5), || total_load(&r) == 0
             && adm.inflight_total() == 0)
