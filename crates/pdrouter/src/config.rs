@@ -71,16 +71,10 @@ pub fn parse_worker_url(raw: &str) -> Result<String, String> {
             "worker URL '{raw}' uses grpc://, which this build does not serve yet; use http:// or https://"
         ));
     }
-    if trimmed.starts_with("https://") {
-        return Err(format!(
-            "worker URL '{raw}' uses https://, but this build speaks plain HTTP to workers; use http://"
-        ));
-    }
-    let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
-        format!(
-            "worker URL '{raw}' must start with http:// (or https:// / grpc://, not yet served)"
-        )
-    })?;
+    let rest = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(|| format!("worker URL '{raw}' must start with http:// or https://"))?;
     if rest.is_empty() {
         return Err(format!("worker URL '{raw}' has no host"));
     }
@@ -497,7 +491,7 @@ mod tests {
     #[test]
     fn worker_urls_are_checked() {
         assert_eq!(parse_worker_url("http://h:8000/").unwrap(), "http://h:8000");
-        assert!(parse_worker_url("https://h").unwrap_err().contains("https"));
+        assert!(parse_worker_url("https://h:8443").is_ok());
         assert!(parse_worker_url("ftp://h").unwrap_err().contains("http://"));
         assert!(parse_worker_url("h:8000").is_err());
         assert!(parse_worker_url("http://").is_err());

@@ -1,4 +1,6 @@
-//! Upstream HTTP client: pooled keep-alive HTTP/1 connections to workers.
+//! Upstream HTTP client: pooled keep-alive HTTP/1 connections to workers, plain or TLS
+//! (`https://` workers; trust roots are the system's — honouring `SSL_CERT_FILE` /
+//! `SSL_CERT_DIR` — plus the Mozilla set bundled with webpki-roots).
 //!
 //! Errors are classified here into [`UpstreamError`] (connect, timeout, broken) so callers map
 //! them per leg without inspecting hyper's error types.
@@ -9,6 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -40,7 +43,27 @@ impl UpstreamError {
 /// Shared client (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    inner: Client<HttpConnector, Full<Bytes>>,
+    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+/// Trust roots for `https://` workers: the system store (which honours `SSL_CERT_FILE` and
+/// `SSL_CERT_DIR`) plus the bundled Mozilla roots.
+fn tls_config() -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::debug!(error = %e, "skipping a system certificate source");
+    }
+    let (added, ignored) = roots.add_parsable_certificates(native.certs);
+    tracing::debug!(added, ignored, "loaded system trust roots");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        // ring implements every default protocol version; this cannot fail.
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 impl Default for UpstreamClient {
@@ -52,10 +75,16 @@ impl Default for UpstreamClient {
 impl UpstreamClient {
     /// A client with keep-alive pooling and Nagle off (small SSE frames must not wait).
     pub fn new() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(5)));
+        http.set_keepalive(Some(Duration::from_secs(60)));
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(1024)

@@ -1,0 +1,162 @@
+//! `https://` workers: the router speaks TLS to a worker whose certificate it trusts through
+//! `SSL_CERT_FILE`, and refuses one it does not trust.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use support::*;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TLS front for `backend` (a plain mock worker) with a fresh self-signed certificate for
+/// 127.0.0.1; returns its https URL and the certificate PEM.
+async fn tls_front(backend: std::net::SocketAddr) -> (String, String) {
+    // A throwaway CA and a leaf for 127.0.0.1 signed by it; the CA is what clients trust.
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca)
+        .unwrap();
+    let cert_pem = ca.pem();
+    let cert_der = leaf.der().clone();
+    let key_der = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert_der], key_der)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = TcpStream::connect(backend).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (url, cert_pem)
+}
+
+fn launch(
+    args: &[String],
+    ca_file: &std::path::Path,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pdrouter"))
+        .arg("launch")
+        .args(args)
+        .env("SSL_CERT_FILE", ca_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("pdrouter listening on http://")
+        .unwrap()
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_workers_are_reached_over_tls() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let (p_url, p_pem) = tls_front(p.addr()).await;
+    let (d_url, d_pem) = tls_front(d.addr()).await;
+    let ca = std::env::temp_dir().join(format!("pdrouter-tls-{}.pem", std::process::id()));
+    std::fs::write(&ca, format!("{p_pem}{d_pem}")).unwrap();
+    let args: Vec<String> = [
+        "--pd-disaggregation",
+        "--prefill",
+        &p_url,
+        "--decode",
+        &d_url,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        "0",
+        "--retry-max-retries",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Blocking read of the router's first line: keep the TLS fronts (this runtime) running.
+    let ca2 = ca.clone();
+    let (mut child, addr) = tokio::task::spawn_blocking(move || launch(&args, &ca2))
+        .await
+        .unwrap();
+    let reply = post(addr, "/v1/chat/completions", CHAT).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&ca);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        p.stats().last_request.unwrap()["bootstrap_host"],
+        "127.0.0.1"
+    );
+    assert_eq!(d.stats().requests_total, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_worker_certificate_is_refused() {
+    let w = mock(Role::Regular, 0).await;
+    let (url, _pem) = tls_front(w.addr()).await;
+    let ca = std::env::temp_dir().join(format!("pdrouter-tls-empty-{}.pem", std::process::id()));
+    std::fs::write(&ca, "").unwrap();
+    let args: Vec<String> = [
+        "--worker-urls",
+        &url,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        "0",
+        "--disable-health-check",
+        "--retry-max-retries",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Blocking read of the router's first line: keep the TLS fronts (this runtime) running.
+    let ca2 = ca.clone();
+    let (mut child, addr) = tokio::task::spawn_blocking(move || launch(&args, &ca2))
+        .await
+        .unwrap();
+    let reply = post(addr, "/v1/completions", r#"{"prompt":"x"}"#).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&ca);
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(w.stats().requests_total, 0);
+}
