@@ -35,11 +35,6 @@ pub fn bodies(req: &ParsedRequest, prefill: &Worker, decode: &Worker) -> (Bytes,
     (req.body_with(&p), req.body_with(&d))
 }
 
-/// The request body with the bootstrap ticket of `prefill` added (shared by both legs).
-pub fn inject(req: &ParsedRequest, prefill: &Worker) -> Bytes {
-    req.body_with(&ticket(req, prefill))
-}
-
 fn ticket(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str, Value)> {
     let host = Value::String(prefill.bootstrap_host().to_string());
     let port = prefill.bootstrap_port().map_or(Value::Null, Value::from);
@@ -92,6 +87,12 @@ mod tests {
         Registry::new(breaker, None)
             .register(&spec, ranks, WorkerStatus::Ready)
             .unwrap()
+    }
+
+    /// The Prefill leg's body against a plain Decode worker.
+    fn inject(req: &ParsedRequest, prefill: &Worker) -> Bytes {
+        let decode = register("http://d:1", WorkerType::Decode, None, None).remove(0);
+        bodies(req, prefill, &decode).0
     }
 
     fn prefill(port: Option<u16>) -> Arc<Worker> {
