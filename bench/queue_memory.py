@@ -10,6 +10,7 @@ Usage: bench/queue_memory.py [--waiters 10000]   (run from the repository root a
 `cargo build --release -p pdrouter -p pdrouter-mock`). Needs only python3 (stdlib).
 """
 import argparse
+import os
 import asyncio
 import re
 import subprocess
@@ -20,8 +21,8 @@ import urllib.request
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True).stdout.strip() or "."
 
 
-def start(cmd):
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start(cmd, env=None):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     line = p.stdout.readline()
     m = re.search(r"http://([0-9.]+:[0-9]+)", line)
     if not m:
@@ -87,7 +88,7 @@ async def main():
             "--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1", "--prometheus-port", "0",
             "--disable-health-check", "--prefill-max-inflight-requests-per-worker", "1",
             "--prefill-queue-size", str(args.waiters + 10), "--prefill-queue-timeout-secs", "600",
-        ])
+        ], env=dict(os.environ))
         procs.append(router)
         metrics_line = router.stdout.readline()
         maddr = re.search(r"http://([0-9.]+:[0-9]+)", metrics_line).group(1)
