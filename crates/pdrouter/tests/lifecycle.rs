@@ -273,3 +273,28 @@ async fn a_router_started_against_live_workers_serves_its_first_request() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(get(r.addr(), "/readiness").await.status, 200);
 }
+
+#[tokio::test]
+async fn workers_api_registers_each_dp_rank() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut extra = MockConfig::new(Role::Prefill);
+    extra.dp_size = 2;
+    let extra = MockWorker::start(extra).await.unwrap();
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let body = format!(
+        r#"{{"url":"{}","worker_type":"prefill","dp_aware":true}}"#,
+        extra.url()
+    );
+    let added = post(r.addr(), "/workers", &body).await;
+    assert_eq!(added.status, 202, "{}", added.text());
+    assert_eq!(added.json()["worker_ids"].as_array().unwrap().len(), 2);
+    let urls: Vec<String> = get(r.addr(), "/workers").await.json()["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["url"].as_str().unwrap().to_string())
+        .collect();
+    assert!(urls.contains(&format!("{}@0", extra.url())));
+    assert!(urls.contains(&format!("{}@1", extra.url())));
+}
