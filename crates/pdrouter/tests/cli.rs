@@ -2,8 +2,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use support::*;
@@ -117,26 +116,6 @@ fn help_is_grouped() {
     assert!(help.contains("--prefill-max-inflight-requests-per-worker"));
 }
 
-fn launch(args: &[String]) -> (Child, String) {
-    let mut child = pdrouter()
-        .arg("launch")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("pdrouter listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_string();
-    (child, addr)
-}
-
 fn sigterm(child: &Child) {
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -164,7 +143,7 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (mut child, addr) = launch(&args);
+    let (mut child, addr) = launch_binary(&args, &[]);
     let sock: std::net::SocketAddr = addr.parse().unwrap();
     let inflight =
         tokio::spawn(async move { post(sock, "/v1/completions", r#"{"prompt":"x"}"#).await });
@@ -185,7 +164,7 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
     let mut again: Vec<String> = args.clone();
     let i = again.iter().position(|a| a == "--port").unwrap();
     again[i + 1] = port;
-    let (mut child, addr2) = launch(&again);
+    let (mut child, addr2) = launch_binary(&again, &[]);
     assert_eq!(addr2, addr);
     let reply = post(
         addr2.parse().unwrap(),

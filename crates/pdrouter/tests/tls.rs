@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use support::*;
@@ -54,31 +52,6 @@ async fn tls_front(backend: std::net::SocketAddr) -> (String, String) {
     (url, cert_pem)
 }
 
-fn launch(
-    args: &[String],
-    ca_file: &std::path::Path,
-) -> (std::process::Child, std::net::SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pdrouter"))
-        .arg("launch")
-        .args(args)
-        .env("SSL_CERT_FILE", ca_file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("pdrouter listening on http://")
-        .unwrap()
-        .parse()
-        .unwrap();
-    (child, addr)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_workers_are_reached_over_tls() {
     let p = mock(Role::Prefill, 0).await;
@@ -109,9 +82,11 @@ async fn https_workers_are_reached_over_tls() {
     .collect();
     // Blocking read of the router's first line: keep the TLS fronts (this runtime) running.
     let ca2 = ca.clone();
-    let (mut child, addr) = tokio::task::spawn_blocking(move || launch(&args, &ca2))
-        .await
-        .unwrap();
+    let (mut child, addr) =
+        tokio::task::spawn_blocking(move || launch_binary(&args, &[("SSL_CERT_FILE", &ca2)]))
+            .await
+            .unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
     let reply = post(addr, "/v1/chat/completions", CHAT).await;
     let _ = child.kill();
     let _ = child.wait();
@@ -150,9 +125,11 @@ async fn an_untrusted_worker_certificate_is_refused() {
     .collect();
     // Blocking read of the router's first line: keep the TLS fronts (this runtime) running.
     let ca2 = ca.clone();
-    let (mut child, addr) = tokio::task::spawn_blocking(move || launch(&args, &ca2))
-        .await
-        .unwrap();
+    let (mut child, addr) =
+        tokio::task::spawn_blocking(move || launch_binary(&args, &[("SSL_CERT_FILE", &ca2)]))
+            .await
+            .unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
     let reply = post(addr, "/v1/completions", r#"{"prompt":"x"}"#).await;
     let _ = child.kill();
     let _ = child.wait();

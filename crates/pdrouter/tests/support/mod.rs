@@ -175,3 +175,32 @@ pub async fn dead_url() -> String {
     drop(l);
     format!("http://{addr}")
 }
+
+/// Starts the `pdrouter` binary as `pdrouter launch ARGS` with extra environment variables,
+/// returning the child and the `host:port` from its first stdout line. Blocks while reading
+/// that line: call it from `spawn_blocking` when in-process servers must keep running.
+pub fn launch_binary(
+    args: &[String],
+    env: &[(&str, &std::path::Path)],
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pdrouter"));
+    cmd.arg("launch")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("pdrouter starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let addr = line
+        .trim()
+        .strip_prefix("pdrouter listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_string();
+    (child, addr)
+}
