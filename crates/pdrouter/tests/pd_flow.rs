@@ -354,3 +354,84 @@ async fn a_client_supplied_bootstrap_field_is_replaced_not_doubled() {
     assert_ne!(pl["bootstrap_room"], 5);
     assert_eq!(pl["text"], "hi");
 }
+
+#[tokio::test]
+async fn both_legs_are_in_flight_at_once() {
+    let p = mock(Role::Prefill, 1000).await;
+    let mut dc = MockConfig::new(Role::Decode);
+    dc.delay = Duration::from_millis(1000);
+    let d = MockWorker::start(dc).await.unwrap();
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let addr = r.addr();
+    let call = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
+    assert!(
+        eventually(Duration::from_secs(5), || p.stats().inflight == 1
+            && d.stats().inflight == 1)
+        .await,
+        "Decode was not sent while Prefill was running"
+    );
+    assert_eq!(call.await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn every_documented_metric_family_is_exported() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.admission = Some(pdrouter::config::AdmissionSettings {
+        max_inflight_per_worker: 1,
+        queue_size: 0,
+        queue_timeout: Duration::from_secs(1),
+    });
+    cfg.retry.max_attempts = 2;
+    cfg.retry.initial_backoff = Duration::from_millis(1);
+    cfg.breaker.failure_threshold = 2;
+    let r = router(cfg).await;
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT_STREAM)
+            .await
+            .status,
+        200
+    );
+    d.controls().set_fail_rate(1.0);
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT).await.status,
+        502
+    );
+    let w = r
+        .registry()
+        .snapshot()
+        .of_type(pdrouter::config::WorkerType::Prefill)[0]
+        .clone();
+    r.registry()
+        .set_status(&w, pdrouter::registry::WorkerStatus::NotReady);
+    assert_eq!(
+        post(r.addr(), "/v1/chat/completions", CHAT).await.status,
+        503
+    );
+    // Scrape through the Prometheus listener, as an operator would.
+    let text = get(r.metrics_addr().unwrap(), "/metrics").await.text();
+    for family in [
+        "smg_http_requests_total",
+        "smg_http_request_duration_seconds_bucket",
+        "smg_http_responses_total",
+        "smg_router_requests_total",
+        "smg_router_request_errors_total",
+        "smg_worker_requests_active",
+        "smg_worker_health",
+        "smg_worker_cb_state",
+        "smg_worker_cb_transitions_total",
+        "smg_worker_retries_total",
+        "smg_pd_ttft_seconds_bucket",
+        "smg_pd_prefill_duration_seconds_bucket",
+        "smg_pd_prefill_admission_inflight",
+        "smg_pd_prefill_admission_queued",
+        "smg_pd_prefill_admission_wait_seconds_bucket",
+        "smg_pd_prefill_admission_rejections_total",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(family)),
+            "missing {family}"
+        );
+    }
+}
