@@ -70,6 +70,15 @@ impl Drop for PrefillLeg {
     }
 }
 
+/// What a PD attempt holds once its workers are chosen.
+struct Holds {
+    prefill: std::sync::Arc<crate::registry::Worker>,
+    permit: Option<pdrouter_admission::Permit>,
+    prefill_load: LoadGuard,
+    decode: std::sync::Arc<crate::registry::Worker>,
+    decode_load: LoadGuard,
+}
+
 impl Dispatcher {
     pub(crate) async fn pd_attempt(
         &self,
@@ -108,7 +117,36 @@ impl Dispatcher {
         )
         .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
+        // The sending half is boxed so that a request parked in the admission queue above
+        // holds only the small selection state, not room for every later stage (this future
+        // lives, per waiter, for as long as it waits).
+        Box::pin(self.pd_send(
+            req,
+            ctx,
+            Holds {
+                prefill,
+                permit,
+                prefill_load,
+                decode,
+                decode_load,
+            },
+        ))
+        .await
+    }
 
+    async fn pd_send(
+        &self,
+        req: &ParsedRequest,
+        ctx: &RequestCtx,
+        holds: Holds,
+    ) -> Result<Response, ApiError> {
+        let Holds {
+            prefill,
+            permit,
+            prefill_load,
+            decode,
+            decode_load,
+        } = holds;
         let (prefill_body, decode_body) = bootstrap::bodies(req, &prefill, &decode);
         let path = req.endpoint.path();
         let prefill_req = json_post(
