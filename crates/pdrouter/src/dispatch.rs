@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::Response;
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use pdrouter_admission::Admission;
 use pdrouter_policy::Policy;
@@ -17,9 +18,9 @@ use tokio::time::Instant;
 use crate::config::{Config, Mode};
 use crate::error::{ApiError, Leg};
 use crate::metrics::Metrics;
-use crate::proxy::client::{UpstreamClient, UpstreamError};
+use crate::proxy::client::{UpstreamClient, UpstreamError, json_post};
 use crate::proxy::retry::backoff;
-use crate::registry::Registry;
+use crate::registry::{Registry, Worker};
 use crate::request::ParsedRequest;
 use crate::select::Wanted;
 
@@ -104,6 +105,43 @@ impl Dispatcher {
     }
 }
 
+/// One upstream exchange: POSTs `body` to `path` on `worker` and returns its 2xx response
+/// head. A transport failure or an error status becomes `leg`'s client error, with a bounded
+/// prefix of the worker's error body as the message. Charging the breaker is the caller's,
+/// because a Prefill leg only knows its outcome once its body has been drained.
+pub(crate) async fn exchange(
+    client: &UpstreamClient,
+    worker: &Worker,
+    leg: Leg,
+    path: &str,
+    body: Bytes,
+    request_id: &str,
+    timeout: std::time::Duration,
+) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+    let req = json_post(worker.base_url(), path, body, worker.api_key(), request_id);
+    let resp = client
+        .send(req, timeout)
+        .await
+        .map_err(|e| upstream_error(e, leg, worker.url()))?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let detail = error_detail(resp.into_body()).await;
+    Err(ApiError::upstream_status(
+        leg,
+        worker.url(),
+        status,
+        &detail,
+    ))
+}
+
+/// Whether an outcome speaks well of the worker: transport errors and 408/429/5xx count
+/// against it (the retryable ones), a 4xx the request caused does not.
+pub(crate) fn worker_ok<T>(outcome: &Result<T, ApiError>) -> bool {
+    !matches!(outcome, Err(e) if e.retryable)
+}
+
 /// Maps a transport failure on `leg` to the client error.
 pub(crate) fn upstream_error(e: UpstreamError, leg: Leg, url: &str) -> ApiError {
     match e {
@@ -114,7 +152,7 @@ pub(crate) fn upstream_error(e: UpstreamError, leg: Leg, url: &str) -> ApiError 
 }
 
 /// Reads (a bounded prefix of) an error response body for the message.
-pub(crate) async fn error_detail(body: hyper::body::Incoming) -> String {
+async fn error_detail(body: hyper::body::Incoming) -> String {
     let limited = http_body_util::Limited::new(body, 4096);
     match tokio::time::timeout(std::time::Duration::from_secs(5), limited.collect()).await {
         Ok(Ok(c)) => {

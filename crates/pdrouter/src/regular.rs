@@ -4,9 +4,8 @@ use axum::body::Body;
 use axum::response::Response;
 
 use crate::config::WorkerType;
-use crate::dispatch::{Dispatcher, RequestCtx, error_detail, relay_response, upstream_error};
+use crate::dispatch::{Dispatcher, RequestCtx, exchange, relay_response, worker_ok};
 use crate::error::{ApiError, Leg};
-use crate::proxy::client::json_post;
 use crate::proxy::relay::RelayBody;
 use crate::registry::LoadGuard;
 use crate::request::ParsedRequest;
@@ -32,30 +31,20 @@ impl Dispatcher {
             .into_iter()
             .collect();
         let body = req.body_with(&rank);
-        let upstream = json_post(
-            worker.base_url(),
+        let outcome = exchange(
+            &self.client,
+            &worker,
+            Leg::Worker,
             req.endpoint.path(),
             body,
-            worker.api_key(),
             &ctx.request_id,
-        );
-        let resp = match self.client.send(upstream, self.cfg.request_timeout).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.registry.record_outcome(&worker, false);
-                return Err(upstream_error(e, Leg::Worker, worker.url()));
-            }
-        };
-        let status = resp.status();
-        if !status.is_success() {
-            let detail = error_detail(resp.into_body()).await;
-            let err = ApiError::upstream_status(Leg::Worker, worker.url(), status, &detail);
-            self.registry.record_outcome(&worker, !err.retryable);
-            return Err(err);
-        }
-        self.registry.record_outcome(&worker, true);
+            self.cfg.request_timeout,
+        )
+        .await;
+        self.registry.record_outcome(&worker, worker_ok(&outcome));
+        let resp = outcome?;
         let (parts, body) = resp.into_parts();
-        let relay = RelayBody::new(body, None, None, req.stream, vec![load], None);
+        let relay = RelayBody::new(body, None, None, req.stream, load, None);
         Ok(relay_response(parts, Body::new(relay)))
     }
 }

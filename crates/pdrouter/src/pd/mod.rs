@@ -15,7 +15,7 @@
 
 pub mod bootstrap;
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -25,9 +25,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::WorkerType;
-use crate::dispatch::{Dispatcher, RequestCtx, error_detail, relay_response, upstream_error};
+use crate::dispatch::{Dispatcher, RequestCtx, exchange, relay_response, worker_ok};
 use crate::error::{ApiError, Leg};
-use crate::proxy::client::json_post;
 use crate::proxy::relay::{FirstByte, RelayBody};
 use crate::registry::LoadGuard;
 use crate::request::ParsedRequest;
@@ -59,8 +58,6 @@ impl PrefillLeg {
         self.handle = None;
     }
 }
-
-use std::future::Future;
 
 impl Drop for PrefillLeg {
     fn drop(&mut self) {
@@ -149,45 +146,27 @@ impl Dispatcher {
         } = holds;
         let (prefill_body, decode_body) = bootstrap::bodies(req, &prefill, &decode);
         let path = req.endpoint.path();
-        let prefill_req = json_post(
-            prefill.base_url(),
-            path,
-            prefill_body,
-            prefill.api_key(),
-            &ctx.request_id,
-        );
-        let decode_req = json_post(
-            decode.base_url(),
-            path,
-            decode_body,
-            decode.api_key(),
-            &ctx.request_id,
-        );
-
         let timeout = self.cfg.request_timeout;
         let leg_task = {
             let client = self.client.clone();
             let registry = self.registry.clone();
             let metrics = self.metrics.clone();
             let worker = prefill.clone();
+            let request_id = ctx.request_id.clone();
             async move {
                 let started = Instant::now();
                 let url = worker.url().to_string();
                 let result = tokio::time::timeout(timeout, async {
-                    let resp = client
-                        .send(prefill_req, timeout)
-                        .await
-                        .map_err(|e| upstream_error(e, Leg::Prefill, &url))?;
-                    let status = resp.status();
-                    if !status.is_success() {
-                        let detail = error_detail(resp.into_body()).await;
-                        return Err(ApiError::upstream_status(
-                            Leg::Prefill,
-                            &url,
-                            status,
-                            &detail,
-                        ));
-                    }
+                    let resp = exchange(
+                        &client,
+                        &worker,
+                        Leg::Prefill,
+                        path,
+                        prefill_body,
+                        &request_id,
+                        timeout,
+                    )
+                    .await?;
                     let mut body = resp.into_body();
                     while let Some(frame) = body.frame().await {
                         frame.map_err(|_| ApiError::upstream_broken(Leg::Prefill, &url))?;
@@ -200,7 +179,7 @@ impl Dispatcher {
                 drop(permit);
                 drop(prefill_load);
                 metrics.prefill_duration(started.elapsed());
-                registry.record_outcome(&worker, !matches!(&result, Err(e) if e.retryable));
+                registry.record_outcome(&worker, worker_ok(&result));
                 result
             }
         };
@@ -208,7 +187,15 @@ impl Dispatcher {
             handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
         };
 
-        let decode_head = self.client.send(decode_req, timeout);
+        let decode_head = exchange(
+            &self.client,
+            &decode,
+            Leg::Decode,
+            path,
+            decode_body,
+            &ctx.request_id,
+            timeout,
+        );
         tokio::pin!(decode_head);
         let mut prefill_done = false;
         let head = tokio::select! {
@@ -220,22 +207,8 @@ impl Dispatcher {
                 decode_head.await
             }
         };
-        let resp = match head {
-            Ok(r) => r,
-            Err(e) => {
-                self.registry.record_outcome(&decode, false);
-                return Err(upstream_error(e, Leg::Decode, decode.url()));
-            }
-        };
-        let status = resp.status();
-        if !status.is_success() {
-            let detail = error_detail(resp.into_body()).await;
-            let err = ApiError::upstream_status(Leg::Decode, decode.url(), status, &detail);
-            self.registry.record_outcome(&decode, !err.retryable);
-            return Err(err);
-        }
-        self.registry.record_outcome(&decode, true);
-
+        self.registry.record_outcome(&decode, worker_ok(&head));
+        let resp = head?;
         let (parts, mut body) = resp.into_parts();
         let first = if prefill_done {
             None
@@ -267,7 +240,7 @@ impl Dispatcher {
             first,
             Some(leg),
             req.stream,
-            vec![decode_load],
+            decode_load,
             Some(FirstByte {
                 started: ctx.started,
                 metrics: self.metrics.clone(),

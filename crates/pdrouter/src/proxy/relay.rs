@@ -39,7 +39,7 @@ pub struct RelayBody {
     inner: Option<Incoming>,
     prefill: Option<PrefillLeg>,
     streaming: bool,
-    _load: Vec<LoadGuard>,
+    _load: LoadGuard,
     ttft: Option<FirstByte>,
     finished: bool,
 }
@@ -51,7 +51,7 @@ impl RelayBody {
         first: Option<Frame<Bytes>>,
         prefill: Option<PrefillLeg>,
         streaming: bool,
-        load: Vec<LoadGuard>,
+        load: LoadGuard,
         ttft: Option<FirstByte>,
     ) -> Self {
         Self {
