@@ -151,6 +151,15 @@ impl ApiError {
         )
     }
 
+    /// `/readiness` while a needed worker type has no ready worker.
+    pub fn not_ready(missing: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            format!("no ready {missing} worker"),
+        )
+    }
+
     /// `X-SMG-Target-Worker` names a worker that does not exist.
     pub fn target_out_of_range(index: usize, count: usize, kind: &str) -> Self {
         Self::new(

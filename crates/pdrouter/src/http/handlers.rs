@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use super::AppState;
 use super::middleware::RequestId;
 use crate::config::{Mode, WorkerType};
-use crate::dispatch::RequestCtx;
-use crate::error::ApiError;
+use crate::dispatch::{RequestCtx, upstream_error};
+use crate::error::{ApiError, Leg};
 use crate::registry::Worker;
 use crate::request::{Endpoint, parse};
 
@@ -163,34 +163,36 @@ pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
+/// GETs `path` on `worker` and returns the body of a 2xx answer; anything else is the
+/// worker's error, mapped like an inference leg's.
+async fn get_from(
+    state: &AppState,
+    worker: &Worker,
+    path: &str,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ApiError> {
+    let url = format!("{}{path}", worker.base_url());
+    match state.client.get(&url, worker.api_key(), timeout).await {
+        Ok((status, body)) if status.is_success() => Ok(body),
+        Ok((status, body)) => Err(ApiError::upstream_status(
+            Leg::Worker,
+            worker.url(),
+            status,
+            &String::from_utf8_lossy(&body),
+        )),
+        Err(e) => Err(upstream_error(e, Leg::Worker, worker.url())),
+    }
+}
+
 async fn forward_get(state: &AppState, path: &str) -> Result<Response, ApiError> {
     let t = serving_types(state)[0];
     let Some(w) = ready_of(state, t).into_iter().next() else {
         return Err(ApiError::no_worker(t.as_str()));
     };
-    let url = format!("{}{path}", w.base_url());
-    match state
-        .client
-        .get(&url, w.api_key(), state.cfg.health.timeout)
-        .await
-    {
-        Ok((status, body)) if status.is_success() => {
-            let v: Value = serde_json::from_slice(&body)
-                .map_err(|_| ApiError::upstream_broken(crate::error::Leg::Worker, w.url()))?;
-            Ok(Json(v).into_response())
-        }
-        Ok((status, body)) => Err(ApiError::upstream_status(
-            crate::error::Leg::Worker,
-            w.url(),
-            status,
-            &String::from_utf8_lossy(&body),
-        )),
-        Err(e) => Err(crate::dispatch::upstream_error(
-            e,
-            crate::error::Leg::Worker,
-            w.url(),
-        )),
-    }
+    let body = get_from(state, &w, path, state.cfg.health.timeout).await?;
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::upstream_broken(Leg::Worker, w.url()))?;
+    Ok(Json(v).into_response())
 }
 
 /// `GET /get_server_info`: one ready worker's server info (Prefill in PD mode).
@@ -242,14 +244,7 @@ pub(crate) async fn readiness(State(state): State<Arc<AppState>>) -> Response {
             .filter(|(_, n)| *n == 0)
             .map(|(t, _)| t.as_str())
             .collect();
-        ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "not_ready",
-            message: format!("no ready {} worker", missing.join(" or ")),
-            retry_after: None,
-            retryable: false,
-        }
-        .into_response()
+        ApiError::not_ready(&missing.join(" or ")).into_response()
     }
 }
 
@@ -267,29 +262,12 @@ pub(crate) async fn health_generate(State(state): State<Arc<AppState>>) -> Respo
         .cfg
         .request_timeout
         .min(std::time::Duration::from_secs(30));
-    let checks = probes.iter().map(|w| {
-        let url = format!("{}/health_generate", w.base_url());
-        let client = state.client.clone();
-        let key = w.api_key().map(str::to_string);
-        async move { client.get(&url, key.as_deref(), timeout).await }
-    });
-    let results = futures_util::future::join_all(checks).await;
-    for (w, r) in probes.iter().zip(results) {
-        match r {
-            Ok((s, _)) if s.is_success() => {}
-            Ok((s, body)) => {
-                return ApiError::upstream_status(
-                    crate::error::Leg::Worker,
-                    w.url(),
-                    s,
-                    &String::from_utf8_lossy(&body),
-                )
-                .into_response();
-            }
-            Err(e) => {
-                return crate::dispatch::upstream_error(e, crate::error::Leg::Worker, w.url())
-                    .into_response();
-            }
+    let checks = probes
+        .iter()
+        .map(|w| get_from(&state, w, "/health_generate", timeout));
+    for result in futures_util::future::join_all(checks).await {
+        if let Err(e) = result {
+            return e.into_response();
         }
     }
     Json(json!({"status": "ok"})).into_response()
