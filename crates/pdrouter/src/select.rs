@@ -80,28 +80,30 @@ impl Candidates {
     fn ranked(&mut self, has_room: &dyn Fn(&Worker) -> bool) -> Option<Vec<Arc<Worker>>> {
         let snap = self.registry.snapshot();
         let all = snap.of_type(self.worker_type);
-        let routable: Vec<Arc<Worker>> = match self.wanted.target {
-            Some(i) => all
-                .get(i)
-                .filter(|w| w.is_routable())
-                .cloned()
-                .into_iter()
-                .collect(),
-            None => all.iter().filter(|w| w.is_routable()).cloned().collect(),
+        let pool = match self.wanted.target {
+            Some(i) => all.get(i..=i).unwrap_or(&[]),
+            None => all,
         };
-        if routable.is_empty() {
+        // Borrow from the snapshot; only the workers the policy ranks are cloned out.
+        let mut any_routable = false;
+        let with_room: Vec<&Arc<Worker>> = pool
+            .iter()
+            .filter(|w| w.is_routable())
+            .inspect(|_| any_routable = true)
+            .filter(|w| has_room(w))
+            .collect();
+        if !any_routable {
             return None;
         }
-        let with_room: Vec<Arc<Worker>> = routable.into_iter().filter(|w| has_room(w)).collect();
         if with_room.is_empty() {
             return Some(Vec::new());
         }
         let mut order = std::mem::take(&mut self.order);
-        let refs: Vec<&Worker> = with_room.iter().map(|w| &**w).collect();
+        let refs: Vec<&Worker> = with_room.iter().map(|w| &***w).collect();
         self.policy.rank(&refs, &self.info(), &mut order);
         let ranked = order
             .iter()
-            .filter_map(|&i| with_room.get(i).cloned())
+            .filter_map(|&i| with_room.get(i).map(|w| Arc::clone(w)))
             .collect();
         self.order = order;
         Some(ranked)
