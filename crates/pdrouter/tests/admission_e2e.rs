@@ -19,6 +19,25 @@ fn admission(limit: u32, queue: usize, timeout_secs: u64) -> Option<AdmissionSet
     })
 }
 
+/// One Prefill mock taking `prefill_ms` per request, one immediate Decode mock, and a router
+/// with admission (`limit`, `queue`, `timeout_secs`) in front.
+struct Pd {
+    p: MockWorker,
+    d: MockWorker,
+    r: pdrouter::RouterHandle,
+    adm: pdrouter_admission::Admission,
+}
+
+async fn pd_with_admission(prefill_ms: u64, limit: u32, queue: usize, timeout_secs: u64) -> Pd {
+    let p = mock(Role::Prefill, prefill_ms).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.admission = admission(limit, queue, timeout_secs);
+    let r = router(cfg).await;
+    let adm = r.admission().unwrap().clone();
+    Pd { p, d, r, adm }
+}
+
 fn spawn_chat(addr: SocketAddr, body: &'static str) -> tokio::task::JoinHandle<(Reply, Instant)> {
     tokio::spawn(async move {
         let r = post(addr, "/v1/chat/completions", body).await;
@@ -28,12 +47,7 @@ fn spawn_chat(addr: SocketAddr, body: &'static str) -> tokio::task::JoinHandle<(
 
 #[tokio::test]
 async fn spec_table_one_timeout_then_queue_full() {
-    let p = mock(Role::Prefill, 3000).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = admission(1, 1, 2);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
+    let Pd { p, d, r, adm } = pd_with_admission(3000, 1, 1, 2).await;
     let t0 = Instant::now();
     let first = spawn_chat(r.addr(), CHAT);
     assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
@@ -84,12 +98,7 @@ async fn spec_table_one_timeout_then_queue_full() {
 
 #[tokio::test]
 async fn spec_table_two_all_served_in_arrival_order() {
-    let p = mock(Role::Prefill, 3000).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = admission(1, 4, 30);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
+    let Pd { p, d: _d, r, adm } = pd_with_admission(3000, 1, 4, 30).await;
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..3 {
@@ -189,12 +198,7 @@ async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
 
 #[tokio::test]
 async fn a_waiting_client_that_disconnects_leaves_no_trace() {
-    let p = mock(Role::Prefill, 1500).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = admission(1, 4, 30);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
+    let Pd { p, d, r, adm } = pd_with_admission(1500, 1, 4, 30).await;
     let first = spawn_chat(r.addr(), CHAT);
     assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
     let waiter = spawn_chat(r.addr(), CHAT);
@@ -272,12 +276,12 @@ async fn strict_target_waits_without_blocking_others() {
 
 #[tokio::test]
 async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
-    let p = mock(Role::Prefill, 1500).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = admission(1, 4, 30);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
+    let Pd {
+        p: _p,
+        d: _d,
+        r,
+        adm,
+    } = pd_with_admission(1500, 1, 4, 30).await;
     let first = spawn_chat(r.addr(), CHAT);
     assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
     // /health_generate does not wait for the full worker.
@@ -384,12 +388,12 @@ async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
 
 #[tokio::test]
 async fn streaming_responses_get_the_real_429_not_a_200_stream() {
-    let p = mock(Role::Prefill, 1500).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = admission(1, 0, 1);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
+    let Pd {
+        p: _p,
+        d: _d,
+        r,
+        adm,
+    } = pd_with_admission(1500, 1, 0, 1).await;
     let first = spawn_chat(r.addr(), CHAT);
     assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
     let reply = post(r.addr(), "/v1/responses", r#"{"input":"hi","stream":true}"#).await;
