@@ -127,22 +127,8 @@ fn sigterm(child: &Child) {
 #[tokio::test]
 async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() {
     let w = mock(Role::Regular, 800).await;
-    let args: Vec<String> = [
-        "--worker-urls",
-        &w.url(),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        "0",
-        "--disable-health-check",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let url = w.url();
+    let args = ["--worker-urls", url.as_str(), "--disable-health-check"];
     let (mut child, addr) = launch_binary(&args, &[]);
     let sock: std::net::SocketAddr = addr.parse().unwrap();
     let inflight =
@@ -161,9 +147,7 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
 
     // Restart on the very same port.
     let port = sock.port().to_string();
-    let mut again: Vec<String> = args.clone();
-    let i = again.iter().position(|a| a == "--port").unwrap();
-    again[i + 1] = port;
+    let again = [&args[..], &["--port", port.as_str()]].concat();
     let (mut child, addr2) = launch_binary(&again, &[]);
     assert_eq!(addr2, addr);
     let reply = post(

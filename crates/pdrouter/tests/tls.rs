@@ -52,45 +52,56 @@ async fn tls_front(backend: std::net::SocketAddr) -> (String, String) {
     (url, cert_pem)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn https_workers_are_reached_over_tls() {
-    let p = mock(Role::Prefill, 0).await;
-    let d = mock(Role::Decode, 0).await;
-    let (p_url, p_pem) = tls_front(p.addr()).await;
-    let (d_url, d_pem) = tls_front(d.addr()).await;
-    let ca = std::env::temp_dir().join(format!("pdrouter-tls-{}.pem", std::process::id()));
-    std::fs::write(&ca, format!("{p_pem}{d_pem}")).unwrap();
-    let args: Vec<String> = [
-        "--pd-disaggregation",
-        "--prefill",
-        &p_url,
-        "--decode",
-        &d_url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        "0",
-        "--retry-max-retries",
-        "1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+/// Runs the router binary with `args`, trusting the certificates in `ca_pem`, sends one
+/// POST and returns its reply; the router and the CA file are cleaned up.
+async fn one_request_via_router(
+    args: Vec<String>,
+    ca_pem: String,
+    path: &str,
+    body: &str,
+) -> Reply {
+    let ca = std::env::temp_dir().join(format!(
+        "pdrouter-tls-{}-{}.pem",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::write(&ca, ca_pem).unwrap();
     // Blocking read of the router's first line: keep the TLS fronts (this runtime) running.
     let ca2 = ca.clone();
     let (mut child, addr) =
         tokio::task::spawn_blocking(move || launch_binary(&args, &[("SSL_CERT_FILE", &ca2)]))
             .await
             .unwrap();
-    let addr: std::net::SocketAddr = addr.parse().unwrap();
-    let reply = post(addr, "/v1/chat/completions", CHAT).await;
+    let reply = post(addr.parse().unwrap(), path, body).await;
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_file(&ca);
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_workers_are_reached_over_tls() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let (p_url, p_pem) = tls_front(p.addr()).await;
+    let (d_url, d_pem) = tls_front(d.addr()).await;
+    let args = [
+        "--pd-disaggregation",
+        "--prefill",
+        &p_url,
+        "--decode",
+        &d_url,
+        "--retry-max-retries",
+        "1",
+    ];
+    let args = args.iter().map(|a| a.to_string()).collect();
+    let reply = one_request_via_router(
+        args,
+        format!("{p_pem}{d_pem}"),
+        "/v1/chat/completions",
+        CHAT,
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(
         p.stats().last_request.unwrap()["bootstrap_host"],
@@ -103,37 +114,17 @@ async fn https_workers_are_reached_over_tls() {
 async fn an_untrusted_worker_certificate_is_refused() {
     let w = mock(Role::Regular, 0).await;
     let (url, _pem) = tls_front(w.addr()).await;
-    let ca = std::env::temp_dir().join(format!("pdrouter-tls-empty-{}.pem", std::process::id()));
-    std::fs::write(&ca, "").unwrap();
-    let args: Vec<String> = [
+    let args = [
         "--worker-urls",
         &url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        "0",
         "--disable-health-check",
         "--retry-max-retries",
         "1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    // Blocking read of the router's first line: keep the TLS fronts (this runtime) running.
-    let ca2 = ca.clone();
-    let (mut child, addr) =
-        tokio::task::spawn_blocking(move || launch_binary(&args, &[("SSL_CERT_FILE", &ca2)]))
-            .await
-            .unwrap();
-    let addr: std::net::SocketAddr = addr.parse().unwrap();
-    let reply = post(addr, "/v1/completions", r#"{"prompt":"x"}"#).await;
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(&ca);
+    ];
+    let args = args.iter().map(|a| a.to_string()).collect();
+    // An empty trust file: the worker's certificate is not trusted.
+    let reply =
+        one_request_via_router(args, String::new(), "/v1/completions", r#"{"prompt":"x"}"#).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(w.stats().requests_total, 0);
 }

@@ -176,17 +176,28 @@ pub async fn dead_url() -> String {
     format!("http://{addr}")
 }
 
-/// Starts the `pdrouter` binary as `pdrouter launch ARGS` with extra environment variables,
-/// returning the child and the `host:port` from its first stdout line. Blocks while reading
-/// that line: call it from `spawn_blocking` when in-process servers must keep running.
-pub fn launch_binary(
-    args: &[String],
+/// Starts the `pdrouter` binary as `pdrouter launch ARGS`, on loopback with ephemeral router
+/// and Prometheus ports unless `args` set those flags, with extra environment variables. Returns the child and the `host:port` from its first stdout line.
+/// Blocks while reading that line: call it from `spawn_blocking` when in-process servers must
+/// keep running.
+pub fn launch_binary<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
     env: &[(&str, &std::path::Path)],
 ) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pdrouter"));
-    cmd.arg("launch")
-        .args(args)
+    cmd.arg("launch");
+    for (flag, value) in [
+        ("--host", "127.0.0.1"),
+        ("--port", "0"),
+        ("--prometheus-host", "127.0.0.1"),
+        ("--prometheus-port", "0"),
+    ] {
+        if !args.iter().any(|a| a.as_ref() == flag) {
+            cmd.args([flag, value]);
+        }
+    }
+    cmd.args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     for (k, v) in env {
