@@ -131,8 +131,7 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
     let args = ["--worker-urls", url.as_str(), "--disable-health-check"];
     let (mut child, addr) = launch_binary(&args, &[]);
     let sock: std::net::SocketAddr = addr.parse().unwrap();
-    let inflight =
-        tokio::spawn(async move { post(sock, "/v1/completions", r#"{"prompt":"x"}"#).await });
+    let inflight = tokio::spawn(async move { post(sock, "/v1/completions", COMPLETION).await });
     assert!(eventually(Duration::from_secs(5), || w.stats().inflight == 1).await);
     sigterm(&child);
     let reply = inflight.await.unwrap();

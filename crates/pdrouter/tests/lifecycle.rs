@@ -123,9 +123,7 @@ async fn killed_worker_goes_unhealthy_traffic_moves_and_it_recovers() {
     assert!(eventually(Duration::from_secs(10), || !w1.is_routable()).await);
     for _ in 0..5 {
         assert_eq!(
-            post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#)
-                .await
-                .status,
+            post(r.addr(), "/v1/completions", COMPLETION).await.status,
             200
         );
     }
@@ -157,7 +155,7 @@ async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
     let r = router(cfg).await;
     let w = r.registry().snapshot().all()[0].clone();
     for _ in 0..6 {
-        let _ = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+        let _ = post(r.addr(), "/v1/completions", COMPLETION).await;
     }
     assert_eq!(w.breaker().state(), pdrouter::registry::BreakerState::Open);
     let series = format!("smg_worker_cb_state{{worker=\"{}\"}}", bad.url());
@@ -165,9 +163,7 @@ async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
     let before = bad.stats().requests_total;
     for _ in 0..4 {
         assert_eq!(
-            post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#)
-                .await
-                .status,
+            post(r.addr(), "/v1/completions", COMPLETION).await.status,
             200
         );
     }
@@ -181,9 +177,7 @@ async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
     assert!(eventually(Duration::from_secs(5), || metric(&r, &series) == Some(2.0)).await);
     for _ in 0..4 {
         assert_eq!(
-            post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#)
-                .await
-                .status,
+            post(r.addr(), "/v1/completions", COMPLETION).await.status,
             200
         );
     }
@@ -197,12 +191,12 @@ async fn hung_worker_is_a_504_and_500s_a_502() {
     cfg.request_timeout = Duration::from_secs(1);
     let r = router(cfg).await;
     w.controls().set_hang(true);
-    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    let reply = post(r.addr(), "/v1/completions", COMPLETION).await;
     assert_eq!(reply.status, 504, "{}", reply.text());
     assert_eq!(reply.error_code(), "worker_timeout");
     w.controls().set_hang(false);
     w.controls().set_fail_rate(1.0);
-    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    let reply = post(r.addr(), "/v1/completions", COMPLETION).await;
     assert_eq!(reply.status, 502);
     assert_eq!(reply.error_code(), "worker_error");
     assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
@@ -255,7 +249,7 @@ async fn a_worker_speaking_garbage_is_a_502() {
     cfg.health.enabled = false;
     cfg.retry.max_attempts = 1;
     let r = router(cfg).await;
-    let reply = post(r.addr(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    let reply = post(r.addr(), "/v1/completions", COMPLETION).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(reply.error_code(), "worker_bad_response");
     assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);

@@ -123,8 +123,7 @@ async fn an_untrusted_worker_certificate_is_refused() {
     ];
     let args = args.iter().map(|a| a.to_string()).collect();
     // An empty trust file: the worker's certificate is not trusted.
-    let reply =
-        one_request_via_router(args, String::new(), "/v1/completions", r#"{"prompt":"x"}"#).await;
+    let reply = one_request_via_router(args, String::new(), "/v1/completions", COMPLETION).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(w.stats().requests_total, 0);
 }

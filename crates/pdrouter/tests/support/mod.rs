@@ -137,6 +137,7 @@ pub async fn get(addr: SocketAddr, path: &str) -> Reply {
 
 pub const CHAT: &str =
     r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}]}"#;
+pub const COMPLETION: &str = r#"{"prompt":"x"}"#;
 pub const CHAT_STREAM: &str =
     r#"{"model":"mock-model","messages":[{"role":"user","content":"hello there"}],"stream":true}"#;
 
