@@ -192,3 +192,19 @@ reset_engine_stats() {
         http "$url" POST /mock/controls '{"reset_max_inflight":true}' >/dev/null
     done
 }
+
+# engine_scenario LOAD_FACTOR: the fleet both engine scenarios measure — 4 engine-mode Prefill
+# workers running one prompt each at 16000 words/s, prompts averaging 200 words. Sets WORKERS,
+# RUNNING, RATE_WORDS, MEAN_WORDS, CAPACITY and OFFERED (= LOAD_FACTOR x CAPACITY, req/s),
+# builds unless BUILD=0, and starts the fleet.
+engine_scenario() {
+    WORKERS=4
+    RUNNING=1
+    RATE_WORDS=16000
+    MEAN_WORDS=200
+    CAPACITY=$(calc %.1f "$WORKERS * $RUNNING * $RATE_WORDS / $MEAN_WORDS")
+    OFFERED=$(calc %.1f "$1 * $CAPACITY")
+    ((BUILD)) && build
+    start_engine_fleet "$WORKERS" "$RUNNING" "$RATE_WORDS" 1
+    echo "capacity ${CAPACITY} req/s, offering ${OFFERED} req/s for ${DURATION}s per router" >&2
+}

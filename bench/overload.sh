@@ -36,17 +36,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-WORKERS=4
-RUNNING=1
-RATE_WORDS=16000
-MEAN_WORDS=200
-CAPACITY=$(calc %.1f "$WORKERS * $RUNNING * $RATE_WORDS / $MEAN_WORDS")
-OFFERED=$(calc %.1f "1.5 * $CAPACITY")
-
-((BUILD)) && build
-
-start_engine_fleet "$WORKERS" "$RUNNING" "$RATE_WORDS" 1
-echo "capacity ${CAPACITY} req/s, offering ${OFFERED} req/s for ${DURATION}s per router" >&2
+engine_scenario 1.5
 
 LOAD=(--path /generate --stream --max-tokens 4 --rate "$OFFERED" --duration "$DURATION"
     --prompt-dist pareto --prompt-mean-tokens "$MEAN_WORDS" --seed 11 --timeout 300)
