@@ -165,61 +165,71 @@ impl Admission {
     ///
     /// Cancel-safe: dropping the future removes the waiter at once; a grant that raced with the
     /// drop is released and passed on to the next waiter.
-    pub async fn acquire<S: Selector>(
+    ///
+    /// Lazy like any future: nothing happens until it is first polled. Written as a plain `fn`
+    /// returning an `async` block so the selector is held once (an `async fn` keeps its
+    /// arguments twice), because a waiting request holds this future for its whole wait.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn would hold the selector twice"
+    )]
+    pub fn acquire<S: Selector>(
         &self,
         mut selector: S,
-    ) -> Result<Admitted<S::Choice>, Rejection> {
-        let inner = &self.inner;
-        let mut backoff = None;
-        if inner.contended.load(SeqCst) == 0 {
-            match inner.fast_path(&mut selector) {
-                Ok(Some(admitted)) => return Ok(admitted),
-                Ok(None) => {}
-                Err(Some(slot)) => backoff = Some(slot),
-                Err(None) => return Err(inner.reject(Rejection::Unavailable)),
+    ) -> impl Future<Output = Result<Admitted<S::Choice>, Rejection>> + Send + '_ {
+        async move {
+            let inner = &self.inner;
+            let mut backoff = None;
+            if inner.contended.load(SeqCst) == 0 {
+                match inner.fast_path(&mut selector) {
+                    Ok(Some(admitted)) => return Ok(admitted),
+                    Ok(None) => {}
+                    Err(Some(slot)) => backoff = Some(slot),
+                    Err(None) => return Err(inner.reject(Rejection::Unavailable)),
+                }
             }
-        }
-        let (id, mut rx, enqueued_at) = match inner.slow_path(selector, backoff) {
-            SlowPath::Done(result) => return result,
-            SlowPath::Wait {
-                id,
-                rx,
-                enqueued_at,
-            } => (id, rx, enqueued_at),
-        };
-        let mut guard = CancelOnDrop {
-            inner,
-            id: Some(id),
-        };
-        let deadline = enqueued_at + inner.cfg.queue_timeout;
-        let grant = match timeout_at(deadline, &mut rx).await {
-            Ok(Ok(grant)) => grant,
-            Ok(Err(_)) => {
-                // The sender is only dropped after sending; kept total for robustness.
-                guard.id = None;
-                inner.cancel(id);
-                return Err(inner.reject(Rejection::QueueTimeout));
-            }
-            Err(_elapsed) => {
-                guard.id = None;
-                if inner.cancel(id) {
+            let (id, mut rx, enqueued_at) = match inner.slow_path(selector, backoff) {
+                SlowPath::Done(result) => return result,
+                SlowPath::Wait {
+                    id,
+                    rx,
+                    enqueued_at,
+                } => (id, rx, enqueued_at),
+            };
+            let mut guard = CancelOnDrop {
+                inner,
+                id: Some(id),
+            };
+            let deadline = enqueued_at + inner.cfg.queue_timeout;
+            let grant = match timeout_at(deadline, &mut rx).await {
+                Ok(Ok(grant)) => grant,
+                Ok(Err(_)) => {
+                    // The sender is only dropped after sending; kept total for robustness.
+                    guard.id = None;
+                    inner.cancel(id);
                     return Err(inner.reject(Rejection::QueueTimeout));
                 }
-                // A grant raced with the deadline: it was taken off the queue under the lock and
-                // is being sent now. Honour it.
-                match rx.await {
-                    Ok(grant) => grant,
-                    Err(_) => return Err(inner.reject(Rejection::QueueTimeout)),
+                Err(_elapsed) => {
+                    guard.id = None;
+                    if inner.cancel(id) {
+                        return Err(inner.reject(Rejection::QueueTimeout));
+                    }
+                    // A grant raced with the deadline: it was taken off the queue under the
+                    // lock and is being sent now. Honour it.
+                    match rx.await {
+                        Ok(grant) => grant,
+                        Err(_) => return Err(inner.reject(Rejection::QueueTimeout)),
+                    }
                 }
-            }
-        };
-        guard.id = None;
-        inner.observer.admitted(grant.waited);
-        Ok(Admitted {
-            choice: grant.choice,
-            permit: grant.permit,
-            waited: grant.waited,
-        })
+            };
+            guard.id = None;
+            inner.observer.admitted(grant.waited);
+            Ok(Admitted {
+                choice: grant.choice,
+                permit: grant.permit,
+                waited: grant.waited,
+            })
+        }
     }
 
     /// The registry changed (worker registered, removed, replaced, health changed): re-ranks

@@ -52,19 +52,24 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Routes one inference request, retrying where allowed.
+    ///
+    /// Takes its arguments by reference so that a request parked in the admission queue holds
+    /// them once, in the caller's future, not again in this one's.
     pub async fn route(
         &self,
-        mut req: ParsedRequest,
-        ctx: RequestCtx,
+        req: &mut ParsedRequest,
+        ctx: &RequestCtx,
     ) -> Result<Response, ApiError> {
-        self.fill_model(&mut req);
+        self.fill_model(req);
         let route = req.endpoint.path();
         self.metrics.routed(route);
         let mut attempt = 1;
         let result = loop {
             let outcome = match self.cfg.mode {
-                Mode::PdHttp => self.pd_attempt(&req, &ctx).await,
-                Mode::Regular => self.regular_attempt(&req, &ctx).await,
+                Mode::PdHttp => self.pd_attempt(req, ctx).await,
+                // Boxed: regular requests never wait for admission, and inline their attempt
+                // would size every PD request's future (a parked waiter's) to it.
+                Mode::Regular => Box::pin(self.regular_attempt(req, ctx)).await,
             };
             match outcome {
                 Err(e) if e.retryable && attempt < self.cfg.retry.max_attempts => {

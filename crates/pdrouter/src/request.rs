@@ -40,14 +40,14 @@ pub const MAX_N: u64 = 1024;
 /// Characters of request text kept for cache-aware routing.
 const ROUTING_TEXT_CHARS: usize = 4096;
 
-/// Fields the router itself may add to a forwarded body.
-const ROUTER_FIELDS: [&str; 6] = [
+/// Fields the router itself may add to a forwarded body (besides `model`, which it adds only
+/// when the client named none).
+const ROUTER_FIELDS: [&str; 5] = [
     "bootstrap_host",
     "bootstrap_port",
     "bootstrap_room",
     "routed_dp_rank",
     "disagg_prefill_dp_rank",
-    "model",
 ];
 
 /// A validated inference request.
@@ -396,10 +396,10 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
         .get("model")
         .and_then(Value::as_str)
         .is_some_and(|m| !m.is_empty());
-    let object = ROUTER_FIELDS
-        .iter()
-        .any(|k| body.contains_key(*k))
-        .then_some(body);
+    // A named model is forwarded as is, so only an empty or null `model` may be replaced.
+    let replaces_field = ROUTER_FIELDS.iter().any(|k| body.contains_key(*k))
+        || (!model_named && body.contains_key("model"));
+    let object = replaces_field.then_some(body);
     Ok(ParsedRequest {
         endpoint,
         raw,
@@ -435,6 +435,12 @@ mod tests {
     fn fields_are_spliced_without_a_tree_and_replaced_with_one() {
         let r = ok(Endpoint::Generate, br#"  {"text":"hi"} "#);
         assert!(r.object.is_none());
+        // A named model is never replaced, so it does not need the tree either.
+        assert!(
+            ok(Endpoint::Generate, br#"{"text":"hi","model":"m"}"#)
+                .object
+                .is_none()
+        );
         let b = r.body_with(&[
             ("bootstrap_room", Value::from(7)),
             ("bootstrap_port", Value::Null),

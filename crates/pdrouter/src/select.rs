@@ -60,6 +60,11 @@ impl Candidates {
         }
     }
 
+    /// Itself, once [`check_target`](Self::check_target) passed.
+    pub fn checked_target(self) -> Result<Self, ApiError> {
+        self.check_target().map(|()| self)
+    }
+
     /// Checks the strict target exists (out of range is a 503 before any waiting).
     pub fn check_target(&self) -> Result<(), ApiError> {
         if let Some(i) = self.wanted.target {

@@ -1,15 +1,19 @@
 //! Inference, information and probe handlers.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::time::Instant;
+use tower_service::Service;
 
 use super::AppState;
 use super::middleware::RequestId;
@@ -22,20 +26,20 @@ use crate::request::{Endpoint, parse};
 const TARGET_WORKER: &str = "x-smg-target-worker";
 const ROUTING_KEY: &str = "x-smg-routing-key";
 
-pub(crate) async fn read_body(
-    state: &AppState,
-    body: Body,
-    headers: &HeaderMap,
-) -> Result<Bytes, ApiError> {
-    let limit = state.cfg.max_payload_size;
-    if let Some(len) = headers
+/// Rejects a declared body length over the limit before anything is read.
+fn check_length(limit: usize, headers: &HeaderMap) -> Result<(), ApiError> {
+    match headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
-        && len > limit as u64
     {
-        return Err(ApiError::payload_too_large(limit));
+        Some(len) if len > limit as u64 => Err(ApiError::payload_too_large(limit)),
+        _ => Ok(()),
     }
+}
+
+/// Reads a whole body of at most `limit` bytes.
+async fn collect_body(limit: usize, body: Body) -> Result<Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, limit);
     match http_body_util::BodyExt::collect(limited).await {
         Ok(c) => Ok(c.to_bytes()),
@@ -49,6 +53,15 @@ pub(crate) async fn read_body(
     }
 }
 
+pub(crate) async fn read_body(
+    state: &AppState,
+    body: Body,
+    headers: &HeaderMap,
+) -> Result<Bytes, ApiError> {
+    check_length(state.cfg.max_payload_size, headers)?;
+    collect_body(state.cfg.max_payload_size, body).await
+}
+
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
@@ -59,16 +72,69 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
     }
 }
 
-async fn infer(
+/// An inference endpoint, served as a plain tower service rather than an axum handler.
+///
+/// Why: an inference request can wait in the admission queue for a long time, and everything
+/// its future holds is held per waiter. Handler futures nest `async` blocks that each keep a
+/// moved-from copy of the request beside the next one (about 2.3 KB in all). Here the request
+/// head is read and dropped synchronously in `call`, and the future holds only the body, the
+/// request context and the routing future.
+#[derive(Debug, Clone)]
+pub(crate) struct Infer {
     state: Arc<AppState>,
     endpoint: Endpoint,
-    req: Request,
-) -> Result<Response, ApiError> {
+}
+
+impl Infer {
+    pub(crate) fn new(state: Arc<AppState>, endpoint: Endpoint) -> Self {
+        Self { state, endpoint }
+    }
+}
+
+impl Service<Request> for Infer {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let (ctx, body) = match request_ctx(&self.state, req) {
+            Ok(prepared) => prepared,
+            Err(e) => return Box::pin(std::future::ready(Ok(e.into_response()))),
+        };
+        Box::pin(respond(self.state.clone(), self.endpoint, body, ctx))
+    }
+}
+
+/// The future an inference request lives in from its head to its response (boxed by `call`).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
+fn respond(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    body: Body,
+    ctx: RequestCtx,
+) -> impl Future<Output = Result<Response, Infallible>> + Send + 'static {
+    async move {
+        Ok(answer(&state, endpoint, body, &ctx)
+            .await
+            .unwrap_or_else(IntoResponse::into_response))
+    }
+}
+
+/// Everything inference needs from the request head, checked; the head itself is dropped here.
+fn request_ctx(state: &AppState, req: Request) -> Result<(RequestCtx, Body), ApiError> {
     let started = Instant::now();
     if state.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::shutting_down());
     }
     let (parts, body) = req.into_parts();
+    check_length(state.cfg.max_payload_size, &parts.headers)?;
     let target = match header_str(&parts.headers, TARGET_WORKER)? {
         None => None,
         Some(s) => Some(s.parse::<usize>().map_err(|_| {
@@ -84,40 +150,35 @@ async fn infer(
         .get::<RequestId>()
         .map(|r| r.0.clone())
         .unwrap_or_default();
-    let raw = read_body(&state, body, &parts.headers).await?;
-    // A small body and the header values are slices of the connection's read buffer; keeping
-    // them while the request waits (e.g. in the admission queue) would pin that buffer and make
-    // hyper allocate a second one for the next read. Release both before routing.
-    drop(parts);
-    let raw = if raw.len() <= 64 * 1024 {
-        Bytes::copy_from_slice(&raw)
-    } else {
-        raw
-    };
-    let parsed = parse(endpoint, raw)?;
     let ctx = RequestCtx {
         request_id,
         target,
         routing_key,
         started,
     };
-    state.dispatcher.route(parsed, ctx).await
+    Ok((ctx, body))
 }
 
-macro_rules! inference_handler {
-    ($name:ident, $endpoint:expr) => {
-        pub(crate) async fn $name(State(state): State<Arc<AppState>>, req: Request) -> Response {
-            infer(state, $endpoint, req)
-                .await
-                .unwrap_or_else(IntoResponse::into_response)
-        }
+async fn answer(
+    state: &AppState,
+    endpoint: Endpoint,
+    body: Body,
+    ctx: &RequestCtx,
+) -> Result<Response, ApiError> {
+    let received = collect_body(state.cfg.max_payload_size, body).await?;
+    // A small body is a slice of the connection's read buffer; keeping it while the request
+    // waits (e.g. in the admission queue) would pin that buffer for the whole wait. `received`
+    // is moved either way, so no reference into the buffer lives across the await below.
+    let raw = if received.len() <= 64 * 1024 {
+        let copy = Bytes::copy_from_slice(&received);
+        drop(received);
+        copy
+    } else {
+        received
     };
+    let mut parsed = parse(endpoint, raw)?;
+    state.dispatcher.route(&mut parsed, ctx).await
 }
-
-inference_handler!(generate, Endpoint::Generate);
-inference_handler!(chat, Endpoint::ChatCompletions);
-inference_handler!(completions, Endpoint::Completions);
-inference_handler!(responses, Endpoint::Responses);
 
 fn ready_of(state: &AppState, t: WorkerType) -> Vec<Arc<Worker>> {
     state
@@ -281,4 +342,27 @@ pub(crate) async fn not_found(uri: Uri) -> Response {
 /// Known route, wrong method.
 pub(crate) async fn method_not_allowed() -> Response {
     ApiError::method_not_allowed().into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn future_size<A, B, C, D, F>(_: impl FnOnce(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A request waiting in the admission queue holds this future for its whole wait, so with
+    /// 10,000 waiters each 100 bytes of it is a megabyte (bench/queue_memory.py measures the
+    /// total). The budget leaves room for compiler changes; an `async fn` in the chain that
+    /// takes its request or context by value again, or a nested handler wrapper, exceeds it.
+    #[test]
+    fn the_future_a_waiting_request_holds_stays_small() {
+        let size = future_size(respond);
+        eprintln!("inference future: {size} bytes");
+        assert!(
+            size <= 1152,
+            "inference future grew to {size} bytes (1072 when written)"
+        );
+    }
 }

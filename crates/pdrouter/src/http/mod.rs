@@ -19,8 +19,9 @@ use crate::dispatch::Dispatcher;
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::registry::Registry;
+use crate::request::Endpoint;
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{get, post, post_service};
 
 /// Shared state of all handlers.
 #[derive(Debug)]
@@ -35,11 +36,12 @@ pub struct AppState {
 
 /// Builds the router's HTTP application.
 pub fn app(state: Arc<AppState>) -> Router {
+    let infer = |endpoint| post_service(handlers::Infer::new(state.clone(), endpoint));
     let protected = Router::new()
-        .route("/generate", post(handlers::generate))
-        .route("/v1/chat/completions", post(handlers::chat))
-        .route("/v1/completions", post(handlers::completions))
-        .route("/v1/responses", post(handlers::responses))
+        .route("/generate", infer(Endpoint::Generate))
+        .route("/v1/chat/completions", infer(Endpoint::ChatCompletions))
+        .route("/v1/completions", infer(Endpoint::Completions))
+        .route("/v1/responses", infer(Endpoint::Responses))
         .route("/v1/models", get(handlers::models))
         .route("/get_server_info", get(handlers::server_info))
         .route("/get_model_info", get(handlers::model_info))
@@ -66,9 +68,6 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(open)
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::observe,
-        ))
+        .layer(middleware::ObserveLayer(state.clone()))
         .with_state(state)
 }

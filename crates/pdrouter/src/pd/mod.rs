@@ -83,24 +83,25 @@ impl Dispatcher {
         ctx: &RequestCtx,
     ) -> Result<Response, ApiError> {
         let units = req.sub_requests() as u64;
-        let mut prefill_sel = Candidates::new(
-            self.registry.clone(),
-            self.prefill_policy.clone(),
-            WorkerType::Prefill,
-            Self::wanted(req, ctx),
-        );
+        let prefill_sel = || {
+            Candidates::new(
+                self.registry.clone(),
+                self.prefill_policy.clone(),
+                WorkerType::Prefill,
+                Self::wanted(req, ctx),
+            )
+        };
+        // The selector is built as a temporary moved straight into `acquire`: a named local
+        // would keep a dead copy of it in this future for the whole wait.
         let (prefill, permit) = match &self.admission {
-            Some(adm) => {
-                prefill_sel.check_target()?;
-                match adm.acquire(prefill_sel).await {
-                    Ok(admitted) => (admitted.choice, Some(admitted.permit)),
-                    Err(r) => {
-                        tracing::debug!(reason = r.as_str(), "prefill admission rejected");
-                        return Err(ApiError::admission(r, adm.config().queue_timeout.as_secs()));
-                    }
+            Some(adm) => match adm.acquire(prefill_sel().checked_target()?).await {
+                Ok(admitted) => (admitted.choice, Some(admitted.permit)),
+                Err(r) => {
+                    tracing::debug!(reason = r.as_str(), "prefill admission rejected");
+                    return Err(ApiError::admission(r, adm.config().queue_timeout.as_secs()));
                 }
-            }
-            None => (prefill_sel.pick()?, None),
+            },
+            None => (prefill_sel().pick()?, None),
         };
         let prefill_load = LoadGuard::new(prefill.clone(), units);
         let decode = Candidates::new(
