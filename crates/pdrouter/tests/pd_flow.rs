@@ -434,4 +434,22 @@ async fn every_documented_metric_family_is_exported() {
             "missing {family}"
         );
     }
+    // The access record names the route template and method, and the status with its code.
+    let access = [
+        (
+            r#"smg_http_requests_total{method="POST",path="/v1/chat/completions"}"#,
+            3.0,
+        ),
+        (
+            r#"smg_http_responses_total{status_code="200",error_code="none"}"#,
+            1.0,
+        ),
+        (
+            r#"smg_http_responses_total{status_code="503",error_code="no_available_workers"}"#,
+            1.0,
+        ),
+    ];
+    for (series, count) in access {
+        assert_eq!(metric(&r, series), Some(count), "{series}");
+    }
 }
