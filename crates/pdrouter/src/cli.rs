@@ -85,6 +85,13 @@ pub struct LaunchArgs {
     /// Decode worker (repeatable).
     #[arg(long, value_name = "URL", action = clap::ArgAction::Append, help_heading = "Workers")]
     pub decode: Vec<String>,
+    /// Encode/Prefill/Decode mode over gRPC (SPEC §1; flags accepted and validated, not served
+    /// by this build yet).
+    #[arg(long, help_heading = "Workers")]
+    pub epd_disaggregation: bool,
+    /// Encode worker with an optional port (EPD mode; repeatable).
+    #[arg(long, num_args = 1..=2, value_names = ["URL", "PORT"], action = clap::ArgAction::Append, help_heading = "Workers")]
+    pub encode: Vec<String>,
     /// Register each DP rank of a worker reporting dp_size > 1 as its own worker.
     #[arg(long, help_heading = "Workers")]
     pub dp_aware: bool,
@@ -276,12 +283,23 @@ fn valid_log_level(level: &str) -> bool {
 impl LaunchArgs {
     /// Turns the raw flags into a validated [`Config`].
     pub fn into_config(self) -> Result<Config, ConfigError> {
-        let mode = if self.pd_disaggregation {
+        if self.pd_disaggregation && self.epd_disaggregation {
+            return Err(ConfigError(
+                "--pd-disaggregation and --epd-disaggregation exclude each other; choose one"
+                    .into(),
+            ));
+        }
+        if !self.encode.is_empty() && !self.epd_disaggregation {
+            return Err(ConfigError("--encode needs --epd-disaggregation".into()));
+        }
+        // EPD is a disaggregated mode like PD: the admission rules are checked as for PD (so
+        // the operator learns about every mistake), then the mode itself is refused below.
+        let mode = if self.pd_disaggregation || self.epd_disaggregation {
             Mode::PdHttp
         } else {
             Mode::Regular
         };
-        if !self.pd_disaggregation && (!self.prefill.is_empty() || !self.decode.is_empty()) {
+        if mode == Mode::Regular && (!self.prefill.is_empty() || !self.decode.is_empty()) {
             return Err(ConfigError(
                 "--prefill and --decode need --pd-disaggregation".into(),
             ));
@@ -327,6 +345,13 @@ impl LaunchArgs {
             queue_timeout_secs: self.prefill_queue_timeout_secs,
         }
         .resolve(mode, self.priority_scheduler_enabled)?;
+        if self.epd_disaggregation {
+            return Err(ConfigError(
+                "--epd-disaggregation (gRPC Encode/Prefill/Decode) is not served by this build \
+                 yet; use --pd-disaggregation with http:// or https:// Prefill and Decode workers"
+                    .into(),
+            ));
+        }
         if self.health_check_endpoint.is_empty() {
             return Err(ConfigError(
                 "--health-check-endpoint must not be empty".into(),
@@ -468,6 +493,45 @@ mod tests {
                 "PD mode",
             ),
             (&[], "no workers"),
+            (
+                &[
+                    "--epd-disaggregation",
+                    "--encode",
+                    "http://e:1",
+                    "--prefill",
+                    "http://p:1",
+                    "--decode",
+                    "http://d:1",
+                ],
+                "--epd-disaggregation (gRPC",
+            ),
+            (
+                &[
+                    "--epd-disaggregation",
+                    "--encode",
+                    "http://e:1",
+                    "--prefill",
+                    "http://p:1",
+                    "--decode",
+                    "http://d:1",
+                    "--prefill-max-inflight-requests-per-worker",
+                    "2",
+                    "--priority-scheduler-enabled",
+                ],
+                "--priority-scheduler-enabled",
+            ),
+            (&["--encode", "http://e:1", "9000"], "--encode needs"),
+            (
+                &[
+                    "--pd-disaggregation",
+                    "--epd-disaggregation",
+                    "--prefill",
+                    "http://p:1",
+                    "--decode",
+                    "http://d:1",
+                ],
+                "exclude each other",
+            ),
             (
                 &["--worker-urls", "http://x:1", "--retry-jitter-factor", "2"],
                 "--retry-jitter-factor",
