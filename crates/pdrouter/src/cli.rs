@@ -493,33 +493,6 @@ mod tests {
                 "PD mode",
             ),
             (&[], "no workers"),
-            (
-                &[
-                    "--epd-disaggregation",
-                    "--encode",
-                    "http://e:1",
-                    "--prefill",
-                    "http://p:1",
-                    "--decode",
-                    "http://d:1",
-                ],
-                "--epd-disaggregation (gRPC",
-            ),
-            (
-                &[
-                    "--epd-disaggregation",
-                    "--encode",
-                    "http://e:1",
-                    "--prefill",
-                    "http://p:1",
-                    "--decode",
-                    "http://d:1",
-                    "--prefill-max-inflight-requests-per-worker",
-                    "2",
-                    "--priority-scheduler-enabled",
-                ],
-                "--priority-scheduler-enabled",
-            ),
             (&["--encode", "http://e:1", "9000"], "--encode needs"),
             (
                 &[
@@ -545,6 +518,39 @@ mod tests {
             let err = parse(args).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn epd_is_validated_like_pd_then_refused() {
+        let epd = [
+            "--epd-disaggregation",
+            "--encode",
+            "http://e:1",
+            "9000",
+            "--prefill",
+            "http://p:1",
+            "--decode",
+            "http://d:1",
+        ];
+        assert!(
+            parse(&epd)
+                .unwrap_err()
+                .contains("--epd-disaggregation (gRPC")
+        );
+        let with_both = [
+            &epd[..],
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "2",
+                "--priority-scheduler-enabled",
+            ],
+        ]
+        .concat();
+        assert!(
+            parse(&with_both)
+                .unwrap_err()
+                .contains("--priority-scheduler-enabled")
+        );
     }
 
     #[test]
