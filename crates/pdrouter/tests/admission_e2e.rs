@@ -6,18 +6,10 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pdrouter::config::{AdmissionSettings, WorkerType};
+use pdrouter::config::WorkerType;
 use pdrouter::registry::WorkerStatus;
 use support::*;
 use tokio::time::Instant;
-
-fn admission(limit: u32, queue: usize, timeout_secs: u64) -> Option<AdmissionSettings> {
-    Some(AdmissionSettings {
-        max_inflight_per_worker: limit,
-        queue_size: queue,
-        queue_timeout: Duration::from_secs(timeout_secs),
-    })
-}
 
 /// One Prefill mock taking `prefill_ms` per request, one immediate Decode mock, and a router
 /// with admission (`limit`, `queue`, `timeout_secs`) in front.

@@ -8,7 +8,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pdrouter::config::AdmissionSettings;
 use rand::{RngExt, SeedableRng};
 use support::*;
 
@@ -39,11 +38,7 @@ async fn nothing_leaks_under_chaos() {
     let p2_port = p2.addr().port();
     let d2_url = d2.url();
     let mut cfg = pd_config(&[&p1, &p2], &[&d1, &d2]);
-    cfg.admission = Some(AdmissionSettings {
-        max_inflight_per_worker: 2,
-        queue_size: 64,
-        queue_timeout: Duration::from_secs(3),
-    });
+    cfg.admission = admission(2, 64, 3);
     cfg.retry.max_attempts = 2;
     cfg.retry.initial_backoff = Duration::from_millis(1);
     cfg.breaker.failure_threshold = 1000;

@@ -292,3 +292,77 @@ async fn workers_api_registers_each_dp_rank() {
     assert!(urls.contains(&format!("{}@0", extra.url())));
     assert!(urls.contains(&format!("{}@1", extra.url())));
 }
+
+#[tokio::test]
+async fn workers_api_updates_a_worker_in_place() {
+    let p = mock(Role::Prefill, 300).await;
+    let d = mock(Role::Decode, 0).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.admission = admission(1, 4, 30);
+    let r = router(cfg).await;
+    let snap = r.registry().snapshot();
+    let id = snap.of_type(WorkerType::Prefill)[0].id().to_string();
+    let decode_id = snap.of_type(WorkerType::Decode)[0].id().to_string();
+    let addr = r.addr();
+    let put = |id: String, body: &'static str| async move {
+        send(addr, "PUT", &format!("/workers/{id}"), body, &[]).await
+    };
+    // A request holds the only Prefill slot while its worker is updated.
+    let first = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
+    let adm = r.admission().unwrap().clone();
+    assert!(eventually(Duration::from_secs(10), || adm.inflight_total() == 1).await);
+    let reply = put(id.clone(), r#"{"bootstrap_port":9100}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let w = reply.json();
+    assert_eq!(w["url"], p.url());
+    assert_eq!(w["bootstrap_port"], 9100);
+    assert_eq!(w["status"], "ready");
+    assert_eq!(
+        w["admission_inflight"], 1,
+        "the in-flight request keeps its slot"
+    );
+    assert_eq!(w["load"], 1, "and its load");
+    assert_eq!(first.await.unwrap().status, 200);
+    // The next request is sent with the new port; null clears it.
+    assert_eq!(post(addr, "/v1/chat/completions", CHAT).await.status, 200);
+    assert_eq!(d.stats().last_request.unwrap()["bootstrap_port"], 9100);
+    let new_id = w["id"].as_str().unwrap().to_string();
+    let reply = put(new_id.clone(), r#"{"bootstrap_port":null}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.json()["bootstrap_port"].is_null());
+    // Bad input is refused and changes nothing.
+    let current = || async {
+        get(
+            addr,
+            &format!(
+                "/workers/{}",
+                p.url().replace(':', "%3A").replace('/', "%2F")
+            ),
+        )
+        .await
+        .json()
+    };
+    let before = current().await;
+    for body in [
+        "{",
+        "[]",
+        "{}",
+        r#"{"colour":"red"}"#,
+        r#"{"bootstrap_port":70000}"#,
+        r#"{"bootstrap_port":"9100"}"#,
+        r#"{"api_key":""}"#,
+        r#"{"api_key":5}"#,
+    ] {
+        let id = before["id"].as_str().unwrap().to_string();
+        let reply = put(id, body).await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text());
+        reply.error_code();
+    }
+    let reply = put(decode_id, r#"{"bootstrap_port":80}"#).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(put("nope".into(), r#"{"api_key":"k"}"#).await.status, 404);
+    assert_eq!(current().await, before);
+    assert_eq!(count(&r), 2);
+    assert!(eventually(Duration::from_secs(5), || total_load(&r) == 0).await);
+    assert_eq!(adm.inflight_total(), 0);
+}

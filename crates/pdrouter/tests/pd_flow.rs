@@ -235,11 +235,7 @@ async fn dp_aware_registers_each_rank_with_its_own_limit() {
     let d = mock(Role::Decode, 0).await;
     let mut cfg = pd_config(&[&p], &[&d]);
     cfg.dp_aware = true;
-    cfg.admission = Some(pdrouter::config::AdmissionSettings {
-        max_inflight_per_worker: 1,
-        queue_size: 4,
-        queue_timeout: Duration::from_secs(30),
-    });
+    cfg.admission = admission(1, 4, 30);
     let r = router(cfg).await;
     let prefills: Vec<String> = r
         .registry()
@@ -378,11 +374,7 @@ async fn every_documented_metric_family_is_exported() {
     let p = mock(Role::Prefill, 0).await;
     let d = mock(Role::Decode, 0).await;
     let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = Some(pdrouter::config::AdmissionSettings {
-        max_inflight_per_worker: 1,
-        queue_size: 0,
-        queue_timeout: Duration::from_secs(1),
-    });
+    cfg.admission = admission(1, 0, 1);
     cfg.retry.max_attempts = 2;
     cfg.retry.initial_backoff = Duration::from_millis(1);
     cfg.breaker.failure_threshold = 2;

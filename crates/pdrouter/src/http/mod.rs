@@ -48,7 +48,9 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/workers", post(workers::add).get(workers::list))
         .route(
             "/workers/{id}",
-            get(workers::get_one).delete(workers::remove),
+            get(workers::get_one)
+                .put(workers::update)
+                .delete(workers::remove),
         );
     // Without a key there is nothing to check: leave the layer off the hot path entirely.
     let protected = if state.cfg.api_key.is_some() {

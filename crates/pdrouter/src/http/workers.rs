@@ -31,25 +31,68 @@ fn describe(w: &Worker) -> Value {
     })
 }
 
-fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiError> {
-    let v: Value = serde_json::from_slice(bytes).map_err(ApiError::malformed_json)?;
-    let Value::Object(obj) = v else {
-        return Err(ApiError::bad_request(
+/// `bootstrap_port`: a port for a Prefill worker, or null.
+fn bootstrap_port_field(v: Option<&Value>, t: WorkerType) -> Result<Option<u16>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(p) if (1..=65535).contains(&p) && t == WorkerType::Prefill => Ok(Some(p as u16)),
+            Some(_) if t != WorkerType::Prefill => Err(ApiError::invalid_field(
+                "bootstrap_port",
+                "applies to prefill workers only",
+            )),
+            _ => Err(ApiError::invalid_field(
+                "bootstrap_port",
+                "must be a port number 1-65535 or null",
+            )),
+        },
+    }
+}
+
+/// `api_key`: a non-empty string, or null.
+fn api_key_field(v: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(k)) if !k.is_empty() => Ok(Some(k.clone())),
+        Some(_) => Err(ApiError::invalid_field(
+            "api_key",
+            "must be a non-empty string or null",
+        )),
+    }
+}
+
+fn json_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    match serde_json::from_slice(bytes).map_err(ApiError::malformed_json)? {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(ApiError::bad_request(
             "invalid_request",
             "body must be a JSON object",
-        ));
-    };
-    for key in obj.keys() {
-        if !matches!(
-            key.as_str(),
-            "url" | "worker_type" | "bootstrap_port" | "api_key" | "dp_aware"
-        ) {
-            return Err(ApiError::invalid_field(
-                key,
-                "is not known; use url, worker_type, bootstrap_port, api_key, dp_aware",
-            ));
-        }
+        )),
     }
+}
+
+fn only_known(obj: &serde_json::Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
+    match obj.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::invalid_field(
+            k,
+            format!("is not known; use {}", known.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiError> {
+    let obj = json_object(bytes)?;
+    only_known(
+        &obj,
+        &[
+            "url",
+            "worker_type",
+            "bootstrap_port",
+            "api_key",
+            "dp_aware",
+        ],
+    )?;
     let url = match obj.get("url") {
         Some(Value::String(u)) => {
             parse_worker_url(u).map_err(|e| ApiError::bad_request("invalid_worker_url", e))?
@@ -97,36 +140,8 @@ fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiE
             ),
         ));
     }
-    let bootstrap_port = match obj.get("bootstrap_port") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(p) if (1..=65535).contains(&p) && worker_type == WorkerType::Prefill => {
-                Some(p as u16)
-            }
-            Some(_) if worker_type != WorkerType::Prefill => {
-                return Err(ApiError::invalid_field(
-                    "bootstrap_port",
-                    "applies to prefill workers only",
-                ));
-            }
-            _ => {
-                return Err(ApiError::invalid_field(
-                    "bootstrap_port",
-                    "must be a port number 1-65535 or null",
-                ));
-            }
-        },
-    };
-    let api_key = match obj.get("api_key") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(k)) if !k.is_empty() => Some(k.clone()),
-        Some(_) => {
-            return Err(ApiError::invalid_field(
-                "api_key",
-                "must be a non-empty string",
-            ));
-        }
-    };
+    let bootstrap_port = bootstrap_port_field(obj.get("bootstrap_port"), worker_type)?;
+    let api_key = api_key_field(obj.get("api_key"))?;
     let dp_aware = match obj.get("dp_aware") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -201,6 +216,58 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
         }
     }))
     .into_response()
+}
+
+/// `PUT /workers/{id}` (id or URL): changes a worker's `bootstrap_port` and/or `api_key`
+/// (absent: unchanged; null: cleared). Every DP rank of the worker is replaced by an entry
+/// built from the new settings that keeps its status, load, admission slot and model id, and
+/// each replacement is published as a registry event (which wakes admission waiters).
+pub(crate) async fn update(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let result = async {
+        let bytes = read_body(&state, body, &parts.headers).await?;
+        let obj = json_object(&bytes)?;
+        only_known(&obj, &["bootstrap_port", "api_key"])?;
+        if obj.is_empty() {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "nothing to change: give bootstrap_port and/or api_key",
+            ));
+        }
+        let Some(current) = state.registry.snapshot().find(&id).cloned() else {
+            return Err(ApiError::no_such("worker", &id));
+        };
+        let t = current.worker_type();
+        let spec = WorkerSpec {
+            url: current.base_url().to_string(),
+            worker_type: t,
+            bootstrap_port: match obj.get("bootstrap_port") {
+                None => current.bootstrap_port(),
+                v => bootstrap_port_field(v, t)?,
+            },
+            api_key: match obj.get("api_key") {
+                None => current.api_key().map(str::to_string),
+                v => api_key_field(v)?,
+            },
+        };
+        let replaced = state.registry.replace(&spec);
+        let Some(new) = replaced
+            .iter()
+            .find(|w| w.url() == current.url())
+            .or(replaced.first())
+        else {
+            // Removed between the lookup and the replacement.
+            return Err(ApiError::no_such("worker", &id));
+        };
+        tracing::info!(url = %spec.url, "worker updated");
+        Ok(Json(describe(new)).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// `GET /workers/{id}` (id or URL).

@@ -250,27 +250,39 @@ impl Registry {
         Ok(added)
     }
 
-    /// Replaces the registration of `spec.url` (same type) with a fresh one, keeping its load.
-    pub fn replace(&self, spec: &WorkerSpec, initial: WorkerStatus) -> Option<Arc<Worker>> {
-        let (old, new) = {
+    /// Replaces every registration of `spec.url` with `spec.worker_type` (one per DP rank) by
+    /// an entry built from `spec`, keeping its rank, status, load counter, admission slot and
+    /// model id (the breaker starts closed). Publishes one `Replaced` event per entry and
+    /// returns the new entries; none when nothing matched.
+    pub fn replace(&self, spec: &WorkerSpec) -> Vec<Arc<Worker>> {
+        let pairs = {
             let _w = self.write.lock();
             let cur = self.snapshot.load_full();
-            let pos = cur
-                .all
-                .iter()
-                .position(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)?;
-            let old = cur.all[pos].clone();
-            let new = self.build(spec, old.dp_rank, initial);
             let mut all = cur.all.clone();
-            all[pos] = new.clone();
-            self.snapshot.store(Arc::new(Snapshot::build(all)));
-            (old, new)
+            let mut pairs = Vec::new();
+            for entry in all
+                .iter_mut()
+                .filter(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)
+            {
+                let new = self.build(spec, entry.dp_rank, entry.status());
+                *new.model_id.lock() = entry.model_id();
+                pairs.push((std::mem::replace(entry, new.clone()), new));
+            }
+            if !pairs.is_empty() {
+                self.snapshot.store(Arc::new(Snapshot::build(all)));
+            }
+            pairs
         };
-        self.publish(Event::Replaced {
-            old,
-            new: new.clone(),
-        });
-        Some(new)
+        pairs
+            .into_iter()
+            .map(|(old, new)| {
+                self.publish(Event::Replaced {
+                    old,
+                    new: new.clone(),
+                });
+                new
+            })
+            .collect()
     }
 
     /// Marks a worker draining (no new requests), then removes it from the set.
@@ -410,12 +422,14 @@ mod tests {
         ));
         let _g = LoadGuard::new(w.clone(), 2);
         let new = reg
-            .replace(
-                &spec("http://a:1", WorkerType::Prefill),
-                WorkerStatus::Ready,
-            )
-            .unwrap();
+            .replace(&spec("http://a:1", WorkerType::Prefill))
+            .remove(0);
         assert_eq!(new.load(), 2, "replace keeps in-flight load");
+        assert_eq!(new.status(), WorkerStatus::Ready, "and its status");
+        assert!(
+            reg.replace(&spec("http://a:1", WorkerType::Decode))
+                .is_empty()
+        );
         reg.remove(new.id());
         assert_eq!(
             *seen.lock(),

@@ -44,6 +44,19 @@ pub fn pd_config(prefills: &[&MockWorker], decodes: &[&MockWorker]) -> Config {
     cfg
 }
 
+/// Admission settings: `limit` per Prefill worker, `queue` waiters, `timeout_secs` wait.
+pub fn admission(
+    limit: u32,
+    queue: usize,
+    timeout_secs: u64,
+) -> Option<pdrouter::config::AdmissionSettings> {
+    Some(pdrouter::config::AdmissionSettings {
+        max_inflight_per_worker: limit,
+        queue_size: queue,
+        queue_timeout: Duration::from_secs(timeout_secs),
+    })
+}
+
 pub fn regular_config(workers: &[&MockWorker]) -> Config {
     let specs = workers
         .iter()
