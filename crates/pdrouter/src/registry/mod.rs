@@ -444,6 +444,28 @@ mod tests {
         assert!(reg.snapshot().all().is_empty());
     }
 
+    #[test]
+    fn replace_renews_every_dp_rank_and_keeps_what_requests_hold() {
+        let reg = Registry::new(cfg(), None);
+        let mut old = spec("http://a:1", WorkerType::Prefill);
+        let ranks = reg.register(&old, Some(2), WorkerStatus::Ready).unwrap();
+        reg.set_status(&ranks[1], WorkerStatus::NotReady);
+        *ranks[0].model_id.lock() = Some("m".into());
+        let _g = LoadGuard::new(ranks[1].clone(), 3);
+        old.bootstrap_port = Some(9100);
+        let new = reg.replace(&old);
+        let urls: Vec<&str> = new.iter().map(|w| w.url()).collect();
+        assert_eq!(urls, ["http://a:1@0", "http://a:1@1"]);
+        assert!(new.iter().all(|w| w.bootstrap_port() == Some(9100)));
+        assert_eq!(new[0].model_id().as_deref(), Some("m"));
+        assert_eq!(new[1].status(), WorkerStatus::NotReady);
+        assert_eq!(new[1].load(), 3);
+        assert_eq!(new[1].dp_rank(), Some(1));
+        let snap = reg.snapshot();
+        assert_eq!(snap.all().len(), 2);
+        assert!(snap.all().iter().zip(&new).all(|(a, b)| Arc::ptr_eq(a, b)));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn breaker_half_open_is_published_at_its_instant() {
         let reg = Registry::new(cfg(), None);
