@@ -12,6 +12,50 @@ fn tune_allocator() {
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
 }
 
+/// Every client connection, parked admission waiters included, holds a file descriptor, and
+/// the usual soft limit (1024) would cap a queue of thousands long before its configured
+/// size. Like most servers, raise the soft limit to the hard one. Returns the limit in force.
+#[cfg(unix)]
+fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    // Linux refuses an unlimited open-file limit; its default ceiling (fs.nr_open) is 2^20.
+    const CEILING: u64 = 1 << 20;
+    let mut limit = getrlimit(Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(CEILING);
+    match limit.current {
+        Some(soft) if soft < hard => {
+            limit.current = Some(hard);
+            match setrlimit(Resource::Nofile, limit) {
+                Ok(()) => Some(hard),
+                Err(_) => Some(soft),
+            }
+        }
+        soft => soft,
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_open_files_limit() -> Option<u64> {
+    None
+}
+
+/// Warns when the open-file limit cannot hold a full admission queue (each waiter is a client
+/// connection) plus a margin for in-flight requests, upstream connections and listeners.
+fn check_open_files(limit: Option<u64>, config: &pdrouter::Config) {
+    const MARGIN: u64 = 256;
+    if let (Some(limit), Some(admission)) = (limit, &config.admission) {
+        let wanted = admission.queue_size as u64 + MARGIN;
+        if limit < wanted {
+            tracing::warn!(
+                open_files_limit = limit,
+                prefill_queue_size = admission.queue_size,
+                "the open-file limit is too low for a full admission queue; raise it \
+                 (ulimit -n) to at least {wanted} or lower --prefill-queue-size"
+            );
+        }
+    }
+}
+
 fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level.replace("warning", "warn")))
@@ -32,6 +76,7 @@ fn init_logging(level: &str, json: bool) {
 
 fn main() -> std::process::ExitCode {
     tune_allocator();
+    let open_files = raise_open_files_limit();
     let cli = Cli::parse_from_env();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -54,6 +99,7 @@ fn main() -> std::process::ExitCode {
                 }
             };
             init_logging(&level, json);
+            check_open_files(open_files, &config);
             runtime.block_on(async move {
                 match pdrouter::start(config).await {
                     Ok(handle) => {

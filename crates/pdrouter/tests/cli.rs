@@ -162,3 +162,73 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
         .unwrap();
     assert!(status.success());
 }
+
+/// Starts the binary through `sh` so that `limits` (a `ulimit` command) applies to it, waits
+/// until it listens, and returns its open-file limits (soft, hard) and what it logged.
+#[cfg(target_os = "linux")]
+fn launched_with_limits(limits: &str, extra: &[&str]) -> ((u64, u64), String) {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let script = format!(r#"{limits} 2>/dev/null; exec "$0" "$@""#);
+    let mut child = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_pdrouter"), "launch"])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--prometheus-port",
+            "0",
+            "--disable-health-check",
+            "--pd-disaggregation",
+            "--prefill",
+            "http://127.0.0.1:1",
+            "--decode",
+            "http://127.0.0.1:2",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("listening"), "{line}");
+    let text = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let nums: Vec<u64> = row
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    ((nums[0], nums[1]), log)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn open_files_soft_limit_is_raised_and_a_too_low_one_is_reported() {
+    // Soft limit lowered below the hard one: the router raises it back.
+    let ((soft, hard), log) = launched_with_limits("ulimit -S -n 512", &[]);
+    assert_eq!(soft, hard, "soft open-file limit raised to the hard one");
+    assert!(!log.contains("open-file limit"), "{log}");
+    // Hard limit below what a full queue (100 by default) needs: told at startup.
+    let ((soft, _), log) = launched_with_limits(
+        "ulimit -n 300",
+        &["--prefill-max-inflight-requests-per-worker", "1"],
+    );
+    assert!(soft <= 300);
+    assert!(log.contains("open-file limit is too low"), "{log}");
+}
