@@ -215,16 +215,12 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         .health
         .enabled
         .then(|| HealthChecker::start(&registry, client.clone(), cfg.health.clone()));
-    if health.is_some() {
+    if let Some(health) = &health {
         // Give the first probe round a moment before accepting traffic, so a router started
         // against live workers answers its first request instead of a 503. Bounded: a dead or
         // hanging worker only delays startup by this much.
         let deadline = tokio::time::Instant::now() + cfg.health.timeout.min(Duration::from_secs(2));
-        while tokio::time::Instant::now() < deadline
-            && !registry.snapshot().all().iter().all(|w| w.probed())
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        health.first_round(&registry, deadline).await;
     }
 
     let mut background = Vec::new();

@@ -299,9 +299,9 @@ async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
 #[tokio::test]
 async fn non_streaming_slot_is_released_at_prefill_end_not_after_decode() {
     let p = mock(Role::Prefill, 50).await;
-    let mut dc = MockConfig::new(Role::Decode);
-    dc.delay = Duration::from_millis(2500);
-    let d = MockWorker::start(dc).await.unwrap();
+    let d = mock(Role::Decode, 0).await;
+    // Decode holds every request until released, so "still decoding" does not depend on timing.
+    d.controls().set_hang(true);
     let mut cfg = pd_config(&[&p], &[&d]);
     cfg.admission = admission(1, 4, 30);
     let r = router(cfg).await;
@@ -310,14 +310,15 @@ async fn non_streaming_slot_is_released_at_prefill_end_not_after_decode() {
     assert!(eventually(Duration::from_secs(5), || p.stats().requests_total == 1).await);
     // Prefill done, Decode still running: the slot is already free for the next request.
     assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 0).await);
-    assert_eq!(d.stats().inflight, 1);
+    assert!(eventually(Duration::from_secs(5), || d.stats().inflight == 1).await);
     let second = spawn_chat(r.addr(), CHAT);
     assert!(eventually(Duration::from_secs(5), || p.stats().requests_total == 2).await);
-    assert_eq!(
-        d.stats().inflight,
-        2,
+    assert!(
+        eventually(Duration::from_secs(5), || d.stats().inflight == 2).await,
         "second request admitted while the first decodes"
     );
+    assert!(!first.is_finished());
+    d.controls().set_hang(false);
     assert_eq!(first.await.unwrap().0.status, 200);
     assert_eq!(second.await.unwrap().0.status, 200);
 }

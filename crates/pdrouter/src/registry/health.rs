@@ -75,6 +75,7 @@ impl ProbeCounts {
 #[derive(Debug)]
 pub struct HealthChecker {
     tasks: Mutex<HashMap<String, AbortHandle>>,
+    probed: Arc<tokio::sync::Notify>,
 }
 
 impl HealthChecker {
@@ -82,6 +83,7 @@ impl HealthChecker {
     pub fn start(registry: &Arc<Registry>, client: UpstreamClient, cfg: HealthConfig) -> Arc<Self> {
         let checker = Arc::new(Self {
             tasks: Mutex::new(HashMap::new()),
+            probed: Arc::new(tokio::sync::Notify::new()),
         });
         let weak_reg = Arc::downgrade(registry);
         let weak_chk = Arc::downgrade(&checker);
@@ -97,6 +99,7 @@ impl HealthChecker {
                     w.clone(),
                     client.clone(),
                     cfg.clone(),
+                    chk.probed.clone(),
                 ));
                 chk.tasks
                     .lock()
@@ -125,6 +128,22 @@ impl HealthChecker {
         checker
     }
 
+    /// Waits until every worker registered now has had its first probe, or until `deadline`.
+    pub async fn first_round(&self, registry: &Registry, deadline: tokio::time::Instant) {
+        loop {
+            // Registered before the check, so a probe finishing in between is not missed.
+            let probed = self.probed.notified();
+            tokio::pin!(probed);
+            probed.as_mut().enable();
+            if registry.snapshot().all().iter().all(|w| w.probed()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, probed).await.is_err() {
+                return;
+            }
+        }
+    }
+
     fn stop(&self, id: &str) {
         if let Some(h) = self.tasks.lock().remove(id) {
             h.abort();
@@ -145,6 +164,7 @@ async fn probe_loop(
     worker: Arc<Worker>,
     client: UpstreamClient,
     cfg: HealthConfig,
+    probed: Arc<tokio::sync::Notify>,
 ) {
     let url = format!("{}{}", worker.base_url(), cfg.endpoint);
     let mut counts = ProbeCounts::default();
@@ -166,6 +186,7 @@ async fn probe_loop(
         worker
             .probed
             .store(true, std::sync::atomic::Ordering::Release);
+        probed.notify_waiters();
         ever_ready |= worker.status() == WorkerStatus::Ready;
         drop(registry);
         let wait = if ever_ready {
