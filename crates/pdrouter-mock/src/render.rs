@@ -68,20 +68,25 @@ fn len_u64(v: &[Value]) -> u64 {
     v.len() as u64
 }
 
-/// Tokens in an OpenAI-style content (string or array of parts).
-fn content_tokens(content: Option<&Value>) -> u64 {
+/// `count` summed over the text of an OpenAI-style content (string or array of parts).
+fn content_count(content: Option<&Value>, count: fn(&str) -> u64) -> u64 {
     match content {
-        Some(Value::String(s)) => text_tokens(s),
+        Some(Value::String(s)) => count(s),
         Some(Value::Array(parts)) => parts
             .iter()
             .map(|p| match p {
-                Value::String(s) => text_tokens(s),
-                Value::Object(o) => o.get("text").and_then(Value::as_str).map_or(0, text_tokens),
+                Value::String(s) => count(s),
+                Value::Object(o) => o.get("text").and_then(Value::as_str).map_or(0, count),
                 _ => 0,
             })
             .sum(),
         _ => 0,
     }
+}
+
+/// Tokens in an OpenAI-style content.
+fn content_tokens(content: Option<&Value>) -> u64 {
+    content_count(content, text_tokens)
 }
 
 /// A token cap from a request field, if it is a non-negative integer.
@@ -159,10 +164,8 @@ impl Plan {
                     (_, Some(Value::Array(ids))) => (vec![len_u64(ids)], false),
                     _ => (vec![0], false),
                 };
-                let params = req.get("sampling_params");
-                let limit = cap(params.and_then(|p| p.get("max_new_tokens")));
-                let n = samples(params.and_then(|p| p.get("n")));
-                (prompts, batch || n > 1, limit, n)
+                let n = samples(req.get("sampling_params").and_then(|p| p.get("n")));
+                (prompts, batch || n > 1, requested_tokens(api, req), n)
             }
             Api::Chat => {
                 let prompt = match req.get("messages") {
@@ -172,8 +175,12 @@ impl Plan {
                         .sum(),
                     _ => return Err("messages must be an array".to_owned()),
                 };
-                let limit = cap(req.get("max_completion_tokens")).or(cap(req.get("max_tokens")));
-                (vec![prompt], false, limit, samples(req.get("n")))
+                (
+                    vec![prompt],
+                    false,
+                    requested_tokens(api, req),
+                    samples(req.get("n")),
+                )
             }
             Api::Completion => {
                 let prompts = match req.get("prompt") {
@@ -195,7 +202,7 @@ impl Plan {
                 (
                     prompts,
                     false,
-                    cap(req.get("max_tokens")),
+                    requested_tokens(api, req),
                     samples(req.get("n")),
                 )
             }
@@ -211,7 +218,7 @@ impl Plan {
                         .sum(),
                     _ => 0,
                 };
-                (vec![prompt], false, cap(req.get("max_output_tokens")), 1)
+                (vec![prompt], false, requested_tokens(api, req), 1)
             }
         };
         if prompts.is_empty() {
@@ -676,18 +683,7 @@ fn words(s: &str) -> u64 {
 }
 
 fn content_words(content: Option<&Value>) -> u64 {
-    match content {
-        Some(Value::String(s)) => words(s),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|p| match p {
-                Value::String(s) => words(s),
-                Value::Object(o) => o.get("text").and_then(Value::as_str).map_or(0, words),
-                _ => 0,
-            })
-            .sum(),
-        _ => 0,
-    }
+    content_count(content, words)
 }
 
 /// Words (or token ids) of a text-or-ids prompt, or of a list of them.
