@@ -94,14 +94,6 @@ fn workers(n: usize) -> Vec<Worker> {
         .collect()
 }
 
-const KINDS: [PolicyKind; 5] = [
-    PolicyKind::Random,
-    PolicyKind::RoundRobin,
-    PolicyKind::PowerOfTwo,
-    PolicyKind::CacheAware,
-    PolicyKind::ConsistentHashing,
-];
-
 fn rank_commit(policy: &Policy, workers: &[Worker], prompts: &[String]) -> impl FnMut() -> usize {
     let mut out = Vec::with_capacity(workers.len());
     let mut i = 0;
@@ -122,7 +114,7 @@ fn bench_policies(c: &mut Criterion) {
     let mut group = c.benchmark_group("rank_commit");
     for n in [8, 64, 512] {
         let ws = workers(n);
-        for kind in KINDS {
+        for kind in PolicyKind::ALL {
             let policy = Policy::new(kind, CacheAwareConfig::default());
             group.bench_function(BenchmarkId::new(kind.name(), n), |b| {
                 let mut f = rank_commit(&policy, &ws, &prompts);

@@ -60,6 +60,15 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
+    /// Every policy, in the order of [`NAMES`](Self::NAMES).
+    pub const ALL: [PolicyKind; 5] = [
+        PolicyKind::Random,
+        PolicyKind::RoundRobin,
+        PolicyKind::PowerOfTwo,
+        PolicyKind::CacheAware,
+        PolicyKind::ConsistentHashing,
+    ];
+
     /// Every policy name accepted on the command line.
     pub const NAMES: [&'static str; 5] = [
         "random",
@@ -230,17 +239,9 @@ mod tests {
     use super::*;
     use testutil::workers;
 
-    const KINDS: [PolicyKind; 5] = [
-        PolicyKind::Random,
-        PolicyKind::RoundRobin,
-        PolicyKind::PowerOfTwo,
-        PolicyKind::CacheAware,
-        PolicyKind::ConsistentHashing,
-    ];
-
     #[test]
     fn names_round_trip_and_kind_matches() {
-        for (kind, name) in KINDS.iter().zip(PolicyKind::NAMES) {
+        for (kind, name) in PolicyKind::ALL.iter().zip(PolicyKind::NAMES) {
             assert_eq!(PolicyKind::parse(name), Some(*kind));
             assert_eq!(kind.to_string(), name);
             assert_eq!(
@@ -264,7 +265,7 @@ mod tests {
             text: Some("hello"),
             routing_key: None,
         };
-        for kind in KINDS {
+        for kind in PolicyKind::ALL {
             let p = Policy::new(kind, CacheAwareConfig::default());
             let mut out = vec![99];
             p.rank(&[] as &[testutil::W], &req, &mut out);
@@ -330,7 +331,7 @@ mod tests {
     #[test]
     fn concurrent_use_is_safe() {
         let ws = workers(&[1, 2, 3, 4, 5, 6]);
-        for kind in KINDS {
+        for kind in PolicyKind::ALL {
             let p = Policy::new(
                 kind,
                 CacheAwareConfig {

@@ -20,16 +20,8 @@ impl WorkerRef for Worker {
     }
 }
 
-const KINDS: [PolicyKind; 5] = [
-    PolicyKind::Random,
-    PolicyKind::RoundRobin,
-    PolicyKind::PowerOfTwo,
-    PolicyKind::CacheAware,
-    PolicyKind::ConsistentHashing,
-];
-
 fn kind() -> impl Strategy<Value = PolicyKind> {
-    proptest::sample::select(KINDS.to_vec())
+    proptest::sample::select(PolicyKind::ALL.to_vec())
 }
 
 /// Workers drawn from a small url pool (so urls recur across steps); duplicates allowed.
