@@ -163,11 +163,43 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
     assert!(status.success());
 }
 
+#[tokio::test]
+async fn a_client_that_hangs_up_before_the_answer_is_logged_at_debug() {
+    use tokio::io::AsyncWriteExt;
+    let w = mock(Role::Regular, 60_000).await;
+    let url = w.url();
+    let args = [
+        "--worker-urls",
+        url.as_str(),
+        "--disable-health-check",
+        "--log-level",
+        "debug",
+    ];
+    let (mut child, addr) = launch_binary_with(&args, &[], std::process::Stdio::piped());
+    let mut client = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{COMPLETION}",
+        COMPLETION.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || w.stats().inflight == 1).await);
+    drop(client);
+    // The router gives up the upstream request too.
+    assert!(eventually(Duration::from_secs(5), || w.stats().inflight == 0).await);
+    sigterm(&child);
+    let log = log_until_exit(&mut child);
+    assert!(
+        log.contains("client went away before the response"),
+        "{log}"
+    );
+}
+
 /// Starts the binary through `sh` so that `limits` (a `ulimit` command) applies to it, waits
 /// until it listens, and returns its open-file limits (soft, hard) and what it logged.
 #[cfg(target_os = "linux")]
 fn launched_with_limits(limits: &str, extra: &[&str]) -> ((u64, u64), String) {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let script = format!(r#"{limits} 2>/dev/null; exec "$0" "$@""#);
     let mut child = Command::new("sh")
@@ -206,15 +238,18 @@ fn launched_with_limits(limits: &str, extra: &[&str]) -> ((u64, u64), String) {
         .filter_map(|t| t.parse().ok())
         .collect();
     child.kill().unwrap();
-    child.wait().unwrap();
+    ((nums[0], nums[1]), log_until_exit(&mut child))
+}
+
+/// Everything a child with piped stderr logs until it exits.
+fn log_until_exit(child: &mut Child) -> String {
+    use std::io::Read;
     let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    ((nums[0], nums[1]), log)
+    if let Some(mut stderr) = child.stderr.take() {
+        stderr.read_to_string(&mut log).unwrap();
+    }
+    child.wait().unwrap();
+    log
 }
 
 #[cfg(target_os = "linux")]

@@ -130,6 +130,22 @@ pin_project! {
         inner: Instrumented<F>,
         record: Option<Record>,
     }
+
+    impl<F> PinnedDrop for Observed<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // Dropped before the response was ready: the client hung up (or the server is
+            // shutting down). Nothing is recorded as answered; say so when debugging.
+            if let Some(record) = this.record.take() {
+                this.inner.span().in_scope(|| {
+                    tracing::debug!(
+                        elapsed_ms = record.started.elapsed().as_millis() as u64,
+                        "client went away before the response"
+                    );
+                });
+            }
+        }
+    }
 }
 
 impl<F> Future for Observed<F>

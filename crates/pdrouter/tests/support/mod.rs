@@ -198,6 +198,15 @@ pub fn launch_binary<S: AsRef<std::ffi::OsStr>>(
     args: &[S],
     env: &[(&str, &std::path::Path)],
 ) -> (std::process::Child, String) {
+    launch_binary_with(args, env, std::process::Stdio::null())
+}
+
+/// [`launch_binary`], with the router's log (stderr) going to `stderr`.
+pub fn launch_binary_with<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    env: &[(&str, &std::path::Path)],
+    stderr: std::process::Stdio,
+) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pdrouter"));
     cmd.arg("launch");
@@ -213,7 +222,7 @@ pub fn launch_binary<S: AsRef<std::ffi::OsStr>>(
     }
     cmd.args(args)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
+        .stderr(stderr);
     for (k, v) in env {
         cmd.env(k, v);
     }
