@@ -1,15 +1,15 @@
 //! Request id, access metrics and API-key checks.
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{Future, Ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -196,20 +196,58 @@ fn same_key(given: &[u8], expected: &[u8]) -> bool {
     diff == 0
 }
 
-/// Requires `Authorization: Bearer <--api-key>` when a key is configured.
-pub(crate) async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &state.cfg.api_key {
+/// Requires `Authorization: Bearer <--api-key>` on the routes it wraps.
+///
+/// Checked synchronously in `call`, so an admitted request's future is the inner one, not an
+/// extra block (see [`ObserveLayer`] for why that matters to queued requests).
+#[derive(Debug, Clone)]
+pub(crate) struct AuthLayer(pub(crate) Arc<str>);
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Auth<S> {
+        Auth {
+            inner,
+            key: self.0.clone(),
+        }
+    }
+}
+
+/// See [`AuthLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct Auth<S> {
+    inner: S,
+    key: Arc<str>,
+}
+
+impl<S> Service<Request> for Auth<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<Ready<Result<Response, Infallible>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if !same_key(given.trim().as_bytes(), key.as_bytes()) {
-            return ApiError::unauthorized().into_response();
+        if same_key(given.trim().as_bytes(), self.key.as_bytes()) {
+            Either::Right(self.inner.call(req))
+        } else {
+            Either::Left(std::future::ready(Ok(
+                ApiError::unauthorized().into_response()
+            )))
         }
     }
-    next.run(req).await
 }
 
 #[cfg(test)]

@@ -53,13 +53,9 @@ pub fn app(state: Arc<AppState>) -> Router {
                 .delete(workers::remove),
         );
     // Without a key there is nothing to check: leave the layer off the hot path entirely.
-    let protected = if state.cfg.api_key.is_some() {
-        protected.route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::auth,
-        ))
-    } else {
-        protected
+    let protected = match &state.cfg.api_key {
+        Some(key) => protected.route_layer(middleware::AuthLayer(Arc::from(key.as_str()))),
+        None => protected,
     };
     let open = Router::new()
         .route("/health", get(handlers::health))
