@@ -13,29 +13,11 @@ use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pdrouter-mock");
 
-#[tokio::test]
-async fn binary_prints_bound_address_and_serves() {
+/// Starts the binary and returns it with its listening line, minus the fixed prefix
+/// (`ADDR role=ROLE [bootstrap_port=PORT]`). The child is killed when dropped.
+async fn spawn_listening(args: &[&str]) -> (tokio::process::Child, String) {
     let mut child = Command::new(BIN)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--role",
-            "prefill",
-            "--delay-ms",
-            "1",
-            "--output-tokens",
-            "4",
-            "--token-interval-ms",
-            "0",
-            "--fail-rate",
-            "0",
-            "--dp-size",
-            "2",
-            "--model",
-            "cli-model",
-        ])
+        .args(args)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -49,7 +31,35 @@ async fn binary_prints_bound_address_and_serves() {
     let rest = line
         .trim_end()
         .strip_prefix("pdrouter-mock listening on http://")
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+        .to_string();
+    (child, rest)
+}
+
+#[tokio::test]
+async fn binary_prints_bound_address_and_serves() {
+    let (mut child, line) = spawn_listening(&[
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--role",
+        "prefill",
+        "--delay-ms",
+        "1",
+        "--output-tokens",
+        "4",
+        "--token-interval-ms",
+        "0",
+        "--fail-rate",
+        "0",
+        "--dp-size",
+        "2",
+        "--model",
+        "cli-model",
+    ])
+    .await;
+    let rest = line.as_str();
     let (addr, role) = rest.split_once(' ').unwrap();
     assert_eq!(role, "role=prefill");
     let addr: SocketAddr = addr.parse().unwrap();
@@ -120,32 +130,19 @@ fn args_map_to_config() {
 
 #[tokio::test]
 async fn engine_prefill_prints_its_bootstrap_port() {
-    let mut child = Command::new(BIN)
-        .args([
-            "--role",
-            "prefill",
-            "--engine",
-            "--max-running",
-            "5",
-            "--prefill-tokens-per-sec",
-            "500",
-            "--bootstrap-port",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn pdrouter-mock");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    tokio::time::timeout(TIMEOUT, BufReader::new(stdout).read_line(&mut line))
-        .await
-        .expect("listening line in time")
-        .unwrap();
-    let rest = line
-        .trim_end()
-        .strip_prefix("pdrouter-mock listening on http://")
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let (mut child, line) = spawn_listening(&[
+        "--role",
+        "prefill",
+        "--engine",
+        "--max-running",
+        "5",
+        "--prefill-tokens-per-sec",
+        "500",
+        "--bootstrap-port",
+        "0",
+    ])
+    .await;
+    let rest = line.as_str();
     let parts: Vec<&str> = rest.split(' ').collect();
     assert_eq!(parts[1], "role=prefill");
     let port: u16 = parts[2]
