@@ -30,45 +30,17 @@
 
 source "$(dirname "$0")/lib.sh"
 
-DURATION=60
-BUILD=1
 OUT="$ROOT/bench/late_binding.svg"
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-    --quick) DURATION=25 ;;
-    --duration) DURATION=$2; shift ;;
-    --no-build) BUILD=0 ;;
-    --out) OUT=$2; shift ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
-    *) die "unknown argument $1" ;;
-    esac
-    shift
-done
+scenario_args 60 25 '2,30p' "$@"
 
 engine_scenario 0.85
 
 LOAD=(--path /generate --stream --max-tokens 4 --rate "$OFFERED" --duration "$DURATION"
     --prompt-dist pareto --prompt-mean-tokens "$MEAN_WORDS" --seed 7 --timeout 120)
 
-run_case() { # LABEL ROUTER-FLAGS...
-    local label=$1
-    shift
-    start_router "router-$label" --pd-disaggregation "${PREFILL_ARGS[@]}" --decode "$DECODE_URL" \
-        --disable-health-check "$@"
-    local router=$SPAWNED_URL pid=$SPAWNED_PID
-    wait_ready "$router" --path /generate --max-tokens 1
-    reset_engine_stats
-    echo "running $label" >&2
-    bench --url "$router" "${LOAD[@]}" --label "$label" --csv "$WORK/$label.csv" \
-        >"$WORK/$label.txt"
-    ENGINE_WAIT[$label]=$(max_engine_wait_ms)
-    stop "$pid"
-}
-
-declare -A ENGINE_WAIT
-run_case round_robin --policy round_robin
-run_case power_of_two --policy power_of_two
-run_case admission --policy round_robin --prefill-max-inflight-requests-per-worker "$RUNNING" \
+engine_case round_robin --policy round_robin
+engine_case power_of_two --policy power_of_two
+engine_case admission --policy round_robin --prefill-max-inflight-requests-per-worker "$RUNNING" \
     --prefill-queue-size 1000 --prefill-queue-timeout-secs 60
 
 printf '%-13s %8s %8s %9s %9s %9s %9s %9s %15s\n' \

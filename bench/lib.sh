@@ -193,6 +193,27 @@ reset_engine_stats() {
     done
 }
 
+# scenario_args DEFAULT_SECS QUICK_SECS HELP_LINES "$@": the flags every scenario takes —
+# --quick, --duration SECS, --no-build, -h/--help (prints lines HELP_LINES, e.g. '2,24p', of the
+# script), and --out FILE for scripts that set OUT beforehand — into DURATION, BUILD and OUT.
+scenario_args() {
+    DURATION=$1
+    BUILD=1
+    local quick=$2 help=$3
+    shift 3
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+        --quick) DURATION=$quick ;;
+        --duration) DURATION=$2; shift ;;
+        --no-build) BUILD=0 ;;
+        --out) [[ -v OUT ]] || die "unknown argument $1"; OUT=$2; shift ;;
+        -h | --help) sed -n "$help" "$0"; exit 0 ;;
+        *) die "unknown argument $1" ;;
+        esac
+        shift
+    done
+}
+
 # engine_scenario LOAD_FACTOR: the fleet both engine scenarios measure — 4 engine-mode Prefill
 # workers running one prompt each at 16000 words/s, prompts averaging 200 words. Sets WORKERS,
 # RUNNING, RATE_WORDS, MEAN_WORDS, CAPACITY and OFFERED (= LOAD_FACTOR x CAPACITY, req/s),
@@ -207,4 +228,23 @@ engine_scenario() {
     ((BUILD)) && build
     start_engine_fleet "$WORKERS" "$RUNNING" "$RATE_WORDS" 1
     echo "capacity ${CAPACITY} req/s, offering ${OFFERED} req/s for ${DURATION}s per router" >&2
+}
+
+# engine_case LABEL ROUTER-FLAGS...: one PD router (health checks off) over the fleet that
+# engine_scenario started, loaded with the bench flags in LOAD. Results go to $WORK/LABEL.txt
+# and .csv, the longest wait inside an engine's own queue to ENGINE_WAIT[LABEL].
+declare -A ENGINE_WAIT
+engine_case() {
+    local label=$1
+    shift
+    start_router "router-$label" --pd-disaggregation "${PREFILL_ARGS[@]}" --decode "$DECODE_URL" \
+        --disable-health-check "$@"
+    local router=$SPAWNED_URL pid=$SPAWNED_PID
+    wait_ready "$router" --path /generate --max-tokens 1
+    reset_engine_stats
+    echo "running $label" >&2
+    bench --url "$router" "${LOAD[@]}" --label "$label" --csv "$WORK/$label.csv" \
+        >"$WORK/$label.txt"
+    ENGINE_WAIT[$label]=$(max_engine_wait_ms)
+    stop "$pid"
 }

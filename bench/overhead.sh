@@ -25,18 +25,7 @@
 
 source "$(dirname "$0")/lib.sh"
 
-DURATION=10
-BUILD=1
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-    --quick) DURATION=3 ;;
-    --duration) DURATION=$2; shift ;;
-    --no-build) BUILD=0 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
-    *) die "unknown argument $1" ;;
-    esac
-    shift
-done
+scenario_args 10 3 '2,24p' "$@"
 
 ((BUILD)) && build
 

@@ -23,42 +23,15 @@
 
 source "$(dirname "$0")/lib.sh"
 
-DURATION=40
-BUILD=1
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-    --quick) DURATION=15 ;;
-    --duration) DURATION=$2; shift ;;
-    --no-build) BUILD=0 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
-    *) die "unknown argument $1" ;;
-    esac
-    shift
-done
+scenario_args 40 15 '2,23p' "$@"
 
 engine_scenario 1.5
 
 LOAD=(--path /generate --stream --max-tokens 4 --rate "$OFFERED" --duration "$DURATION"
     --prompt-dist pareto --prompt-mean-tokens "$MEAN_WORDS" --seed 11 --timeout 300)
 
-declare -A ENGINE_WAIT
-run_case() { # LABEL ROUTER-FLAGS...
-    local label=$1
-    shift
-    start_router "router-$label" --pd-disaggregation "${PREFILL_ARGS[@]}" --decode "$DECODE_URL" \
-        --disable-health-check --policy round_robin "$@"
-    local router=$SPAWNED_URL pid=$SPAWNED_PID
-    wait_ready "$router" --path /generate --max-tokens 1
-    reset_engine_stats
-    echo "running $label" >&2
-    bench --url "$router" "${LOAD[@]}" --label "$label" --csv "$WORK/$label.csv" \
-        >"$WORK/$label.txt"
-    ENGINE_WAIT[$label]=$(max_engine_wait_ms)
-    stop "$pid"
-}
-
-run_case no_admission
-run_case admission --prefill-max-inflight-requests-per-worker "$RUNNING" \
+engine_case no_admission --policy round_robin
+engine_case admission --policy round_robin --prefill-max-inflight-requests-per-worker "$RUNNING" \
     --prefill-queue-size 32 --prefill-queue-timeout-secs 2
 
 printf '%-13s %8s %8s %9s %9s %9s %12s %15s\n' \
