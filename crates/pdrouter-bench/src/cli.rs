@@ -257,39 +257,15 @@ mod tests {
             parse(&["--url", "http://h:1"]).is_err(),
             "duration required"
         );
-        assert!(
-            parse(&[
-                "--url",
-                "http://h:1",
-                "--duration",
-                "1",
-                "--rate",
-                "1",
-                "--concurrency",
-                "2"
-            ])
-            .is_err()
-        );
-        assert!(
-            parse(&[
-                "--url",
-                "http://h:1",
-                "--duration",
-                "1",
-                "--body-extra",
-                "[1]"
-            ])
-            .is_err()
-        );
-        let zero = parse(&[
-            "--url",
-            "http://h:1",
-            "--duration",
-            "1",
-            "--concurrency",
-            "0",
-        ])
-        .unwrap();
+        // A valid base plus one bad choice each.
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--url", "http://h:1", "--duration", "1"];
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        assert!(with(&["--rate", "1", "--concurrency", "2"]).is_err());
+        assert!(with(&["--body-extra", "[1]"]).is_err());
+        let zero = with(&["--concurrency", "0"]).unwrap();
         assert!(zero.load.to_options().is_err());
         let neg = parse(&["--url", "http://h:1", "--duration=-1"]).unwrap();
         assert!(neg.load.to_options().is_err());
