@@ -9,7 +9,7 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::handlers::read_body;
@@ -61,8 +61,11 @@ fn api_key_field(v: Option<&Value>) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn json_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
-    match serde_json::from_slice(bytes).map_err(ApiError::malformed_json)? {
+/// The request body as a JSON object (size-limited like every body).
+async fn json_body(state: &AppState, req: Request) -> Result<Map<String, Value>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(state, body, &parts.headers).await?;
+    match serde_json::from_slice(&bytes).map_err(ApiError::malformed_json)? {
         Value::Object(obj) => Ok(obj),
         _ => Err(ApiError::bad_request(
             "invalid_request",
@@ -71,7 +74,7 @@ fn json_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError>
     }
 }
 
-fn only_known(obj: &serde_json::Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
+fn only_known(obj: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
     match obj.keys().find(|k| !known.contains(&k.as_str())) {
         Some(k) => Err(ApiError::invalid_field(
             k,
@@ -81,10 +84,9 @@ fn only_known(obj: &serde_json::Map<String, Value>, known: &[&str]) -> Result<()
     }
 }
 
-fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiError> {
-    let obj = json_object(bytes)?;
+fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec, bool), ApiError> {
     only_known(
-        &obj,
+        obj,
         &[
             "url",
             "worker_type",
@@ -160,10 +162,8 @@ fn parse_spec(state: &AppState, bytes: &[u8]) -> Result<(WorkerSpec, bool), ApiE
 
 /// `POST /workers`.
 pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
     let result = async {
-        let bytes = read_body(&state, body, &parts.headers).await?;
-        let (spec, dp_aware) = parse_spec(&state, &bytes)?;
+        let (spec, dp_aware) = parse_spec(&state, &json_body(&state, req).await?)?;
         let dp = if dp_aware || state.cfg.dp_aware {
             crate::app::discover_dp_size(&state.client, &spec, state.cfg.health.timeout).await
         } else {
@@ -227,10 +227,8 @@ pub(crate) async fn update(
     Path(id): Path<String>,
     req: Request,
 ) -> Response {
-    let (parts, body) = req.into_parts();
     let result = async {
-        let bytes = read_body(&state, body, &parts.headers).await?;
-        let obj = json_object(&bytes)?;
+        let obj = json_body(&state, req).await?;
         only_known(&obj, &["bootstrap_port", "api_key"])?;
         if obj.is_empty() {
             return Err(ApiError::bad_request(
