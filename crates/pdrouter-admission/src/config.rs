@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 /// Limits of one admission controller (SPEC §4.1), already validated by the router.
 ///
 /// The controller takes the values as they are: a `max_inflight_per_worker` of 0 admits nothing
@@ -15,4 +17,15 @@ pub struct AdmissionConfig {
     pub queue_size: usize,
     /// Longest time `T` a request may wait for a slot before `QueueTimeout`.
     pub queue_timeout: Duration,
+}
+
+/// `from + after` without the panic `Instant + Duration` has on overflow. Every deadline
+/// computed from a configured duration (queue timeout here, breaker and request timeouts in
+/// the router) goes through this, so no configured value can panic a request. A deadline too
+/// far to represent becomes a century away, which is never in practice.
+pub fn deadline_after(from: Instant, after: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    from.checked_add(after)
+        .or_else(|| from.checked_add(CENTURY))
+        .unwrap_or(from)
 }

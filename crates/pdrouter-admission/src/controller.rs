@@ -70,7 +70,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
-use crate::config::AdmissionConfig;
+use crate::config::{AdmissionConfig, deadline_after};
 use crate::ledger::{Ledger, Slot};
 use crate::permit::{Admitted, Permit};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
@@ -200,7 +200,7 @@ impl Admission {
                 inner,
                 id: Some(id),
             };
-            let deadline = enqueued_at + inner.cfg.queue_timeout;
+            let deadline = deadline_after(enqueued_at, inner.cfg.queue_timeout);
             let grant = match timeout_at(deadline, &mut rx).await {
                 Ok(Ok(grant)) => grant,
                 Ok(Err(_)) => {

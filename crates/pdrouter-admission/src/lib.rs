@@ -91,7 +91,7 @@ mod permit;
 mod queue;
 mod selector;
 
-pub use config::AdmissionConfig;
+pub use config::{AdmissionConfig, deadline_after};
 pub use controller::Admission;
 pub use ledger::Slot;
 pub use permit::{Admitted, Permit};

@@ -142,6 +142,41 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
         .map_err(|source| StartError::Bind { addr, source })
 }
 
+/// Subscribes every listener of registry events: metrics, admission waiters, policies.
+fn wire_events(
+    registry: &Registry,
+    metrics: &Arc<Metrics>,
+    admission: Option<&Admission>,
+    policies: &[Arc<Policy>],
+) {
+    let m = metrics.clone();
+    registry.set_load_hook(Arc::new(move |w| m.worker_load(w)));
+    let m = metrics.clone();
+    registry.subscribe(Arc::new(move |e| m.on_event(e)));
+    if let Some(adm) = admission.cloned() {
+        registry.subscribe(Arc::new(move |e: &Event| {
+            // An opening breaker removes capacity; everything else may add some.
+            if !matches!(
+                e,
+                Event::BreakerChanged {
+                    to: BreakerState::Open,
+                    ..
+                }
+            ) {
+                adm.notify();
+            }
+        }));
+    }
+    let ps = policies.to_vec();
+    registry.subscribe(Arc::new(move |e: &Event| {
+        if let Event::Removed(w) = e {
+            for p in &ps {
+                p.remove_worker(w.url());
+            }
+        }
+    }));
+}
+
 /// Starts the router described by `cfg` (already validated).
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let cfg = Arc::new(cfg);
@@ -157,26 +192,6 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         )
     });
     let registry = Registry::new(cfg.breaker, admission.clone());
-    {
-        let m = metrics.clone();
-        registry.set_load_hook(Arc::new(move |w| m.worker_load(w)));
-        let m = metrics.clone();
-        registry.subscribe(Arc::new(move |e| m.on_event(e)));
-    }
-    if let Some(adm) = admission.clone() {
-        registry.subscribe(Arc::new(move |e: &Event| {
-            // An opening breaker removes capacity; everything else may add some.
-            if !matches!(
-                e,
-                Event::BreakerChanged {
-                    to: BreakerState::Open,
-                    ..
-                }
-            ) {
-                adm.notify();
-            }
-        }));
-    }
     let policy = Arc::new(Policy::new(cfg.policy, cfg.cache));
     let prefill_policy = Arc::new(Policy::new(cfg.prefill_policy, cfg.cache));
     let decode_policy = Arc::new(Policy::new(cfg.decode_policy, cfg.cache));
@@ -185,16 +200,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         prefill_policy.clone(),
         decode_policy.clone(),
     ];
-    {
-        let ps = policies.clone();
-        registry.subscribe(Arc::new(move |e: &Event| {
-            if let Event::Removed(w) = e {
-                for p in &ps {
-                    p.remove_worker(w.url());
-                }
-            }
-        }));
-    }
+    wire_events(&registry, &metrics, admission.as_ref(), &policies);
     let client = UpstreamClient::new();
     let initial = if cfg.health.enabled {
         WorkerStatus::Pending
@@ -304,4 +310,136 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         background,
         _health: health,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use pdrouter_admission::Rejection;
+    use pdrouter_policy::{CacheAwareConfig, PolicyKind};
+
+    use super::*;
+    use crate::config::{BreakerConfig, WorkerType};
+    use crate::select::{Candidates, Wanted};
+
+    fn series(metrics: &Metrics, name: &str) -> Option<f64> {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    }
+
+    /// The race that used to strand waiters: something reads the breaker at its half-open
+    /// instant before the registry's timer runs. Here a metrics scrape, the state `GET /workers`
+    /// shows and a new request's selection all look first; the transition must still be
+    /// published once, by the timer, and the slot go to the request that was already waiting.
+    #[tokio::test(start_paused = true)]
+    async fn half_open_seen_first_by_readers_is_still_published_once_and_goes_to_the_waiter() {
+        let metrics = Metrics::new();
+        let admission = Admission::new(
+            AdmissionConfig {
+                max_inflight_per_worker: 1,
+                queue_size: 4,
+                queue_timeout: Duration::from_secs(600),
+            },
+            metrics.clone() as Arc<dyn Observer>,
+        );
+        let timeout = Duration::from_secs(10);
+        let breaker = BreakerConfig {
+            enabled: true,
+            failure_threshold: 1,
+            success_threshold: 1,
+            timeout,
+        };
+        let registry = Registry::new(breaker, Some(admission.clone()));
+        let policy = Arc::new(Policy::new(
+            PolicyKind::RoundRobin,
+            CacheAwareConfig::default(),
+        ));
+        wire_events(
+            &registry,
+            &metrics,
+            Some(&admission),
+            std::slice::from_ref(&policy),
+        );
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        registry.subscribe(Arc::new(move |e: &Event| {
+            if let Event::BreakerChanged { to, .. } = e {
+                s.lock().push(to.as_str());
+            }
+        }));
+        let spec = WorkerSpec {
+            url: "http://p:1".into(),
+            worker_type: WorkerType::Prefill,
+            bootstrap_port: None,
+            api_key: None,
+        };
+        let w = registry
+            .register(&spec, None, WorkerStatus::Ready)
+            .unwrap()
+            .remove(0);
+        let selector = || {
+            Candidates::new(
+                registry.clone(),
+                policy.clone(),
+                WorkerType::Prefill,
+                Wanted {
+                    text: Arc::from("hi"),
+                    routing_key: None,
+                    target: None,
+                },
+            )
+        };
+        let gauge = "smg_worker_cb_state{worker=\"http://p:1\"}";
+        let half_opens = "smg_worker_cb_transitions_total{worker=\"http://p:1\",to=\"half_open\"}";
+
+        // Half a tick off the timer wheel's millisecond grid, so the half-open instant comes
+        // strictly before the tick its timer fires on: the window in which readers look first.
+        tokio::time::advance(Duration::from_micros(500)).await;
+        let first = admission.acquire(selector()).await.unwrap();
+        let adm = admission.clone();
+        let sel = selector();
+        let waiter = tokio::spawn(async move { adm.acquire(sel).await });
+        while admission.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        registry.record_outcome(&w, false);
+        assert_eq!(series(&metrics, gauge), Some(1.0));
+        drop(first);
+        assert_eq!(admission.queued(), 1, "open: the freed slot is not usable");
+
+        tokio::time::advance(timeout).await;
+        assert_eq!(*seen.lock(), ["open"], "the timer has not run yet");
+        assert_eq!(series(&metrics, gauge), Some(1.0));
+        assert_eq!(w.breaker().state(), BreakerState::Open);
+        assert_eq!(
+            admission.acquire(selector()).await.err(),
+            Some(Rejection::Unavailable),
+            "an arrival at the due instant does not get the slot"
+        );
+        assert_eq!(*seen.lock(), ["open"], "reading changed nothing");
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let admitted = waiter.await.unwrap().expect("the waiter gets the slot");
+        assert!(Arc::ptr_eq(&admitted.choice, &w));
+        assert_eq!(*seen.lock(), ["open", "half_open"]);
+        assert_eq!(series(&metrics, gauge), Some(2.0));
+        assert_eq!(series(&metrics, half_opens), Some(1.0));
+        assert_eq!(w.breaker().state(), BreakerState::HalfOpen);
+
+        // A later arrival queues behind the admitted waiter; nothing is left held afterwards.
+        let adm = admission.clone();
+        let sel = selector();
+        let later = tokio::spawn(async move { adm.acquire(sel).await });
+        while admission.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(admitted);
+        drop(later.await.unwrap().expect("admitted once the slot frees"));
+        assert_eq!(admission.inflight_total(), 0);
+        assert_eq!(admission.queued(), 0);
+        assert_eq!(*seen.lock(), ["open", "half_open"]);
+    }
 }

@@ -18,6 +18,10 @@ fn bad(msg: impl Into<String>) -> ConfigError {
     ConfigError(msg.into())
 }
 
+/// Deadline arithmetic that cannot panic, shared with admission's queue timeout: use it for
+/// every `Instant` computed from a configured duration.
+pub use pdrouter_admission::deadline_after;
+
 /// How requests are routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

@@ -2,9 +2,17 @@
 //!
 //! `closed --(failure_threshold consecutive failures)--> open --(timeout)--> half_open`;
 //! in half-open, `success_threshold` successes close it and any failure reopens it.
-//! Open → half-open happens lazily when the state is read, and [`Breaker::record`] reports the
-//! instant it will be due, so the registry can arm one exact timer instead of polling.
-//! Time comes from `tokio::time` only, so tests drive it with a paused clock.
+//!
+//! Invariants:
+//! - Reading the state ([`Breaker::state`], [`Breaker::allows`]) never changes it. Selection,
+//!   `GET /workers` and metrics all read, so a transition applied by a reader would be lost
+//!   to the registry's event path (no event, no admission re-evaluation, a stale gauge).
+//! - Only the registry changes the state: [`Breaker::record`] on an outcome, and
+//!   [`Breaker::half_open_if_due`] from the exact timer armed when the breaker opened. Each
+//!   transition is returned to exactly one caller (under the breaker's lock), which publishes
+//!   it. So a worker stays open until that timer has run and its event is out: admission
+//!   waiters are re-evaluated before any new arrival can see the worker as available.
+//! - Time comes from `tokio::time` only, so tests drive it with a paused clock.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -51,7 +59,7 @@ enum Inner {
     HalfOpen { successes: u32 },
 }
 
-/// A state change caused by [`Breaker::record`] or a lazy read.
+/// A state change caused by [`Breaker::record`] or [`Breaker::half_open_if_due`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transition {
     /// New state.
@@ -79,40 +87,30 @@ impl Breaker {
         }
     }
 
-    /// Current state, applying a due open → half-open change. Returns the change, if any.
-    pub fn poll_state(&self) -> (BreakerState, Option<Transition>) {
+    /// Current state. Never changes it (see the module docs).
+    pub fn state(&self) -> BreakerState {
         if !self.cfg.enabled {
-            return (BreakerState::Closed, None);
+            return BreakerState::Closed;
         }
-        let fast = BreakerState::from_u8(self.fast.load(Ordering::Acquire));
-        if fast != BreakerState::Open {
-            return (fast, None);
-        }
+        BreakerState::from_u8(self.fast.load(Ordering::Acquire))
+    }
+
+    /// Turns an open breaker half-open once its timeout has passed; returns the transition to
+    /// the one caller that applied it.
+    pub(crate) fn half_open_if_due(&self) -> Option<Transition> {
         let mut inner = self.inner.lock();
-        if let Inner::Open { until } = *inner {
-            if Instant::now() >= until {
+        match *inner {
+            Inner::Open { until } if Instant::now() >= until => {
                 *inner = Inner::HalfOpen { successes: 0 };
                 self.fast
                     .store(BreakerState::HalfOpen as u8, Ordering::Release);
-                return (
-                    BreakerState::HalfOpen,
-                    Some(Transition {
-                        to: BreakerState::HalfOpen,
-                        half_open_at: None,
-                    }),
-                );
+                Some(Transition {
+                    to: BreakerState::HalfOpen,
+                    half_open_at: None,
+                })
             }
-            return (BreakerState::Open, None);
+            _ => None,
         }
-        (
-            BreakerState::from_u8(self.fast.load(Ordering::Acquire)),
-            None,
-        )
-    }
-
-    /// Current state without side effects on the caller's view (may still apply a due change).
-    pub fn state(&self) -> BreakerState {
-        self.poll_state().0
     }
 
     /// Whether a request may be sent now (closed or half-open).
@@ -121,11 +119,10 @@ impl Breaker {
     }
 
     /// Records one outcome; returns the transition it caused.
-    pub fn record(&self, success: bool) -> Option<Transition> {
+    pub(crate) fn record(&self, success: bool) -> Option<Transition> {
         if !self.cfg.enabled {
             return None;
         }
-        let (_, lazy) = self.poll_state();
         let mut inner = self.inner.lock();
         let next = match (&mut *inner, success) {
             (Inner::Closed { failures }, true) => {
@@ -150,7 +147,8 @@ impl Breaker {
                 None
             }
             (Inner::HalfOpen { .. }, false) => Some(self.open_until()),
-            // Results of requests sent before the breaker opened say nothing new.
+            // Results of requests sent before the breaker opened say nothing new, even once
+            // the timeout has passed: only the timer turns it half-open.
             (Inner::Open { .. }, _) => None,
         };
         match next {
@@ -162,12 +160,12 @@ impl Breaker {
                     half_open_at: Some(until),
                 })
             }
-            None => lazy,
+            None => None,
         }
     }
 
     fn open_until(&self) -> Instant {
-        Instant::now() + self.cfg.timeout
+        crate::config::deadline_after(Instant::now(), self.cfg.timeout)
     }
 }
 
@@ -208,11 +206,19 @@ mod tests {
             b.record(false);
         }
         tokio::time::advance(Duration::from_millis(9_999)).await;
+        assert!(b.half_open_if_due().is_none());
         assert_eq!(b.state(), BreakerState::Open);
         tokio::time::advance(Duration::from_millis(1)).await;
-        let (s, t) = b.poll_state();
-        assert_eq!(s, BreakerState::HalfOpen);
-        assert_eq!(t.unwrap().to, BreakerState::HalfOpen);
+        // Due, but reading neither applies nor loses the change: it goes to one caller.
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(!b.allows());
+        assert!(
+            b.record(true).is_none(),
+            "an outcome while open changes nothing"
+        );
+        assert_eq!(b.half_open_if_due().unwrap().to, BreakerState::HalfOpen);
+        assert!(b.half_open_if_due().is_none(), "applied exactly once");
+        assert_eq!(b.state(), BreakerState::HalfOpen);
         assert!(b.record(true).is_none());
         assert_eq!(b.record(true).unwrap().to, BreakerState::Closed);
     }
@@ -224,9 +230,24 @@ mod tests {
             b.record(false);
         }
         tokio::time::advance(Duration::from_secs(10)).await;
+        b.half_open_if_due().unwrap();
         assert!(b.allows());
         let t = b.record(false).unwrap();
         assert_eq!(t.to, BreakerState::Open);
+        assert!(!b.allows());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unrepresentable_timeout_opens_for_good_without_panicking() {
+        let b = Breaker::new(BreakerConfig {
+            timeout: Duration::MAX,
+            ..cfg()
+        });
+        for _ in 0..3 {
+            b.record(false);
+        }
+        tokio::time::advance(Duration::from_secs(365 * 24 * 3600)).await;
+        assert!(b.half_open_if_due().is_none());
         assert!(!b.allows());
     }
 

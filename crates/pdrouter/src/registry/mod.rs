@@ -7,8 +7,11 @@
 //!   [`Registry::publish`], which calls each listener exactly once per event. Nothing else
 //!   writes a worker's status.
 //! - Re-registering a URL (replace, or remove then add) keeps its in-flight load counter.
-//! - When a breaker opens, one timer is armed for its exact half-open instant; when it fires
-//!   the lazy transition is applied and published, so waiters see recovery on time.
+//! - Breaker transitions are applied only here (an outcome in [`Registry::record_outcome`], or
+//!   the half-open timer) and each is published once by whoever applied it; readers of a
+//!   breaker never change it. When a breaker opens, one timer is armed for its exact
+//!   half-open instant; when it fires the worker turns half-open and the event goes out, so
+//!   admission waiters are re-evaluated before new arrivals can see the worker as available.
 
 pub mod breaker;
 pub mod health;
@@ -329,21 +332,36 @@ impl Registry {
         }
     }
 
-    /// Reads the breaker state, publishing a due lazy open → half-open change.
+    /// Turns the worker's breaker half-open if its timeout has passed, publishing the change.
+    /// The timer armed when the breaker opened calls this at the exact instant; without a Tokio
+    /// runtime at that moment nothing could be armed, and calling this is the way to recover.
     pub fn poll_breaker(self: &Arc<Self>, worker: &Arc<Worker>) -> BreakerState {
-        let (state, t) = worker.breaker.poll_state();
-        if let Some(t) = t {
-            self.breaker_changed(worker, t);
+        if let Some(t) = worker.breaker.half_open_if_due() {
+            // A replaced or removed entry's old breaker no longer describes the URL.
+            let current = self.snapshot().all.iter().any(|w| Arc::ptr_eq(w, worker));
+            if current {
+                self.breaker_changed(worker, t);
+            }
         }
-        state
+        worker.breaker.state()
     }
 
     fn breaker_changed(self: &Arc<Self>, worker: &Arc<Worker>, t: Transition) {
         tracing::warn!(worker = %worker.url, state = t.to.as_str(), "circuit breaker changed");
         if let Some(at) = t.half_open_at {
-            let weak = Arc::downgrade(self);
-            let w = worker.clone();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            self.arm_half_open(worker, at);
+        }
+        self.publish(Event::BreakerChanged {
+            worker: worker.clone(),
+            to: t.to,
+        });
+    }
+
+    fn arm_half_open(self: &Arc<Self>, worker: &Arc<Worker>, at: tokio::time::Instant) {
+        let weak = Arc::downgrade(self);
+        let w = worker.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
                 handle.spawn(async move {
                     tokio::time::sleep_until(at).await;
                     if let Some(reg) = weak.upgrade() {
@@ -351,11 +369,11 @@ impl Registry {
                     }
                 });
             }
+            Err(_) => tracing::warn!(
+                worker = %worker.url,
+                "no async runtime to time the breaker; it stays open until polled"
+            ),
         }
-        self.publish(Event::BreakerChanged {
-            worker: worker.clone(),
-            to: t.to,
-        });
     }
 }
 
