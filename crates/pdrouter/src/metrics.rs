@@ -2,7 +2,10 @@
 //!
 //! Label values are bounded: worker URLs as configured (with `@rank`), route templates,
 //! enumerated reasons and codes — never raw messages. A removed worker's series are removed
-//! once it holds nothing in flight.
+//! once it holds nothing in flight. Nothing a client sends becomes a label as it is: the
+//! method is one of those the router serves or `other` ([`method_label`]), the path a route
+//! template or `other`, the status a number in 100..=999 and the error code one of the
+//! router's own (`&'static str`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +29,7 @@ pub struct WorkerLabel {
 /// Labels: method and route template.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    /// HTTP method.
+    /// HTTP method the router serves, or `other` ([`method_label`]).
     pub method: String,
     /// Route template (`other` for unknown paths).
     pub path: String,
@@ -74,6 +77,21 @@ pub struct ReasonLabel {
 }
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The `method` label: a method some route serves (`HEAD` with `GET`), else `other`. Any token
+/// is a valid extension method, so taking it as sent would let clients create series (each
+/// with a histogram) without bound, before any key is checked.
+pub fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    }
+}
 
 fn latency_histogram() -> Histogram {
     // 1 ms .. ~10 min: covers tiny requests through long generations and queue waits.
@@ -221,17 +239,18 @@ impl Metrics {
         out
     }
 
-    /// One HTTP request handled.
+    /// One HTTP request handled. `path` is a route template (or `other`), `code` one of the
+    /// router's error codes.
     pub fn http_request(
         &self,
-        method: &str,
+        method: &http::Method,
         path: &str,
-        status: u16,
-        code: Option<&str>,
+        status: http::StatusCode,
+        code: Option<&'static str>,
         elapsed: Duration,
     ) {
         let route = RouteLabels {
-            method: method.to_string(),
+            method: method_label(method).to_string(),
             path: path.to_string(),
         };
         self.http_requests.get_or_create(&route).inc();
@@ -240,7 +259,7 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
         self.http_responses
             .get_or_create(&ResponseLabels {
-                status_code: status.to_string(),
+                status_code: status.as_u16().to_string(),
                 error_code: code.unwrap_or("none").to_string(),
             })
             .inc();

@@ -161,9 +161,10 @@ where
             // Polled again after completion: the record is already written.
             return Poll::Ready(Ok(resp));
         };
-        let status = resp.status().as_u16();
+        let status = resp.status();
         let code = resp.extensions().get::<ErrorCode>().map(|c| c.0);
         this.inner.span().in_scope(|| {
+            let status = status.as_u16();
             if status >= 500 {
                 tracing::warn!(status, code, "request failed");
             } else if status >= 400 {
@@ -174,7 +175,7 @@ where
         });
         let path = record.path.as_ref().map_or("other", MatchedPath::as_str);
         record.state.metrics.http_request(
-            record.method.as_str(),
+            &record.method,
             path,
             status,
             code,
