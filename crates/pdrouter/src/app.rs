@@ -233,11 +233,10 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     {
         let ps = policies.clone();
         let every = cfg.eviction_interval;
+        // `sleep` saturates a far deadline; `interval` would panic adding a huge period.
         background.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
             loop {
-                tick.tick().await;
+                tokio::time::sleep(every).await;
                 for p in &ps {
                     p.evict();
                 }

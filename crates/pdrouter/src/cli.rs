@@ -11,7 +11,7 @@ use pdrouter_policy::{CacheAwareConfig, PolicyKind};
 
 use crate::config::{
     AdmissionSettings, BreakerConfig, Config, ConfigError, HealthConfig, Mode, RawAdmission,
-    RetryConfig, WorkerSpec, WorkerType, parse_worker_url,
+    RetryConfig, WorkerSpec, WorkerType, flag_range, parse_worker_url, range,
 };
 
 /// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
@@ -53,16 +53,16 @@ pub struct LaunchArgs {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0", help_heading = "Listener")]
     pub host: IpAddr,
-    /// Port to listen on (0 = any free port; the bound address is printed).
+    /// Port to listen on, 0-65535 (0 = any free port; the bound address is printed).
     #[arg(long, default_value_t = 30000, help_heading = "Listener")]
     pub port: u16,
-    /// Largest accepted request body in bytes.
+    /// Largest accepted request body in bytes, 1-4294967296.
     #[arg(long, default_value_t = 536_870_912, help_heading = "Listener")]
     pub max_payload_size: usize,
-    /// Longest a backend request may take, in seconds.
+    /// Longest a backend request may take, in seconds, 1-604800 (7 days).
     #[arg(long, default_value_t = 1800, help_heading = "Listener")]
     pub request_timeout_secs: u64,
-    /// Time in-flight requests get to finish on SIGTERM/Ctrl-C, in seconds.
+    /// Time in-flight requests get to finish on SIGTERM/Ctrl-C, in seconds, 0-86400.
     #[arg(long, default_value_t = 180, help_heading = "Listener")]
     pub shutdown_grace_period_secs: u64,
     /// Require `Authorization: Bearer KEY` on inference and admin routes.
@@ -106,34 +106,37 @@ pub struct LaunchArgs {
     /// Policy for Decode selection (defaults to --policy).
     #[arg(long, help_heading = "Policies")]
     pub decode_policy: Option<String>,
-    /// cache_aware: prefix match rate above which cache affinity wins.
+    /// cache_aware: prefix match rate above which cache affinity wins, 0-1.
     #[arg(long, default_value_t = 0.3, help_heading = "Policies")]
     pub cache_threshold: f32,
-    /// cache_aware: absolute load spread that counts as imbalance.
+    /// cache_aware: absolute load spread that counts as imbalance, 0-1000000.
     #[arg(long, default_value_t = 64, help_heading = "Policies")]
     pub balance_abs_threshold: u64,
-    /// cache_aware: relative load spread that counts as imbalance.
+    /// cache_aware: relative load spread that counts as imbalance, 1-1000.
     #[arg(long, default_value_t = 1.5, help_heading = "Policies")]
     pub balance_rel_threshold: f32,
-    /// cache_aware: seconds between tree evictions.
+    /// cache_aware: seconds between tree evictions, 1-86400.
     #[arg(long, default_value_t = 120, help_heading = "Policies")]
     pub eviction_interval_secs: u64,
-    /// cache_aware: maximum characters kept per worker tree.
+    /// cache_aware: maximum characters kept per worker tree, 1-1073741824.
     #[arg(long, default_value_t = 67_108_864, help_heading = "Policies")]
     pub max_tree_size: usize,
 
     // ---- Prefill admission ----
-    /// In-flight Prefill requests per Prefill worker (per DP rank); <= 0 disables admission.
+    /// In-flight Prefill requests per Prefill worker (per DP rank), 1-100000; <= 0 disables
+    /// admission.
     #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Prefill admission")]
     pub prefill_max_inflight_requests_per_worker: i64,
-    /// Router-wide wait-queue depth (default 100 when admission is on; 0 = never wait).
+    /// Router-wide wait-queue depth, 0-1000000 (default 100 when admission is on; 0 = never
+    /// wait).
     #[arg(
         long,
         allow_negative_numbers = true,
         help_heading = "Prefill admission"
     )]
     pub prefill_queue_size: Option<i64>,
-    /// Longest wait for a Prefill slot in seconds (default 60 when admission is on).
+    /// Longest wait for a Prefill slot in seconds, 0-86400 (default 60 when admission is on;
+    /// 0 only with a queue size of 0).
     #[arg(
         long,
         allow_negative_numbers = true,
@@ -145,19 +148,19 @@ pub struct LaunchArgs {
     pub priority_scheduler_enabled: bool,
 
     // ---- Retries ----
-    /// Total attempts per request (1 = no retry).
+    /// Total attempts per request, 1-100 (1 = no retry).
     #[arg(long, default_value_t = 5, help_heading = "Retries")]
     pub retry_max_retries: u32,
-    /// Backoff before the second attempt, in ms.
+    /// Backoff before the second attempt, in ms, 0-600000.
     #[arg(long, default_value_t = 50, help_heading = "Retries")]
     pub retry_initial_backoff_ms: u64,
-    /// Cap on one backoff, in ms.
+    /// Cap on one backoff, in ms, 0-600000.
     #[arg(long, default_value_t = 30_000, help_heading = "Retries")]
     pub retry_max_backoff_ms: u64,
-    /// Backoff growth per attempt.
+    /// Backoff growth per attempt, 1-100.
     #[arg(long, default_value_t = 1.5, help_heading = "Retries")]
     pub retry_backoff_multiplier: f64,
-    /// Fraction of each backoff that is randomised (0..1).
+    /// Fraction of each backoff that is randomised, 0-1.
     #[arg(long, default_value_t = 0.2, help_heading = "Retries")]
     pub retry_jitter_factor: f64,
     /// Never retry.
@@ -165,16 +168,17 @@ pub struct LaunchArgs {
     pub disable_retries: bool,
 
     // ---- Circuit breaker ----
-    /// Consecutive failures that open a worker's breaker.
+    /// Consecutive failures that open a worker's breaker, 1-10000.
     #[arg(long, default_value_t = 10, help_heading = "Circuit breaker")]
     pub cb_failure_threshold: u32,
-    /// Successes in half-open that close it again.
+    /// Successes in half-open that close it again, 1-10000.
     #[arg(long, default_value_t = 3, help_heading = "Circuit breaker")]
     pub cb_success_threshold: u32,
-    /// Seconds open before half-open.
+    /// Seconds open before half-open, 1-86400.
     #[arg(long, default_value_t = 60, help_heading = "Circuit breaker")]
     pub cb_timeout_duration_secs: u64,
-    /// Seconds of the failure window (accepted for compatibility; failures count consecutively).
+    /// Seconds of the failure window, 1-86400 (accepted for compatibility; failures count
+    /// consecutively).
     #[arg(long, default_value_t = 120, help_heading = "Circuit breaker")]
     pub cb_window_duration_secs: u64,
     /// Turn circuit breakers off.
@@ -182,16 +186,16 @@ pub struct LaunchArgs {
     pub disable_circuit_breaker: bool,
 
     // ---- Health checks ----
-    /// Consecutive failed probes that make a worker not ready.
+    /// Consecutive failed probes that make a worker not ready, 1-10000.
     #[arg(long, default_value_t = 3, help_heading = "Health checks")]
     pub health_failure_threshold: u32,
-    /// Consecutive good probes that make it ready again.
+    /// Consecutive good probes that make it ready again, 1-10000.
     #[arg(long, default_value_t = 2, help_heading = "Health checks")]
     pub health_success_threshold: u32,
-    /// Probe timeout in seconds.
+    /// Probe timeout in seconds, 1-3600.
     #[arg(long, default_value_t = 5, help_heading = "Health checks")]
     pub health_check_timeout_secs: u64,
-    /// Seconds between probes.
+    /// Seconds between probes, 1-86400.
     #[arg(long, default_value_t = 60, help_heading = "Health checks")]
     pub health_check_interval_secs: u64,
     /// Path probed on each worker.
@@ -205,7 +209,7 @@ pub struct LaunchArgs {
     /// Prometheus listener address.
     #[arg(long, default_value = "0.0.0.0", help_heading = "Observability")]
     pub prometheus_host: IpAddr,
-    /// Prometheus listener port (0 = any free port).
+    /// Prometheus listener port, 0-65535 (0 = any free port).
     #[arg(long, default_value_t = 29000, help_heading = "Observability")]
     pub prometheus_port: u16,
     /// Log level: trace, debug, info, warn, error (or a tracing filter).
@@ -235,10 +239,40 @@ impl Cli {
         Ok(cli)
     }
 
-    /// Parses the process arguments, exiting with clap's message on error.
+    /// Parses the process arguments. On error exits like clap (help and version: 0, usage
+    /// errors: 2), except that a value a numeric flag cannot take is one line naming the flag
+    /// and its range, like an out-of-range value caught by [`Config::validate`].
     pub fn parse_from_env() -> Self {
-        Self::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+        Self::try_parse_args(std::env::args_os()).unwrap_or_else(|e| {
+            if let Some(line) = numeric_value_error(&e) {
+                eprintln!("error: {line}");
+                std::process::exit(2);
+            }
+            e.exit()
+        })
     }
+}
+
+/// For a value clap could not parse as a numeric flag's type (not a number, negative,
+/// too large for the type): the one-line message naming the flag and its range.
+pub fn numeric_value_error(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = arg.split_whitespace().next()?;
+    let range = flag_range(flag)?;
+    let got = match e.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(v)) => format!("'{v}'"),
+        _ => "nothing".to_string(),
+    };
+    Some(range.error(got).0)
 }
 
 fn policy(flag: &str, name: &str) -> Result<PolicyKind, ConfigError> {
@@ -360,6 +394,9 @@ impl LaunchArgs {
         if self.api_key.as_deref() == Some("") {
             return Err(ConfigError("--api-key must not be empty".into()));
         }
+        // Not kept in the configuration (failures count consecutively), but checked like
+        // every numeric flag.
+        range::CB_WINDOW_SECS.check(self.cb_window_duration_secs)?;
         let config = Config {
             host: self.host,
             port: self.port,
@@ -421,7 +458,8 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Config, String> {
         let mut full = vec!["pdrouter", "launch"];
         full.extend_from_slice(args);
-        let cli = Cli::try_parse_args(full).map_err(|e| e.to_string())?;
+        let cli = Cli::try_parse_args(full)
+            .map_err(|e| numeric_value_error(&e).unwrap_or_else(|| e.to_string()))?;
         match cli.command {
             Command::Launch(a) => a.into_config().map_err(|e| e.0),
             Command::Demo(_) => unreachable!(),
@@ -554,29 +592,136 @@ mod tests {
     }
 
     #[test]
-    fn port_out_of_range_is_rejected_by_clap() {
-        let err = parse(&["--worker-urls", "http://x:1", "--port", "70000"]).unwrap_err();
-        assert!(err.contains("--port"), "{err}");
+    fn admission_flags_parse() {
+        let args = [
+            &PD_ADMISSION[..7],
+            &[
+                "--prefill-queue-size",
+                "4",
+                "--prefill-queue-timeout-secs",
+                "30",
+            ],
+        ]
+        .concat();
+        let a = parse(&args).unwrap().admission.unwrap();
+        assert_eq!((a.max_inflight_per_worker, a.queue_size), (1, 4));
+        assert_eq!(a.queue_timeout, Duration::from_secs(30));
+    }
+
+    const PD_ADMISSION: &[&str] = &[
+        "--pd-disaggregation",
+        "--prefill",
+        "http://p:1",
+        "--decode",
+        "http://d:1",
+        "--prefill-max-inflight-requests-per-worker",
+        "1",
+        "--prefill-queue-size",
+        "0",
+    ];
+
+    /// PD with admission on, and `flag=value` instead of any base setting of that flag.
+    fn parse_with(flag: &str, value: &str) -> Result<Config, String> {
+        let mut args: Vec<&str> = Vec::new();
+        let mut base = PD_ADMISSION.iter();
+        while let Some(&a) = base.next() {
+            if a == flag {
+                base.next();
+            } else {
+                args.push(a);
+            }
+        }
+        let arg = format!("{flag}={value}");
+        args.push(&arg);
+        parse(&args)
     }
 
     #[test]
-    fn admission_flags_parse() {
-        let c = parse(&[
-            "--pd-disaggregation",
-            "--prefill",
-            "http://p:1",
-            "--decode",
-            "http://d:1",
-            "--prefill-max-inflight-requests-per-worker",
-            "1",
-            "--prefill-queue-size",
-            "4",
-            "--prefill-queue-timeout-secs",
-            "30",
-        ])
-        .unwrap();
-        let a = c.admission.unwrap();
-        assert_eq!((a.max_inflight_per_worker, a.queue_size), (1, 4));
-        assert_eq!(a.queue_timeout, Duration::from_secs(30));
+    fn every_numeric_flag_states_its_range_in_its_help() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let launch = cli.find_subcommand("launch").unwrap();
+        let text = [
+            "host",
+            "api_key",
+            "worker_urls",
+            "prefill",
+            "decode",
+            "encode",
+            "policy",
+            "prefill_policy",
+            "decode_policy",
+            "health_check_endpoint",
+            "prometheus_host",
+            "log_level",
+        ];
+        let mut seen = 0;
+        for arg in launch.get_arguments() {
+            let (Some(long), true) = (arg.get_long(), arg.get_action().takes_values()) else {
+                continue;
+            };
+            if text.contains(&arg.get_id().as_str()) {
+                continue;
+            }
+            let flag = format!("--{long}");
+            let range = flag_range(&flag)
+                .unwrap_or_else(|| panic!("{flag} takes a value but has no range"));
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(
+                help.contains(&range.text()),
+                "{flag}: help '{help}' does not state {}",
+                range.text()
+            );
+            seen += 1;
+        }
+        assert_eq!(
+            seen,
+            crate::config::FLAG_RANGES.len(),
+            "a range without a flag"
+        );
+    }
+
+    #[test]
+    fn each_range_is_inclusive_and_one_step_outside_is_one_line_naming_it() {
+        for r in crate::config::FLAG_RANGES {
+            let with = |v: String| parse_with(r.flag, &v);
+            for inside in [r.min, r.max] {
+                if let Err(e) = with(inside.to_string()) {
+                    panic!("{} {inside}: {e}", r.flag);
+                }
+            }
+            let step = if r.max <= 1.0 { 0.5 } else { 1.0 };
+            for outside in [r.min - step, r.max + step] {
+                if r.flag == "--prefill-max-inflight-requests-per-worker" && outside <= 0.0 {
+                    continue; // turns admission off, a valid setting
+                }
+                let err = with(outside.to_string()).unwrap_err();
+                let want = format!("{} must be between {} and {}", r.flag, r.min, r.max);
+                assert!(err.starts_with(&want), "{} {outside}: {err}", r.flag);
+                assert!(!err.contains('\n'), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_beyond_the_flag_type_are_one_line_naming_the_range() {
+        for (flag, value) in [
+            ("--request-timeout-secs", "18446744073709551616"),
+            ("--prefill-queue-timeout-secs", "99999999999999999999"),
+            ("--cb-timeout-duration-secs", "-1"),
+            ("--retry-max-retries", "lots"),
+            ("--port", "70000"),
+        ] {
+            let err = parse_with(flag, value).unwrap_err();
+            let range = flag_range(flag).unwrap();
+            assert_eq!(err, range.error(format!("'{value}'")).0);
+        }
+        for (flag, value) in [
+            ("--retry-backoff-multiplier", "NaN"),
+            ("--cache-threshold", "inf"),
+        ] {
+            let err = parse_with(flag, value).unwrap_err();
+            assert!(err.starts_with(&format!("{flag} must be between")), "{err}");
+        }
     }
 }

@@ -22,6 +22,193 @@ fn bad(msg: impl Into<String>) -> ConfigError {
 /// every `Instant` computed from a configured duration.
 pub use pdrouter_admission::deadline_after;
 
+/// The allowed values of one numeric flag, inclusive.
+///
+/// Every numeric flag has one, listed in [`FLAG_RANGES`]; its `--help` text states the same
+/// range (a unit test in `cli` checks both). [`Config::validate`] checks them all, so a
+/// configuration that passes cannot overflow a deadline or a counter, and an out-of-range
+/// value fails with one line naming the flag and the range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlagRange {
+    /// The flag, with its dashes.
+    pub flag: &'static str,
+    /// Smallest allowed value.
+    pub min: f64,
+    /// Largest allowed value.
+    pub max: f64,
+}
+
+/// A flag's numeric type, widened for the range check (every bound is below 2^53, so the
+/// widening never moves a value across a bound).
+pub trait FlagValue: Copy + std::fmt::Display {
+    /// The value as `f64` (NaN stays NaN and is out of every range).
+    fn widen(self) -> f64;
+}
+
+macro_rules! flag_value {
+    ($($t:ty),*) => {$(
+        impl FlagValue for $t {
+            fn widen(self) -> f64 {
+                self as f64
+            }
+        }
+    )*};
+}
+flag_value!(u16, u32, u64, usize, i64, f32, f64);
+
+impl FlagRange {
+    const fn new(flag: &'static str, min: f64, max: f64) -> Self {
+        Self { flag, min, max }
+    }
+
+    /// `MIN-MAX`, as the help text writes it.
+    pub fn text(&self) -> String {
+        format!("{}-{}", self.min, self.max)
+    }
+
+    /// The one-line error for a value given as `got`.
+    pub fn error(&self, got: impl std::fmt::Display) -> ConfigError {
+        bad(format!(
+            "{} must be between {} and {}, got {got}",
+            self.flag, self.min, self.max
+        ))
+    }
+
+    /// `value` if it is in range.
+    pub fn check<T: FlagValue>(&self, value: T) -> Result<T, ConfigError> {
+        let v = value.widen();
+        if self.min <= v && v <= self.max {
+            Ok(value)
+        } else {
+            Err(self.error(value))
+        }
+    }
+
+    /// Checks a duration whose flag counts `unit`s (seconds or milliseconds). A non-zero
+    /// duration below one unit, which only code can set, counts as in range.
+    pub fn check_duration(&self, d: Duration, unit: Duration) -> Result<(), ConfigError> {
+        let v = d.as_secs_f64() / unit.as_secs_f64();
+        if v <= self.max && (v >= self.min || !d.is_zero()) {
+            Ok(())
+        } else {
+            Err(self.error(v))
+        }
+    }
+}
+
+/// Ranges of the numeric flags (see [`FlagRange`]).
+pub mod range {
+    use super::FlagRange;
+
+    /// `--port`.
+    pub const PORT: FlagRange = FlagRange::new("--port", 0.0, 65_535.0);
+    /// `--max-payload-size` (bytes, up to 4 GiB).
+    pub const MAX_PAYLOAD_SIZE: FlagRange =
+        FlagRange::new("--max-payload-size", 1.0, 4_294_967_296.0);
+    /// `--request-timeout-secs` (up to 7 days).
+    pub const REQUEST_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--request-timeout-secs", 1.0, 604_800.0);
+    /// `--shutdown-grace-period-secs` (up to 1 day).
+    pub const SHUTDOWN_GRACE_SECS: FlagRange =
+        FlagRange::new("--shutdown-grace-period-secs", 0.0, 86_400.0);
+    /// `--cache-threshold`.
+    pub const CACHE_THRESHOLD: FlagRange = FlagRange::new("--cache-threshold", 0.0, 1.0);
+    /// `--balance-abs-threshold`.
+    pub const BALANCE_ABS_THRESHOLD: FlagRange =
+        FlagRange::new("--balance-abs-threshold", 0.0, 1_000_000.0);
+    /// `--balance-rel-threshold`.
+    pub const BALANCE_REL_THRESHOLD: FlagRange =
+        FlagRange::new("--balance-rel-threshold", 1.0, 1_000.0);
+    /// `--eviction-interval-secs`.
+    pub const EVICTION_INTERVAL_SECS: FlagRange =
+        FlagRange::new("--eviction-interval-secs", 1.0, 86_400.0);
+    /// `--max-tree-size` (characters per worker, up to 2^30).
+    pub const MAX_TREE_SIZE: FlagRange = FlagRange::new("--max-tree-size", 1.0, 1_073_741_824.0);
+    /// `--prefill-max-inflight-requests-per-worker` when positive (`<= 0` turns admission off).
+    pub const PREFILL_MAX_INFLIGHT: FlagRange =
+        FlagRange::new("--prefill-max-inflight-requests-per-worker", 1.0, 100_000.0);
+    /// `--prefill-queue-size` (each waiter is a client connection).
+    pub const PREFILL_QUEUE_SIZE: FlagRange =
+        FlagRange::new("--prefill-queue-size", 0.0, 1_000_000.0);
+    /// `--prefill-queue-timeout-secs` (up to 1 day).
+    pub const PREFILL_QUEUE_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--prefill-queue-timeout-secs", 0.0, 86_400.0);
+    /// `--retry-max-retries` (total attempts).
+    pub const RETRY_MAX_RETRIES: FlagRange = FlagRange::new("--retry-max-retries", 1.0, 100.0);
+    /// `--retry-initial-backoff-ms` (up to 10 minutes).
+    pub const RETRY_INITIAL_BACKOFF_MS: FlagRange =
+        FlagRange::new("--retry-initial-backoff-ms", 0.0, 600_000.0);
+    /// `--retry-max-backoff-ms` (up to 10 minutes).
+    pub const RETRY_MAX_BACKOFF_MS: FlagRange =
+        FlagRange::new("--retry-max-backoff-ms", 0.0, 600_000.0);
+    /// `--retry-backoff-multiplier`.
+    pub const RETRY_BACKOFF_MULTIPLIER: FlagRange =
+        FlagRange::new("--retry-backoff-multiplier", 1.0, 100.0);
+    /// `--retry-jitter-factor`.
+    pub const RETRY_JITTER_FACTOR: FlagRange = FlagRange::new("--retry-jitter-factor", 0.0, 1.0);
+    /// `--cb-failure-threshold`.
+    pub const CB_FAILURE_THRESHOLD: FlagRange =
+        FlagRange::new("--cb-failure-threshold", 1.0, 10_000.0);
+    /// `--cb-success-threshold`.
+    pub const CB_SUCCESS_THRESHOLD: FlagRange =
+        FlagRange::new("--cb-success-threshold", 1.0, 10_000.0);
+    /// `--cb-timeout-duration-secs` (up to 1 day).
+    pub const CB_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--cb-timeout-duration-secs", 1.0, 86_400.0);
+    /// `--cb-window-duration-secs` (up to 1 day).
+    pub const CB_WINDOW_SECS: FlagRange =
+        FlagRange::new("--cb-window-duration-secs", 1.0, 86_400.0);
+    /// `--health-failure-threshold`.
+    pub const HEALTH_FAILURE_THRESHOLD: FlagRange =
+        FlagRange::new("--health-failure-threshold", 1.0, 10_000.0);
+    /// `--health-success-threshold`.
+    pub const HEALTH_SUCCESS_THRESHOLD: FlagRange =
+        FlagRange::new("--health-success-threshold", 1.0, 10_000.0);
+    /// `--health-check-timeout-secs` (up to 1 hour).
+    pub const HEALTH_CHECK_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--health-check-timeout-secs", 1.0, 3_600.0);
+    /// `--health-check-interval-secs` (up to 1 day).
+    pub const HEALTH_CHECK_INTERVAL_SECS: FlagRange =
+        FlagRange::new("--health-check-interval-secs", 1.0, 86_400.0);
+    /// `--prometheus-port`.
+    pub const PROMETHEUS_PORT: FlagRange = FlagRange::new("--prometheus-port", 0.0, 65_535.0);
+}
+
+/// Every numeric flag's range, for help and error text and the checks that keep them true.
+pub const FLAG_RANGES: &[FlagRange] = &[
+    range::PORT,
+    range::MAX_PAYLOAD_SIZE,
+    range::REQUEST_TIMEOUT_SECS,
+    range::SHUTDOWN_GRACE_SECS,
+    range::CACHE_THRESHOLD,
+    range::BALANCE_ABS_THRESHOLD,
+    range::BALANCE_REL_THRESHOLD,
+    range::EVICTION_INTERVAL_SECS,
+    range::MAX_TREE_SIZE,
+    range::PREFILL_MAX_INFLIGHT,
+    range::PREFILL_QUEUE_SIZE,
+    range::PREFILL_QUEUE_TIMEOUT_SECS,
+    range::RETRY_MAX_RETRIES,
+    range::RETRY_INITIAL_BACKOFF_MS,
+    range::RETRY_MAX_BACKOFF_MS,
+    range::RETRY_BACKOFF_MULTIPLIER,
+    range::RETRY_JITTER_FACTOR,
+    range::CB_FAILURE_THRESHOLD,
+    range::CB_SUCCESS_THRESHOLD,
+    range::CB_TIMEOUT_SECS,
+    range::CB_WINDOW_SECS,
+    range::HEALTH_FAILURE_THRESHOLD,
+    range::HEALTH_SUCCESS_THRESHOLD,
+    range::HEALTH_CHECK_TIMEOUT_SECS,
+    range::HEALTH_CHECK_INTERVAL_SECS,
+    range::PROMETHEUS_PORT,
+];
+
+/// The range of a numeric flag (`--name`), if it is one.
+pub fn flag_range(flag: &str) -> Option<&'static FlagRange> {
+    FLAG_RANGES.iter().find(|r| r.flag == flag)
+}
+
 /// How requests are routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -256,29 +443,15 @@ impl RawAdmission {
                  --priority-scheduler-enabled; choose one",
             ));
         }
-        let max = u32::try_from(self.max_inflight).map_err(|_| {
-            bad(format!(
-                "--prefill-max-inflight-requests-per-worker {} is too large",
-                self.max_inflight
-            ))
-        })?;
+        // In range, so the conversions below are exact.
+        let max = range::PREFILL_MAX_INFLIGHT.check(self.max_inflight)? as u32;
         let queue_size = match self.queue_size {
             None => DEFAULT_QUEUE_SIZE,
-            Some(q) if q < 0 => {
-                return Err(bad(format!(
-                    "--prefill-queue-size must be 0 or more, got {q}"
-                )));
-            }
-            Some(q) => usize::try_from(q).map_err(|_| bad("--prefill-queue-size is too large"))?,
+            Some(q) => range::PREFILL_QUEUE_SIZE.check(q)? as usize,
         };
         let timeout = match self.queue_timeout_secs {
             None => DEFAULT_QUEUE_TIMEOUT_SECS,
-            Some(t) if t < 0 => {
-                return Err(bad(format!(
-                    "--prefill-queue-timeout-secs must be 0 or more, got {t}"
-                )));
-            }
-            Some(t) => t as u64,
+            Some(t) => range::PREFILL_QUEUE_TIMEOUT_SECS.check(t)? as u64,
         };
         if queue_size > 0 && timeout == 0 {
             return Err(bad(
@@ -330,63 +503,50 @@ impl Config {
                 )));
             }
         }
-        if self.retry.max_attempts == 0 {
-            return Err(bad(
-                "--retry-max-retries must be at least 1 (it counts total attempts)",
-            ));
-        }
-        if !(self.retry.multiplier >= 1.0 && self.retry.multiplier.is_finite()) {
-            return Err(bad(
-                "--retry-backoff-multiplier must be a number of at least 1.0",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.retry.jitter) {
-            return Err(bad("--retry-jitter-factor must be between 0 and 1"));
-        }
-        if self.breaker.failure_threshold == 0 || self.breaker.success_threshold == 0 {
-            return Err(bad(
-                "--cb-failure-threshold and --cb-success-threshold must be at least 1",
-            ));
-        }
-        if self.health.failure_threshold == 0 || self.health.success_threshold == 0 {
-            return Err(bad(
-                "--health-failure-threshold and --health-success-threshold must be at least 1",
-            ));
-        }
-        if self.health.interval.is_zero() || self.health.timeout.is_zero() {
-            return Err(bad(
-                "--health-check-interval-secs and --health-check-timeout-secs must be at least 1",
-            ));
-        }
+        self.check_ranges()?;
         if !self.health.endpoint.starts_with('/') {
             return Err(bad("--health-check-endpoint must start with '/'"));
         }
-        if !(0.0..=1.0).contains(&self.cache.cache_threshold) {
-            return Err(bad("--cache-threshold must be between 0 and 1"));
+        if self.admission.is_some() && self.mode != Mode::PdHttp {
+            return Err(bad(
+                "--prefill-max-inflight-requests-per-worker needs PD mode",
+            ));
         }
-        if self.cache.balance_rel_threshold < 1.0 || !self.cache.balance_rel_threshold.is_finite() {
-            return Err(bad("--balance-rel-threshold must be at least 1.0"));
-        }
-        if self.request_timeout.is_zero() {
-            return Err(bad("--request-timeout-secs must be at least 1"));
-        }
-        if self.max_payload_size == 0 {
-            return Err(bad("--max-payload-size must be at least 1 byte"));
-        }
-        if self.eviction_interval.is_zero() {
-            return Err(bad("--eviction-interval-secs must be at least 1"));
+        Ok(())
+    }
+
+    /// Every numeric setting against its flag's range (see [`FlagRange`]).
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        let secs = Duration::from_secs(1);
+        let ms = Duration::from_millis(1);
+        range::PORT.check(self.port)?;
+        range::MAX_PAYLOAD_SIZE.check(self.max_payload_size)?;
+        range::REQUEST_TIMEOUT_SECS.check_duration(self.request_timeout, secs)?;
+        range::SHUTDOWN_GRACE_SECS.check_duration(self.shutdown_grace, secs)?;
+        range::CACHE_THRESHOLD.check(self.cache.cache_threshold)?;
+        range::BALANCE_ABS_THRESHOLD.check(self.cache.balance_abs_threshold)?;
+        range::BALANCE_REL_THRESHOLD.check(self.cache.balance_rel_threshold)?;
+        range::EVICTION_INTERVAL_SECS.check_duration(self.eviction_interval, secs)?;
+        range::MAX_TREE_SIZE.check(self.cache.max_tree_size)?;
+        range::RETRY_MAX_RETRIES.check(self.retry.max_attempts)?;
+        range::RETRY_INITIAL_BACKOFF_MS.check_duration(self.retry.initial_backoff, ms)?;
+        range::RETRY_MAX_BACKOFF_MS.check_duration(self.retry.max_backoff, ms)?;
+        range::RETRY_BACKOFF_MULTIPLIER.check(self.retry.multiplier)?;
+        range::RETRY_JITTER_FACTOR.check(self.retry.jitter)?;
+        range::CB_FAILURE_THRESHOLD.check(self.breaker.failure_threshold)?;
+        range::CB_SUCCESS_THRESHOLD.check(self.breaker.success_threshold)?;
+        range::CB_TIMEOUT_SECS.check_duration(self.breaker.timeout, secs)?;
+        range::HEALTH_FAILURE_THRESHOLD.check(self.health.failure_threshold)?;
+        range::HEALTH_SUCCESS_THRESHOLD.check(self.health.success_threshold)?;
+        range::HEALTH_CHECK_TIMEOUT_SECS.check_duration(self.health.timeout, secs)?;
+        range::HEALTH_CHECK_INTERVAL_SECS.check_duration(self.health.interval, secs)?;
+        if let Some((_, port)) = self.prometheus {
+            range::PROMETHEUS_PORT.check(port)?;
         }
         if let Some(a) = self.admission {
-            if self.mode != Mode::PdHttp {
-                return Err(bad(
-                    "--prefill-max-inflight-requests-per-worker needs PD mode",
-                ));
-            }
-            if a.max_inflight_per_worker == 0 {
-                return Err(bad(
-                    "--prefill-max-inflight-requests-per-worker must be positive to enable admission",
-                ));
-            }
+            range::PREFILL_MAX_INFLIGHT.check(a.max_inflight_per_worker)?;
+            range::PREFILL_QUEUE_SIZE.check(a.queue_size)?;
+            range::PREFILL_QUEUE_TIMEOUT_SECS.check_duration(a.queue_timeout, secs)?;
         }
         Ok(())
     }
