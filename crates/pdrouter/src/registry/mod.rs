@@ -507,6 +507,33 @@ mod tests {
         assert!(w.is_routable());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_workers_breaker_timer_publishes_nothing() {
+        let reg = Registry::new(cfg(), None);
+        let w = reg
+            .register(
+                &spec("http://a:1", WorkerType::Decode),
+                None,
+                WorkerStatus::Ready,
+            )
+            .unwrap()
+            .remove(0);
+        let seen = recorder(&reg);
+        reg.record_outcome(&w, false);
+        reg.remove(w.id());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                "breaker http://a:1 open",
+                "status http://a:1 draining",
+                "removed http://a:1",
+            ],
+            "no event (and so no metric series) for a worker that is gone"
+        );
+    }
+
     #[test]
     fn dp_ranks_register_separately() {
         let reg = Registry::new(cfg(), None);
