@@ -14,7 +14,8 @@ pub fn backoff(cfg: &RetryConfig, next_attempt: u32) -> Duration {
     } else {
         1.0
     };
-    Duration::from_secs_f64((capped * jitter).max(0.0))
+    // Never panics: a value `Duration` cannot hold (only from an unvalidated config) is capped.
+    Duration::try_from_secs_f64((capped * jitter).max(0.0)).unwrap_or(cfg.max_backoff)
 }
 
 #[cfg(test)]
@@ -37,6 +38,21 @@ mod tests {
             assert!((0.18..=0.22).contains(&b3), "{b3}");
             let b9 = backoff(&cfg, 9).as_secs_f64();
             assert!(b9 <= 0.275, "{b9}");
+        }
+    }
+
+    #[test]
+    fn extreme_settings_do_not_panic() {
+        let cfg = RetryConfig {
+            max_attempts: u32::MAX,
+            initial_backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+            multiplier: f64::MAX,
+            jitter: 0.0,
+        };
+        // Duration::MAX in f64 seconds rounds up past what a Duration holds.
+        for attempt in [2, 3, 66, u32::MAX] {
+            assert_eq!(backoff(&cfg, attempt), Duration::MAX);
         }
     }
 }
