@@ -1,7 +1,16 @@
 //! Every error this crate returns, with the side at fault.
 //!
-//! [`BundleError`]: a worker's tokenizer bundle could not be received or extracted (a worker-side
-//! or local-disk failure, never the client's).
+//! Who is at fault, for the router's status mapping:
+//! - [`LoadError`], [`BundleError`]: the model files or the worker that served them (startup or
+//!   worker failures, never the client's).
+//! - [`TemplateError`]: the request (400), as with the engines: the template is fixed at
+//!   startup, so what fails later fails on the request's conversation (a template that calls
+//!   `raise_exception`, a list where the template expects a string, no template at all).
+//! - [`EncodeError`], [`DecodeError`]: the tokenizer library failed on valid text or ids (500);
+//!   [`EncodeError::UnknownTokenId`] is the client's (400).
+//! - [`StopError`]: the client's stop conditions are invalid or beyond the bounds (400).
+
+use std::path::PathBuf;
 
 /// A tokenizer bundle (the `GetTokenizer` stream) could not be received or extracted.
 #[derive(Debug, thiserror::Error)]
@@ -38,4 +47,78 @@ pub enum BundleError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A tokenizer or its model files could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: no tokenizer.json (a tokenizer path is a tokenizer.json file or a directory holding one)", path.display())]
+    NoTokenizerJson { path: PathBuf },
+    #[error("{}: not a tokenizer the HF tokenizers library can load: {detail}", path.display())]
+    Tokenizer { path: PathBuf, detail: String },
+    #[error("{}: {detail}", path.display())]
+    Config { path: PathBuf, detail: String },
+    #[error("{}: chat templates {names:?} and none is named \"default\"", file.display())]
+    NoDefaultTemplate { file: PathBuf, names: Vec<String> },
+    #[error("{}: chat template does not compile: {detail}", file.display())]
+    Template { file: PathBuf, detail: String },
+    #[error("{}: special token {token:?} ({name}) is not in the vocabulary", file.display())]
+    UnknownSpecialToken {
+        file: PathBuf,
+        name: &'static str,
+        token: String,
+    },
+}
+
+/// A chat template could not render a request; every variant is the request's fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// The template called `raise_exception(message)`: it refuses this conversation.
+    #[error("chat template rejected the request: {message}")]
+    Raised { message: String },
+    /// The model has no chat template.
+    #[error("the model has no chat template; send a prompt to the completions API instead")]
+    NoTemplate,
+    /// The request's extra template arguments try to set a reserved name.
+    #[error("chat template argument {name:?} is reserved")]
+    ReservedArgument { name: String },
+    /// Rendering failed: the template does not fit the request's data (a missing field, a
+    /// list where it expects a string), or the template is broken.
+    #[error("chat template failed: {detail}")]
+    Render { detail: String },
+}
+
+/// Text could not be turned into token ids.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("tokenizer failed to encode: {detail}")]
+    Tokenizer { detail: String },
+    #[error("token id {id} is not in the vocabulary ({vocab_size} ids)")]
+    UnknownTokenId { id: u32, vocab_size: u32 },
+}
+
+/// Token ids could not be turned into text.
+#[derive(Debug, thiserror::Error)]
+#[error("tokenizer failed to decode: {detail}")]
+pub struct DecodeError {
+    pub(crate) detail: String,
+}
+
+/// Stop conditions the router refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    #[error("at most {limit} stop strings")]
+    TooManyStrings { limit: usize },
+    #[error("a stop string is longer than {limit} bytes")]
+    StringTooLong { limit: usize },
+    #[error("at most {limit} stop token ids")]
+    TooManyTokenIds { limit: usize },
+    #[error("stop token id {id} is not in the vocabulary ({vocab_size} ids)")]
+    UnknownTokenId { id: u32, vocab_size: u32 },
 }
