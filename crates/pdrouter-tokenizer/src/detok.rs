@@ -8,9 +8,10 @@
 //!
 //! Invariants:
 //! - A delta never ends inside a UTF-8 sequence: while the window's text ends with U+FFFD
-//!   (what a byte-level decoder makes of an incomplete sequence) the ids are held back, up to
-//!   [`MAX_HELD_TOKENS`] (valid UTF-8 needs at most 3 held; only invalid bytes reach the
-//!   bound, and are then emitted as U+FFFD like a full decode shows them).
+//!   (what a byte-level decoder makes of an incomplete sequence), or adds nothing past the
+//!   prefix, the ids are held back, up to [`MAX_HELD_TOKENS`] (valid UTF-8 needs at most 3
+//!   held; only invalid bytes reach the bound, and are then emitted as U+FFFD like a full
+//!   decode shows them).
 //! - For decoders whose output for a prefix of ids is a prefix of the output for all ids
 //!   (byte-level BPE, SentencePiece, WordPiece without clean-up) the concatenation of all
 //!   deltas and [`DecodeStream::flush`] equals `decode(all ids)`.
@@ -62,14 +63,13 @@ impl DecodeStream {
             return Ok(None);
         }
         let held = self.ids.len() - self.read;
-        if text.len() <= self.prefix_text.len()
-            || (text.ends_with('\u{FFFD}') && held < MAX_HELD_TOKENS)
-        {
+        let complete = text.len() > self.prefix_text.len() && !text.ends_with('\u{FFFD}');
+        if !complete && held < MAX_HELD_TOKENS {
             return Ok(None);
         }
         let delta = self.delta(&text);
         self.slide()?;
-        Ok(Some(delta))
+        Ok(Some(delta).filter(|d| !d.is_empty()))
     }
 
     /// Ends the sequence: the text of ids still held back (an incomplete UTF-8 sequence shows

@@ -61,11 +61,19 @@ pub struct ChatInput {
 }
 
 /// A compiled chat template with the special tokens it is rendered with. `Send + Sync`.
-#[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
     special_tokens: Vec<(&'static str, String)>,
     content_format: ContentFormat,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("content_format", &self.content_format)
+            .field("special_tokens", &self.special_tokens)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Carried as the source of the error `raise_exception` returns, to tell it from other

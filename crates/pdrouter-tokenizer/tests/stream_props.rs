@@ -156,3 +156,27 @@ proptest! {
         prop_assert!(stream.push(b'a'.into()).unwrap() == Step::default(), "a finished stream ignores ids");
     }
 }
+
+#[test]
+fn invalid_bytes_are_held_back_only_so_long() {
+    let tk = support::bytelevel();
+    let ids: Vec<u32> = std::iter::repeat_n(0x80, 40)
+        .chain(bytelevel::encode_plain("ok"))
+        .collect();
+    let mut stream = DecodeStream::new(tk.clone(), DecodeOptions::default());
+    let mut out = String::new();
+    let mut emitted_early = false;
+    for (i, &id) in ids.iter().enumerate() {
+        if let Some(delta) = stream.step(id).unwrap() {
+            emitted_early |= i < 39;
+            out.push_str(&delta);
+        }
+    }
+    out.extend(stream.flush().unwrap());
+    assert!(
+        emitted_early,
+        "a run of invalid bytes is not held to the end"
+    );
+    assert_eq!(out, tk.decode(&ids, DecodeOptions::default()).unwrap());
+    assert_eq!(out, format!("{}ok", "\u{FFFD}".repeat(40)));
+}

@@ -2,15 +2,19 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use pdrouter_tokenizer::{Tokenizer, bytelevel};
 
-/// The byte-level tokenizer written to a fresh directory, loaded back.
+/// The byte-level tokenizer written to a fresh directory, loaded back (once per test binary).
 pub fn bytelevel() -> Arc<Tokenizer> {
-    let dir = tempfile::tempdir().unwrap();
-    write_files(dir.path(), bytelevel::files());
-    Arc::new(Tokenizer::load(dir.path(), None).unwrap())
+    static TOKENIZER: OnceLock<Arc<Tokenizer>> = OnceLock::new();
+    let load = || {
+        let dir = tempfile::tempdir().unwrap();
+        write_files(dir.path(), bytelevel::files());
+        Arc::new(Tokenizer::load(dir.path(), None).unwrap())
+    };
+    TOKENIZER.get_or_init(load).clone()
 }
 
 pub fn write_files(dir: &Path, files: Vec<(&'static str, Vec<u8>)>) {
@@ -24,8 +28,12 @@ pub fn qwen3_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3")
 }
 
+/// The Qwen3 fixture, loaded once per test binary.
 pub fn qwen3() -> Arc<Tokenizer> {
-    Arc::new(Tokenizer::load(&qwen3_dir(), None).unwrap())
+    static TOKENIZER: OnceLock<Arc<Tokenizer>> = OnceLock::new();
+    TOKENIZER
+        .get_or_init(|| Arc::new(Tokenizer::load(&qwen3_dir(), None).unwrap()))
+        .clone()
 }
 
 /// Chat requests the Qwen3 tests render: `(name, input)`.
