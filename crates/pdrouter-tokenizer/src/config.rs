@@ -1,4 +1,5 @@
-//! The model files beside `tokenizer.json`: `tokenizer_config.json`, `generation_config.json`,
+//! The model files beside `tokenizer.json`: `tokenizer_config.json` (and
+//! `special_tokens_map.json` for special tokens it lacks), `generation_config.json`,
 //! `config.json`, `chat_template.jinja`/`chat_template.json`, and explicit template files.
 //!
 //! Only the fields the router uses are read; unknown fields are ignored, a field of the wrong
@@ -34,6 +35,25 @@ pub(crate) struct TokenizerConfig {
 }
 
 impl TokenizerConfig {
+    /// Takes the special tokens `self` lacks from `map` (`special_tokens_map.json`, which HF
+    /// reads too and which older models use instead).
+    fn fill_special_tokens(&mut self, map: TokenizerConfig) {
+        let pairs = [
+            (&mut self.bos_token, map.bos_token),
+            (&mut self.eos_token, map.eos_token),
+            (&mut self.pad_token, map.pad_token),
+            (&mut self.unk_token, map.unk_token),
+            (&mut self.sep_token, map.sep_token),
+            (&mut self.cls_token, map.cls_token),
+            (&mut self.mask_token, map.mask_token),
+        ];
+        for (mine, theirs) in pairs {
+            if mine.is_none() {
+                *mine = theirs;
+            }
+        }
+    }
+
     /// The special tokens a chat template sees by name (`bos_token`, `eos_token`, ...), as HF
     /// passes its special tokens map: only those that are set.
     pub(crate) fn special_tokens(&self) -> Vec<(&'static str, String)> {
@@ -168,6 +188,9 @@ impl ModelFiles {
     pub(crate) fn read(dir: &Path) -> Result<Self, LoadError> {
         let config_path = dir.join("tokenizer_config.json");
         let mut tokenizer_config: TokenizerConfig = read_json(&config_path)?.unwrap_or_default();
+        if let Some(map) = read_json(&dir.join("special_tokens_map.json"))? {
+            tokenizer_config.fill_special_tokens(map);
+        }
         let mut eos_token_ids = Vec::new();
         for name in ["generation_config.json", "config.json"] {
             let ids: Option<EosIds> = read_json(&dir.join(name))?;

@@ -83,6 +83,27 @@ fn eos_ids_accept_an_int_or_a_list_and_are_deduplicated() {
 }
 
 #[test]
+fn special_tokens_map_fills_what_tokenizer_config_lacks() {
+    let dir = bytelevel_dir();
+    edit_json(&dir.path().join("tokenizer_config.json"), |v| {
+        let v = v.as_object_mut().unwrap();
+        v.remove("eos_token");
+        v["chat_template"] = json!("{{ bos_token }}|{{ eos_token }}");
+    });
+    fs::write(
+        dir.path().join("special_tokens_map.json"),
+        r#"{"eos_token": {"content": "<|endoftext|>", "special": true}, "bos_token": "<|im_start|>"}"#,
+    )
+    .unwrap();
+    let tk = Tokenizer::load(dir.path(), None).unwrap();
+    assert_eq!(tk.eos_token_ids()[0], ENDOFTEXT);
+    assert_eq!(
+        tk.apply_chat_template(&user("x")).unwrap(),
+        "<|im_start|>|<|endoftext|>"
+    );
+}
+
+#[test]
 fn template_sources_in_order() {
     let dir = bytelevel_dir();
     let config = dir.path().join("tokenizer_config.json");
