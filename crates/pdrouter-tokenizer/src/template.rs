@@ -112,7 +112,7 @@ impl ChatTemplate {
         env.add_template_owned(NAME, source)
             .map_err(|e| LoadError::Template {
                 file: file.to_owned(),
-                detail: describe(&e),
+                detail: e.to_string(),
             })?;
         let mut template = ChatTemplate {
             env,
@@ -150,14 +150,14 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| TemplateError::Render {
-                detail: describe(&e),
+                detail: e.to_string(),
             })?;
         template
             .render(Value::from_pairs(ctx))
             .map_err(|e| match raised(&e) {
                 Some(message) => TemplateError::Raised { message },
                 None => TemplateError::Render {
-                    detail: describe(&e),
+                    detail: e.to_string(),
                 },
             })
     }
@@ -200,11 +200,6 @@ fn raised(err: &Error) -> Option<String> {
         source = e.source();
     }
     None
-}
-
-/// The error on one line; minijinja's message already names the template line.
-fn describe(err: &Error) -> String {
-    err.to_string()
 }
 
 fn raise_exception(message: String) -> Result<Value, Error> {
