@@ -181,3 +181,9 @@ fn bytelevel_template_renders_parts_tool_calls_and_refuses_unknown_roles() {
         Err(TemplateError::Raised { message }) if message == "unknown message role: robot"
     ));
 }
+
+#[test]
+fn python_literals_print_as_python_does() {
+    let out = ok("{{ messages[0].content }}|{{ true }}|{{ [1, 'a'] }}", json!([{"content": null}]));
+    assert_eq!(out, "None|True|[1, 'a']");
+}
