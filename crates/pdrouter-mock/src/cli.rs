@@ -66,6 +66,12 @@ pub struct MockArgs {
     /// a free port; it is printed as bootstrap_port=P).
     #[arg(long, default_value_t = 0, value_name = "P", requires = "engine")]
     pub bootstrap_port: u16,
+    /// Speak SGLang's scheduler gRPC protocol (token ids in and out) instead
+    /// of the HTTP API; the same port also answers HTTP/1.1 GET /health,
+    /// GET /mock/stats, POST /mock/controls and the KV bootstrap GET
+    /// /room/{room}.
+    #[arg(long)]
+    pub grpc: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -104,6 +110,7 @@ impl MockArgs {
                 prefill_tokens_per_sec: self.prefill_tokens_per_sec,
                 bootstrap_port: self.bootstrap_port,
             }),
+            grpc: self.grpc,
         }
     }
 }
@@ -150,8 +157,9 @@ impl From<io::Error> for CliError {
 
 /// Runs the `pdrouter-mock` command: parses `args` (including the program
 /// name, as in [`std::env::args`]), starts the worker, prints
-/// `pdrouter-mock listening on http://ADDR role=ROLE` (engine-mode prefill:
-/// followed by ` bootstrap_port=P`) to stdout and serves
+/// `pdrouter-mock listening on http://ADDR role=ROLE` (`grpc://ADDR` with
+/// `--grpc`; engine-mode prefill: followed by ` bootstrap_port=P`) to stdout
+/// and serves
 /// until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: impl IntoIterator<Item = String>) -> Result<(), CliError> {
     let args = MockArgs::try_parse_from(args).map_err(CliError::Args)?;

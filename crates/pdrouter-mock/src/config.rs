@@ -104,11 +104,14 @@ pub struct MockConfig {
     pub model: String,
     /// Engine mode (see [`EngineConfig`]); `None` for the plain mock.
     pub engine: Option<EngineConfig>,
+    /// Speak SGLang's scheduler gRPC protocol instead of the HTTP API (see
+    /// the crate docs, gRPC mode).
+    pub grpc: bool,
 }
 
 impl MockConfig {
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
-    /// dp size 1, model `"mock-model"`, no engine mode.
+    /// dp size 1, model `"mock-model"`, no engine mode, HTTP.
     pub fn new(role: Role) -> Self {
         MockConfig {
             host: "127.0.0.1".to_owned(),
@@ -121,6 +124,7 @@ impl MockConfig {
             dp_size: 1,
             model: "mock-model".to_owned(),
             engine: None,
+            grpc: false,
         }
     }
 }

@@ -73,7 +73,7 @@ impl Default for EngineConfig {
 /// How long a finished room stays answerable.
 const ROOM_RETENTION: Duration = Duration::from_secs(300);
 /// Longest a bootstrap long poll is held before it answers 504.
-const LONG_POLL_LIMIT: Duration = Duration::from_secs(600);
+pub(crate) const LONG_POLL_LIMIT: Duration = Duration::from_secs(600);
 
 /// Rendezvous of bootstrap rooms: finished rooms and their waiters.
 #[derive(Debug, Default)]
@@ -174,7 +174,8 @@ pub(crate) struct Engine {
     slots: Semaphore,
     queued: AtomicU64,
     max_wait_us: AtomicU64,
-    pub(crate) rooms: Rooms,
+    /// The worker's rooms (shared with [`Shared`](crate::state::Shared)).
+    pub(crate) rooms: Arc<Rooms>,
 }
 
 /// Counts one request as queued in the engine until dropped.
@@ -188,13 +189,13 @@ impl Drop for Queued<'_> {
 }
 
 impl Engine {
-    pub(crate) fn new(config: EngineConfig) -> Self {
+    pub(crate) fn new(config: EngineConfig, rooms: Arc<Rooms>) -> Self {
         Engine {
             slots: Semaphore::new(config.max_running.max(1)),
             config,
             queued: AtomicU64::new(0),
             max_wait_us: AtomicU64::new(0),
-            rooms: Rooms::default(),
+            rooms,
         }
     }
 
@@ -238,18 +239,22 @@ impl Engine {
 
 /// The bootstrap endpoint's routes: `GET /room/{room}` (long poll) and
 /// `GET /health`.
-pub(crate) fn bootstrap_router(engine: Arc<Engine>) -> Router {
-    Router::new()
-        .route("/room/{room}", get(room))
-        .route("/health", get(|| async { StatusCode::OK }))
-        .with_state(engine)
+pub(crate) fn bootstrap_router(rooms: Arc<Rooms>) -> Router {
+    room_routes(rooms).route("/health", get(|| async { StatusCode::OK }))
 }
 
-async fn room(State(engine): State<Arc<Engine>>, Path(room): Path<String>) -> Response {
+/// `GET /room/{room}` alone (a gRPC worker serves it on its own port).
+pub(crate) fn room_routes<S>(rooms: Arc<Rooms>) -> Router<S> {
+    Router::new()
+        .route("/room/{room}", get(room))
+        .with_state(rooms)
+}
+
+async fn room(State(rooms): State<Arc<Rooms>>, Path(room): Path<String>) -> Response {
     let Ok(room) = room.parse::<u64>() else {
         return (StatusCode::BAD_REQUEST, "room must be an unsigned integer").into_response();
     };
-    match tokio::time::timeout(LONG_POLL_LIMIT, engine.rooms.wait(room)).await {
+    match tokio::time::timeout(LONG_POLL_LIMIT, rooms.wait(room)).await {
         Ok(()) => axum::Json(json!({ "room": room, "ready": true })).into_response(),
         Err(_) => (StatusCode::GATEWAY_TIMEOUT, "prefill did not finish").into_response(),
     }
@@ -372,11 +377,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn engine_runs_at_most_max_running_and_queues_fifo() {
-        let engine = Arc::new(Engine::new(EngineConfig {
-            max_running: 2,
-            prefill_tokens_per_sec: 1000.0,
-            bootstrap_port: 0,
-        }));
+        let engine = Arc::new(Engine::new(
+            EngineConfig {
+                max_running: 2,
+                prefill_tokens_per_sec: 1000.0,
+                bootstrap_port: 0,
+            },
+            Arc::default(),
+        ));
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..5u64 {
@@ -413,7 +421,7 @@ mod tests {
         };
         assert_eq!(cfg.prefill_time(100), Duration::from_millis(500));
         assert_eq!(cfg.prefill_time(0), Duration::ZERO);
-        let engine = Engine::new(cfg);
+        let engine = Engine::new(cfg, Arc::default());
         let t0 = Instant::now();
         engine.prefill(400, Duration::from_millis(100), &[]).await;
         assert_eq!(t0.elapsed(), Duration::from_millis(2100));
@@ -421,11 +429,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_queued_prefill_leaves_the_queue() {
-        let engine = Arc::new(Engine::new(EngineConfig {
-            max_running: 1,
-            prefill_tokens_per_sec: 1.0,
-            bootstrap_port: 0,
-        }));
+        let engine = Arc::new(Engine::new(
+            EngineConfig {
+                max_running: 1,
+                prefill_tokens_per_sec: 1.0,
+                bootstrap_port: 0,
+            },
+            Arc::default(),
+        ));
         let e = Arc::clone(&engine);
         let running = tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[]).await });
         tokio::task::yield_now().await;

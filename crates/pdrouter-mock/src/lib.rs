@@ -47,17 +47,17 @@
 //! # Ok(()) }
 //! ```
 
-mod body;
 mod cli;
 mod config;
 mod engine;
-mod handlers;
-mod render;
+mod grpc;
+mod http;
 mod state;
 mod worker;
 
 pub use cli::{CliError, MockArgs, run_cli};
 pub use config::{MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
+pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;
 pub use state::{MockControls, MockStats};
 pub use worker::MockWorker;

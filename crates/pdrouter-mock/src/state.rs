@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::config::{MockConfig, Role};
-use crate::engine::Engine;
+use crate::engine::{Engine, Rooms};
 
 /// Snapshot of a worker's request counters (the numbers of `GET /mock/stats`).
 ///
@@ -22,8 +22,13 @@ pub struct MockStats {
     pub inflight: u64,
     /// High-water mark of `inflight` (see [`MockControls::reset_max_inflight`]).
     pub max_inflight: u64,
-    /// The last valid JSON body received by a generation route, if any.
+    /// The last valid JSON body received by a generation route, if any (in
+    /// gRPC mode: the last `GenerateRequest`, decoded to JSON).
     pub last_request: Option<serde_json::Value>,
+    /// `Abort` calls received (gRPC mode).
+    pub aborts_total: u64,
+    /// Token ids of the last finished generation (gRPC mode).
+    pub last_output_ids: Option<Vec<u32>>,
 }
 
 /// Runtime knobs of a running worker, shared with its request handlers.
@@ -43,6 +48,8 @@ pub struct MockControls {
     inflight: AtomicU64,
     max_inflight: AtomicU64,
     last_request: Mutex<Option<Bytes>>,
+    aborts_total: AtomicU64,
+    last_output_ids: Mutex<Option<Vec<u32>>>,
 }
 
 fn duration_us(d: Duration) -> u64 {
@@ -63,6 +70,8 @@ impl MockControls {
             inflight: AtomicU64::new(0),
             max_inflight: AtomicU64::new(0),
             last_request: Mutex::new(None),
+            aborts_total: AtomicU64::new(0),
+            last_output_ids: Mutex::new(None),
         }
     }
 
@@ -158,7 +167,26 @@ impl MockControls {
             inflight: self.inflight.load(Ordering::SeqCst),
             max_inflight: self.max_inflight.load(Ordering::SeqCst),
             last_request: last.and_then(|b| serde_json::from_slice(&b).ok()),
+            aborts_total: self.aborts_total.load(Ordering::SeqCst),
+            last_output_ids: self
+                .last_output_ids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
+    }
+
+    /// Counts one `Abort` call.
+    pub(crate) fn record_abort(&self) {
+        self.aborts_total.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Records the ids of a finished generation.
+    pub(crate) fn record_output(&self, ids: &[u32]) {
+        *self
+            .last_output_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(ids.to_vec());
     }
 
     /// Records the last valid JSON body (kept as bytes; parsed on demand).
@@ -204,18 +232,26 @@ pub(crate) struct Shared {
     pub(crate) model: String,
     pub(crate) dp_size: u32,
     pub(crate) controls: MockControls,
+    /// Bootstrap rooms whose prefill finished (filled by the engine-mode
+    /// prefill and by every gRPC prefill).
+    pub(crate) rooms: Arc<Rooms>,
     /// Engine mode, if configured.
     pub(crate) engine: Option<Arc<Engine>>,
 }
 
 impl Shared {
     pub(crate) fn new(cfg: &MockConfig) -> Self {
+        let rooms = Arc::new(Rooms::default());
         Shared {
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
             controls: MockControls::new(cfg),
-            engine: cfg.engine.clone().map(|e| Arc::new(Engine::new(e))),
+            engine: cfg
+                .engine
+                .clone()
+                .map(|e| Arc::new(Engine::new(e, Arc::clone(&rooms)))),
+            rooms,
         }
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpSocket, lookup_host};
 use tokio::sync::oneshot;
@@ -15,8 +16,8 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{MockConfig, Role};
 use crate::engine;
-use crate::handlers;
 use crate::state::{MockControls, MockStats, Shared};
+use crate::{grpc, http};
 
 /// A running mock worker.
 ///
@@ -29,6 +30,7 @@ pub struct MockWorker {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
     bootstrap: Option<Bootstrap>,
+    grpc: bool,
 }
 
 /// The KV bootstrap listener of an engine-mode prefill worker.
@@ -46,27 +48,32 @@ impl MockWorker {
         let listener = bind(&cfg.host, cfg.port).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(&cfg));
-        let app = handlers::router(Arc::clone(&shared));
-        let bootstrap = match (&shared.engine, &cfg.engine, cfg.role) {
-            (Some(engine), Some(ecfg), Role::Prefill) => {
+        let (app, protocol) = if cfg.grpc {
+            (grpc::router(Arc::clone(&shared))?, Protocol::Auto)
+        } else {
+            (http::router(Arc::clone(&shared)), Protocol::Http1)
+        };
+        let bootstrap = match (&cfg.engine, cfg.role) {
+            (Some(ecfg), Role::Prefill) => {
                 let listener = bind(&cfg.host, ecfg.bootstrap_port).await?;
                 let addr = listener.local_addr()?;
-                let app = engine::bootstrap_router(Arc::clone(engine));
+                let app = engine::bootstrap_router(Arc::clone(&shared.rooms));
                 let (stop, stop_rx) = oneshot::channel();
-                let task = tokio::spawn(serve(listener, app, stop_rx));
+                let task = tokio::spawn(serve(listener, app, Protocol::Http1, stop_rx));
                 Some(Bootstrap { addr, stop, task })
             }
             _ => None,
         };
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, app, stop_rx));
-        tracing::debug!(%addr, role = %cfg.role, "mock worker started");
+        let task = tokio::spawn(serve(listener, app, protocol, stop_rx));
+        tracing::debug!(%addr, role = %cfg.role, grpc = cfg.grpc, "mock worker started");
         Ok(MockWorker {
             addr,
             shared,
             stop,
             task,
             bootstrap,
+            grpc: cfg.grpc,
         })
     }
 
@@ -75,9 +82,16 @@ impl MockWorker {
         self.addr
     }
 
-    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    /// Base URL, e.g. `http://127.0.0.1:41234`, or `grpc://127.0.0.1:41234`
+    /// in gRPC mode (the form a router's worker list takes).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.grpc { "grpc" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Whether the worker speaks the gRPC protocol.
+    pub fn is_grpc(&self) -> bool {
+        self.grpc
     }
 
     /// Address of the KV bootstrap endpoint (`GET /room/{room}`); only an
@@ -152,9 +166,24 @@ async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
     }))
 }
 
+/// What a connection may speak.
+#[derive(Clone, Copy, Debug)]
+enum Protocol {
+    /// HTTP/1.1 only.
+    Http1,
+    /// HTTP/1.1 or HTTP/2 (prior knowledge, as gRPC clients connect),
+    /// told apart by the connection preface.
+    Auto,
+}
+
 /// Accepts connections until `stop` fires (or its sender is dropped), then
 /// closes the listener and aborts all connections.
-async fn serve(listener: TcpListener, app: Router, mut stop: oneshot::Receiver<()>) {
+async fn serve(
+    listener: TcpListener,
+    app: Router,
+    protocol: Protocol,
+    mut stop: oneshot::Receiver<()>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -164,10 +193,19 @@ async fn serve(listener: TcpListener, app: Router, mut stop: oneshot::Receiver<(
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
                     let svc = TowerToHyperService::new(app.clone());
+                    let io = TokioIo::new(stream);
                     conns.spawn(async move {
-                        let conn = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), svc);
-                        if let Err(e) = conn.await {
+                        let ended = match protocol {
+                            Protocol::Http1 => http1::Builder::new()
+                                .serve_connection(io, svc)
+                                .await
+                                .map_err(|e| e.to_string()),
+                            Protocol::Auto => auto::Builder::new(TokioExecutor::new())
+                                .serve_connection(io, svc)
+                                .await
+                                .map_err(|e| e.to_string()),
+                        };
+                        if let Err(e) = ended {
                             tracing::trace!(error = %e, "mock connection ended with error");
                         }
                     });

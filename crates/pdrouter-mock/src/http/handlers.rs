@@ -12,10 +12,10 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::body::{self, JSON, SSE};
+use super::body::{self, JSON, SSE};
+use super::render::{Api, Plan, prompt_words, requested_tokens};
 use crate::config::Role;
-use crate::engine::{await_bootstrap, rooms_of};
-use crate::render::{Api, Plan, prompt_words, requested_tokens};
+use crate::engine::{Engine, await_bootstrap, rooms_of};
 use crate::state::{InflightGuard, Shared};
 
 /// Largest accepted request body.
@@ -64,7 +64,7 @@ fn json_response(v: &Value) -> Response {
     )
 }
 
-async fn health(State(s): AppState) -> StatusCode {
+pub(crate) async fn health(State(s): AppState) -> StatusCode {
     if s.controls.healthy() {
         StatusCode::OK
     } else {
@@ -115,13 +115,18 @@ async fn stats(State(s): AppState) -> Response {
     // Engine-mode workers add their engine queue (absent otherwise, so the
     // plain contract stays exactly as documented).
     if let (Some(engine), Value::Object(map)) = (&s.engine, &mut v) {
-        map.insert("engine_queue_len".to_owned(), json!(engine.queue_len()));
-        map.insert(
-            "max_engine_queue_wait_ms".to_owned(),
-            json!(engine.max_queue_wait().as_secs_f64() * 1000.0),
-        );
+        add_engine_stats(engine, map);
     }
     json_response(&v)
+}
+
+/// The engine-mode fields of `GET /mock/stats`.
+pub(crate) fn add_engine_stats(engine: &Engine, map: &mut serde_json::Map<String, Value>) {
+    map.insert("engine_queue_len".to_owned(), json!(engine.queue_len()));
+    map.insert(
+        "max_engine_queue_wait_ms".to_owned(),
+        json!(engine.max_queue_wait().as_secs_f64() * 1000.0),
+    );
 }
 
 /// Body of `POST /mock/controls`; every field is optional.
@@ -139,7 +144,7 @@ struct ControlUpdate {
     reset_max_inflight: bool,
 }
 
-async fn set_controls(State(s): AppState, body: Bytes) -> Response {
+pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
     let update: ControlUpdate = if body.is_empty() {
         ControlUpdate::default()
     } else {

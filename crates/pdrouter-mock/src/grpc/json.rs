@@ -1,0 +1,175 @@
+//! JSON views of protocol messages: what `GET /mock/stats` shows of a
+//! `GenerateRequest`, and `google.protobuf.Struct` <-> JSON.
+
+use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, sampling_params::Constraint};
+use prost_types::value::Kind;
+use serde_json::{Map, Value, json};
+
+/// A float as JSON, by its shortest decimal form (0.7f32 shows as 0.7, not
+/// 0.699999988); NaN and infinities as null.
+fn float(v: f32) -> Value {
+    v.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(Value::Null, Value::Number)
+}
+
+fn sampling(p: &SamplingParams) -> Value {
+    let mut v = json!({
+        "temperature": float(p.temperature),
+        "top_p": float(p.top_p),
+        "top_k": p.top_k,
+        "min_p": float(p.min_p),
+        "frequency_penalty": float(p.frequency_penalty),
+        "presence_penalty": float(p.presence_penalty),
+        "repetition_penalty": float(p.repetition_penalty),
+        "max_new_tokens": p.max_new_tokens,
+        "stop": p.stop,
+        "stop_token_ids": p.stop_token_ids,
+        "skip_special_tokens": p.skip_special_tokens,
+        "spaces_between_special_tokens": p.spaces_between_special_tokens,
+        "n": p.n,
+        "min_new_tokens": p.min_new_tokens,
+        "ignore_eos": p.ignore_eos,
+        "no_stop_trim": p.no_stop_trim,
+        "stream_interval": p.stream_interval,
+        "logit_bias": p.logit_bias.iter()
+            .map(|(k, b)| (k.clone(), float(*b)))
+            .collect::<Map<_, _>>(),
+        "custom_params": p.custom_params.as_ref().map(struct_to_json),
+    });
+    if let (Some(c), Value::Object(map)) = (&p.constraint, &mut v) {
+        let (key, text) = match c {
+            Constraint::Regex(s) => ("regex", s),
+            Constraint::JsonSchema(s) => ("json_schema", s),
+            Constraint::EbnfGrammar(s) => ("ebnf_grammar", s),
+            Constraint::StructuralTag(s) => ("structural_tag", s),
+        };
+        map.insert(key.to_owned(), Value::String(text.clone()));
+    }
+    v
+}
+
+/// The fields of a `GenerateRequest` a router test checks.
+pub(crate) fn generate_request(r: &GenerateRequest) -> Value {
+    let tokenized = r.tokenized.as_ref();
+    json!({
+        "request_id": r.request_id,
+        "input_ids": tokenized.map(|t| t.input_ids.as_slice()).unwrap_or_default(),
+        "original_text": tokenized.map(|t| t.original_text.as_str()).unwrap_or_default(),
+        "sampling_params": r.sampling_params.as_ref().map(sampling),
+        "disaggregated_params": r.disaggregated_params.as_ref().map(|d| json!({
+            "bootstrap_host": d.bootstrap_host,
+            "bootstrap_port": d.bootstrap_port,
+            "bootstrap_room": d.bootstrap_room,
+        })),
+        "stream": r.stream,
+        "return_logprob": r.return_logprob,
+        "logprob_start_len": r.logprob_start_len,
+        "top_logprobs_num": r.top_logprobs_num,
+        "data_parallel_rank": r.data_parallel_rank,
+        "lora_id": r.lora_id,
+    })
+}
+
+fn value_to_json(v: &prost_types::Value) -> Value {
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => struct_to_json(s),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
+    }
+}
+
+/// A `Struct` as a JSON object.
+pub(crate) fn struct_to_json(s: &prost_types::Struct) -> Value {
+    Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_to_json(v)))
+            .collect(),
+    )
+}
+
+fn json_to_value(v: &Value) -> prost_types::Value {
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(json_to_value).collect(),
+        }),
+        Value::Object(map) => Kind::StructValue(object_to_struct(map)),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+/// A JSON object as a `Struct`.
+pub(crate) fn object_to_struct(map: &Map<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), json_to_value(v)))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pdrouter_proto::scheduler::{DisaggregatedParams, TokenizedInput};
+
+    use super::*;
+
+    #[test]
+    fn structs_round_trip_through_json() {
+        let v = json!({"dp_size": 4.0, "name": "m", "ok": true, "none": null,
+                       "list": [1.0, "a"], "nested": {"x": 0.5}});
+        let s = object_to_struct(v.as_object().unwrap());
+        assert_eq!(struct_to_json(&s), v);
+    }
+
+    #[test]
+    fn generate_request_view_shows_what_was_sent() {
+        let r = GenerateRequest {
+            request_id: "r1".to_owned(),
+            tokenized: Some(TokenizedInput {
+                original_text: "hi".to_owned(),
+                input_ids: vec![104, 105],
+            }),
+            sampling_params: Some(SamplingParams {
+                temperature: 0.7,
+                top_k: -1,
+                max_new_tokens: Some(5),
+                constraint: Some(Constraint::Regex("a+".to_owned())),
+                ..Default::default()
+            }),
+            disaggregated_params: Some(DisaggregatedParams {
+                bootstrap_host: "h".to_owned(),
+                bootstrap_port: 9,
+                bootstrap_room: 3,
+            }),
+            stream: true,
+            ..Default::default()
+        };
+        let v = generate_request(&r);
+        assert_eq!(v["request_id"], "r1");
+        assert_eq!(v["input_ids"], json!([104, 105]));
+        assert_eq!(v["original_text"], "hi");
+        assert_eq!(v["sampling_params"]["temperature"], json!(0.7));
+        assert_eq!(v["sampling_params"]["top_k"], -1);
+        assert_eq!(v["sampling_params"]["max_new_tokens"], 5);
+        assert_eq!(v["sampling_params"]["regex"], "a+");
+        assert_eq!(v["disaggregated_params"]["bootstrap_room"], 3);
+        assert_eq!(v["stream"], true);
+        let bare = generate_request(&GenerateRequest::default());
+        assert_eq!(bare["sampling_params"], Value::Null);
+        assert_eq!(bare["disaggregated_params"], Value::Null);
+        assert_eq!(bare["input_ids"], json!([]));
+    }
+}

@@ -1,0 +1,65 @@
+//! gRPC front-end: SGLang's scheduler protocol over the same engine model
+//! as the HTTP front-end (roles, delays, rooms, stats, controls).
+//!
+//! One port serves HTTP/2 gRPC (`/sglang.grpc.scheduler.SglangScheduler/*`)
+//! and plain HTTP/1.1 `GET /health`, `GET /mock/stats`, `POST
+//! /mock/controls` and the KV bootstrap long poll `GET /room/{room}`, which
+//! a decode worker asks with the ticket's `bootstrap_host:bootstrap_port`.
+
+mod aborts;
+mod generate;
+mod json;
+mod service;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use pdrouter_proto::SCHEDULER_SERVICE;
+use pdrouter_proto::scheduler::sglang_scheduler_server::SglangSchedulerServer;
+use serde_json::{Value, json};
+
+pub use generate::OUTPUT_TEXT;
+
+use crate::engine::room_routes;
+use crate::http::handlers;
+use crate::state::Shared;
+
+/// Largest accepted gRPC message (a prompt of token ids).
+const MESSAGE_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The routes of a gRPC-mode worker.
+pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
+    let scheduler = service::Scheduler::new(Arc::clone(&shared))?;
+    let grpc = SglangSchedulerServer::new(scheduler)
+        .max_decoding_message_size(MESSAGE_LIMIT)
+        .max_encoding_message_size(MESSAGE_LIMIT);
+    let rooms = Arc::clone(&shared.rooms);
+    Ok(Router::new()
+        .route("/health", get(handlers::health))
+        .route("/mock/stats", get(stats))
+        .route("/mock/controls", post(handlers::set_controls))
+        .with_state(shared)
+        .merge(room_routes(rooms))
+        .route_service(&format!("/{SCHEDULER_SERVICE}/{{*method}}"), grpc))
+}
+
+/// `GET /mock/stats` of a gRPC worker.
+async fn stats(State(s): State<Arc<Shared>>) -> Response {
+    let st = s.controls.stats();
+    let mut v = json!({
+        "role": s.role,
+        "requests_total": st.requests_total,
+        "inflight": st.inflight,
+        "max_inflight": st.max_inflight,
+        "aborts_total": st.aborts_total,
+        "last_request": st.last_request,
+        "last_output_ids": st.last_output_ids,
+    });
+    if let (Some(engine), Value::Object(map)) = (&s.engine, &mut v) {
+        handlers::add_engine_stats(engine, map);
+    }
+    axum::Json(v).into_response()
+}

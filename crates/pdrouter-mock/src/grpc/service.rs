@@ -1,0 +1,261 @@
+//! The `SglangScheduler` service over the shared engine model.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt as _;
+use futures_util::stream::BoxStream;
+use pdrouter_proto::common::{GetTokenizerChunk, GetTokenizerRequest};
+use pdrouter_proto::scheduler::sglang_scheduler_server::SglangScheduler;
+use pdrouter_proto::scheduler::{
+    AbortRequest, AbortResponse, GenerateRequest, GenerateResponse, GetModelInfoRequest,
+    GetModelInfoResponse, GetServerInfoRequest, GetServerInfoResponse, HealthCheckRequest,
+    HealthCheckResponse,
+};
+use pdrouter_tokenizer::{bundle, bytelevel};
+use serde_json::json;
+use tonic::{Request, Response, Status};
+
+use super::aborts::Aborts;
+use super::generate::{Generation, Plan};
+use super::json as view;
+use crate::config::Role;
+use crate::engine::{LONG_POLL_LIMIT, await_room};
+use crate::state::{InflightGuard, Shared};
+
+/// Piece size of the `GetTokenizer` stream; small, so that even the tiny
+/// byte-level bundle arrives in several chunks as a real one would.
+pub(crate) const TOKENIZER_CHUNK_BYTES: usize = 1024;
+
+/// Everything the gRPC front-end serves besides the engine model.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    pub(crate) shared: Arc<Shared>,
+    aborts: Arc<Aborts>,
+    tokenizer_zip: Arc<[u8]>,
+    tokenizer_sha256: Arc<str>,
+    started: Instant,
+}
+
+impl Scheduler {
+    pub(crate) fn new(shared: Arc<Shared>) -> std::io::Result<Self> {
+        let (zip, sha) = bundle::pack(bytelevel::files())
+            .map_err(|e| std::io::Error::other(format!("building the tokenizer bundle: {e}")))?;
+        Ok(Scheduler {
+            shared,
+            aborts: Arc::default(),
+            tokenizer_zip: zip.into(),
+            tokenizer_sha256: sha.into(),
+            started: Instant::now(),
+        })
+    }
+
+    /// Everything before the first token: hang switch, injected failure,
+    /// then the role's work (prefill compute and room hand-over, or the
+    /// decode wait for its prefill), then the configured delay.
+    async fn prepare(&self, req: &GenerateRequest) -> Result<(), Status> {
+        let s = &self.shared;
+        s.controls.wait_while_hung().await;
+        if s.controls.draw_failure() {
+            return Err(Status::internal("mock injected failure"));
+        }
+        let delay = s.controls.delay();
+        let ticket = req.disaggregated_params.as_ref();
+        match s.role {
+            Role::Prefill => {
+                // Plan::new checked the ticket exists and its room is not
+                // negative.
+                let room = ticket.map_or(0, |d| d.bootstrap_room as u64);
+                match &s.engine {
+                    Some(engine) => {
+                        let tokens = req.tokenized.as_ref().map_or(0, |t| t.input_ids.len());
+                        engine.prefill(tokens as u64, delay, &[room]).await;
+                    }
+                    None => {
+                        sleep(delay).await;
+                        s.rooms.finish(room);
+                    }
+                }
+                return Ok(());
+            }
+            Role::Decode => {
+                if let Some(d) =
+                    ticket.filter(|d| d.bootstrap_port > 0 && !d.bootstrap_host.is_empty())
+                {
+                    let port = u16::try_from(d.bootstrap_port).map_err(|_| {
+                        Status::invalid_argument(format!("bad bootstrap_port {}", d.bootstrap_port))
+                    })?;
+                    let room = d.bootstrap_room as u64;
+                    match tokio::time::timeout(
+                        LONG_POLL_LIMIT,
+                        await_room(&d.bootstrap_host, port, room),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(msg)) => return Err(Status::unavailable(msg)),
+                        Err(_) => {
+                            return Err(Status::deadline_exceeded(format!(
+                                "prefill of room {room} did not finish in time"
+                            )));
+                        }
+                    }
+                }
+            }
+            Role::Regular => {}
+        }
+        sleep(delay).await;
+        Ok(())
+    }
+}
+
+async fn sleep(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
+    }
+}
+
+type Stream<T> = BoxStream<'static, Result<T, Status>>;
+
+#[tonic::async_trait]
+impl SglangScheduler for Scheduler {
+    type GenerateStream = Stream<GenerateResponse>;
+    type GetTokenizerStream = Stream<GetTokenizerChunk>;
+
+    async fn generate(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<Self::GenerateStream>, Status> {
+        let s = &self.shared;
+        let req = request.into_inner();
+        let guard = InflightGuard::begin(s);
+        if let Ok(body) = serde_json::to_vec(&view::generate_request(&req)) {
+            s.controls.record_request(body.into());
+        }
+        let plan = Plan::new(s.role, &req, s.controls.output_tokens(), s.engine.is_some())?;
+        let mut abort = self.aborts.register(&req.request_id);
+        tokio::select! {
+            r = self.prepare(&req) => r?,
+            // The generation then reports the abort as its only message.
+            () = abort.aborted() => {}
+        }
+        let interval = match s.role {
+            Role::Prefill => Duration::ZERO,
+            _ => s.controls.token_interval(),
+        };
+        let generation = Generation::new(&req, plan, interval, abort, guard, Arc::clone(s));
+        Ok(Response::new(generation.into_stream()))
+    }
+
+    async fn health_check(
+        &self,
+        _request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let healthy = self.shared.controls.healthy();
+        Ok(Response::new(HealthCheckResponse {
+            healthy,
+            message: if healthy {
+                "ok"
+            } else {
+                "unhealthy (mock control)"
+            }
+            .to_owned(),
+        }))
+    }
+
+    async fn abort(
+        &self,
+        request: Request<AbortRequest>,
+    ) -> Result<Response<AbortResponse>, Status> {
+        let id = request.into_inner().request_id;
+        self.shared.controls.record_abort();
+        let success = self.aborts.abort(&id);
+        Ok(Response::new(AbortResponse {
+            success,
+            message: if success {
+                format!("aborted {id}")
+            } else {
+                format!("no running request {id}")
+            },
+        }))
+    }
+
+    async fn get_model_info(
+        &self,
+        _request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        let model = &self.shared.model;
+        let context = bytelevel::MAX_POSITION_EMBEDDINGS as i32;
+        Ok(Response::new(GetModelInfoResponse {
+            model_path: model.clone(),
+            // Not a local path: a router fetches the files with GetTokenizer.
+            tokenizer_path: model.clone(),
+            is_generation: true,
+            served_model_name: model.clone(),
+            max_context_length: context,
+            vocab_size: bytelevel::VOCAB_SIZE as i32,
+            model_type: "mock".to_owned(),
+            eos_token_ids: bytelevel::EOS_TOKEN_IDS
+                .iter()
+                .map(|&id| id as i32)
+                .collect(),
+            pad_token_id: bytelevel::ENDOFTEXT as i32,
+            bos_token_id: -1,
+            max_req_input_len: context - 1,
+            architectures: vec!["MockForCausalLM".to_owned()],
+            ..Default::default()
+        }))
+    }
+
+    async fn get_server_info(
+        &self,
+        _request: Request<GetServerInfoRequest>,
+    ) -> Result<Response<GetServerInfoResponse>, Status> {
+        let s = &self.shared;
+        let max_running = s.engine.as_ref().map_or(128, |e| e.config.max_running);
+        let server_args = json!({
+            "model_path": s.model,
+            "tokenizer_path": s.model,
+            "served_model_name": s.model,
+            "dp_size": s.dp_size,
+            "disaggregation_mode": s.role.disaggregation_mode(),
+            "max_running_requests": max_running,
+            "context_length": bytelevel::MAX_POSITION_EMBEDDINGS,
+        });
+        let scheduler_info = json!({ "max_running_requests": max_running });
+        let as_struct = |v: serde_json::Value| match v {
+            serde_json::Value::Object(map) => Some(view::object_to_struct(&map)),
+            _ => None,
+        };
+        let stats = s.controls.stats();
+        Ok(Response::new(GetServerInfoResponse {
+            server_args: as_struct(server_args),
+            scheduler_info: as_struct(scheduler_info),
+            active_requests: i32::try_from(stats.inflight).unwrap_or(i32::MAX),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            sglang_version: "mock".to_owned(),
+            server_type: "grpc".to_owned(),
+            max_total_num_tokens: 1 << 20,
+            ..Default::default()
+        }))
+    }
+
+    async fn get_tokenizer(
+        &self,
+        _request: Request<GetTokenizerRequest>,
+    ) -> Result<Response<Self::GetTokenizerStream>, Status> {
+        let chunks: Vec<_> = bundle::chunks(
+            &self.tokenizer_zip,
+            &self.tokenizer_sha256,
+            TOKENIZER_CHUNK_BYTES,
+        )
+        .map(|(data, sha256)| {
+            Ok(GetTokenizerChunk {
+                data: data.to_vec(),
+                sha256: sha256.to_owned(),
+            })
+        })
+        .collect();
+        Ok(Response::new(futures_util::stream::iter(chunks).boxed()))
+    }
+}

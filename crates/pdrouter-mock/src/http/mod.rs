@@ -1,0 +1,7 @@
+//! HTTP front-end: SGLang's HTTP and OpenAI-style API over the engine model.
+
+mod body;
+pub(crate) mod handlers;
+mod render;
+
+pub(crate) use handlers::router;
