@@ -16,6 +16,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_pdrouter-mock");
 /// Starts the binary and returns it with its listening line, minus the fixed prefix
 /// (`ADDR role=ROLE [bootstrap_port=PORT]`). The child is killed when dropped.
 async fn spawn_listening(args: &[&str]) -> (tokio::process::Child, String) {
+    spawn_listening_on("http", args).await
+}
+
+/// [`spawn_listening`] for a worker whose URL has `scheme`.
+async fn spawn_listening_on(scheme: &str, args: &[&str]) -> (tokio::process::Child, String) {
     let mut child = Command::new(BIN)
         .args(args)
         .stdout(Stdio::piped())
@@ -30,7 +35,7 @@ async fn spawn_listening(args: &[&str]) -> (tokio::process::Child, String) {
         .unwrap();
     let rest = line
         .trim_end()
-        .strip_prefix("pdrouter-mock listening on http://")
+        .strip_prefix(&format!("pdrouter-mock listening on {scheme}://"))
         .unwrap_or_else(|| panic!("unexpected line {line:?}"))
         .to_string();
     (child, rest)
@@ -126,6 +131,8 @@ fn args_map_to_config() {
     want.delay = Duration::from_millis(7);
     want.token_interval = Duration::from_millis(3);
     assert_eq!(cfg, want);
+    let grpc = MockConfig::from(MockArgs::parse_from(["m", "--role", "prefill", "--grpc"]));
+    assert!(grpc.grpc);
 }
 
 #[tokio::test]
@@ -156,6 +163,29 @@ async fn engine_prefill_prints_its_bootstrap_port() {
     assert_eq!(info["max_running_requests"], 5);
     let bootstrap = SocketAddr::new(addr.ip(), port);
     assert_eq!(get(bootstrap, "/health").await.status, StatusCode::OK);
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn grpc_flag_serves_the_scheduler_protocol() {
+    use pdrouter_proto::scheduler::GetServerInfoRequest;
+    use pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient;
+    let (mut child, line) =
+        spawn_listening_on("grpc", &["--grpc", "--role", "decode", "--dp-size", "3"]).await;
+    let (addr, role) = line.split_once(' ').unwrap();
+    assert_eq!(role, "role=decode");
+    let addr: SocketAddr = addr.parse().unwrap();
+    assert_eq!(get(addr, "/health").await.status, StatusCode::OK);
+    let mut client = SglangSchedulerClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let info = client
+        .get_server_info(GetServerInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let dp = info.server_args.unwrap().fields["dp_size"].clone();
+    assert_eq!(dp.kind, Some(prost_types::value::Kind::NumberValue(3.0)));
     child.kill().await.unwrap();
 }
 

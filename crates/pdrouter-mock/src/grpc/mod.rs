@@ -46,20 +46,12 @@ pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
         .route_service(&format!("/{SCHEDULER_SERVICE}/{{*method}}"), grpc))
 }
 
-/// `GET /mock/stats` of a gRPC worker.
+/// `GET /mock/stats` of a gRPC worker: the common fields, the abort count
+/// and the ids of the last finished generation.
 async fn stats(State(s): State<Arc<Shared>>) -> Response {
     let st = s.controls.stats();
-    let mut v = json!({
-        "role": s.role,
-        "requests_total": st.requests_total,
-        "inflight": st.inflight,
-        "max_inflight": st.max_inflight,
-        "aborts_total": st.aborts_total,
-        "last_request": st.last_request,
-        "last_output_ids": st.last_output_ids,
-    });
-    if let (Some(engine), Value::Object(map)) = (&s.engine, &mut v) {
-        handlers::add_engine_stats(engine, map);
-    }
-    axum::Json(v).into_response()
+    let mut map = handlers::stats_fields(&s, &st);
+    map.insert("aborts_total".to_owned(), json!(st.aborts_total));
+    map.insert("last_output_ids".to_owned(), json!(st.last_output_ids));
+    axum::Json(Value::Object(map)).into_response()
 }

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use super::body::{self, JSON, SSE};
 use super::render::{Api, Plan, prompt_words, requested_tokens};
 use crate::config::Role;
-use crate::engine::{Engine, await_bootstrap, rooms_of};
-use crate::state::{InflightGuard, Shared};
+use crate::engine::{await_bootstrap, rooms_of};
+use crate::state::{InflightGuard, MockStats, Shared};
 
 /// Largest accepted request body.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
@@ -104,29 +104,27 @@ async fn model_info(State(s): AppState) -> Response {
 }
 
 async fn stats(State(s): AppState) -> Response {
-    let st = s.controls.stats();
-    let mut v = json!({
-        "role": s.role,
-        "requests_total": st.requests_total,
-        "inflight": st.inflight,
-        "max_inflight": st.max_inflight,
-        "last_request": st.last_request,
-    });
-    // Engine-mode workers add their engine queue (absent otherwise, so the
-    // plain contract stays exactly as documented).
-    if let (Some(engine), Value::Object(map)) = (&s.engine, &mut v) {
-        add_engine_stats(engine, map);
-    }
-    json_response(&v)
+    json_response(&Value::Object(stats_fields(&s, &s.controls.stats())))
 }
 
-/// The engine-mode fields of `GET /mock/stats`.
-pub(crate) fn add_engine_stats(engine: &Engine, map: &mut serde_json::Map<String, Value>) {
-    map.insert("engine_queue_len".to_owned(), json!(engine.queue_len()));
-    map.insert(
-        "max_engine_queue_wait_ms".to_owned(),
-        json!(engine.max_queue_wait().as_secs_f64() * 1000.0),
-    );
+/// The fields of `GET /mock/stats` both front-ends answer. Engine-mode
+/// workers add their engine queue (absent otherwise, so the plain contract
+/// stays exactly as documented).
+pub(crate) fn stats_fields(s: &Shared, st: &MockStats) -> serde_json::Map<String, Value> {
+    let mut map = serde_json::Map::new();
+    map.insert("role".to_owned(), json!(s.role));
+    map.insert("requests_total".to_owned(), json!(st.requests_total));
+    map.insert("inflight".to_owned(), json!(st.inflight));
+    map.insert("max_inflight".to_owned(), json!(st.max_inflight));
+    map.insert("last_request".to_owned(), json!(st.last_request));
+    if let Some(engine) = &s.engine {
+        map.insert("engine_queue_len".to_owned(), json!(engine.queue_len()));
+        map.insert(
+            "max_engine_queue_wait_ms".to_owned(),
+            json!(engine.max_queue_wait().as_secs_f64() * 1000.0),
+        );
+    }
+    map
 }
 
 /// Body of `POST /mock/controls`; every field is optional.
