@@ -37,6 +37,21 @@
 //! decode workers reject generation requests lacking `bootstrap_room` with
 //! 400 `{"error":{"message":"missing bootstrap_room"}}`.
 //!
+//! With [`MockConfig::grpc`] set (`--grpc`), the worker speaks SGLang's
+//! scheduler gRPC protocol (the `pdrouter-proto` crate) on the same engine
+//! model instead: `Generate` streams token ids (the bytes of
+//! [`GRPC_OUTPUT_TEXT`], ending with the EOS id of the byte-level tokenizer
+//! that `GetTokenizer` serves), then a `Complete` repeating them; a Prefill
+//! worker samples one token and finishes its `bootstrap_room`, a Decode
+//! worker first waits (bounded) for that room through
+//! `GET /room/{room}` at the ticket's `bootstrap_host:bootstrap_port`, which
+//! a gRPC worker answers on its own port. `Abort`, `HealthCheck`,
+//! `GetModelInfo` and `GetServerInfo` (with `dp_size`) are served too, and
+//! the same port answers HTTP/1.1 `GET /health`, `GET /mock/stats` (adding
+//! `aborts_total` and `last_output_ids`, with `last_request` the decoded
+//! `GenerateRequest`) and `POST /mock/controls`. [`MockWorker::url`] is then
+//! `grpc://ADDR`.
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use pdrouter_mock::{MockConfig, MockWorker, Role};

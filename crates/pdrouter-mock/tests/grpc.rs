@@ -499,3 +499,47 @@ async fn fail_rate_one_answers_an_error_status() {
     assert_eq!(stats(w.addr()).await["requests_total"], 1);
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn samples_carry_their_index_and_logprobs_when_asked() {
+    let w = start(Role::Regular, |c| c.output_tokens = 3).await;
+    let mut c = client(&w).await;
+    let mut r = request("n2", "ab", None);
+    r.sampling_params.as_mut().unwrap().n = 2;
+    r.return_logprob = true;
+    r.logprob_start_len = 0;
+    let mut s = c.generate(r).await.unwrap().into_inner();
+    let (mut chunks, mut completes) = (Vec::new(), Vec::new());
+    while let Some(m) = next(&mut s).await {
+        match m {
+            Response::Chunk(c) => chunks.push(c),
+            Response::Complete(c) => completes.push(c),
+            Response::Error(e) => panic!("error message {e:?}"),
+        }
+    }
+    let indexes: Vec<u32> = chunks.iter().map(|c| c.index).collect();
+    assert_eq!(indexes, vec![0, 1, 0, 1, 0, 1]);
+    assert_eq!(
+        completes.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    for done in &completes {
+        assert_eq!(done.output_ids.len(), 3);
+        let lp = done.output_logprobs.as_ref().expect("output logprobs");
+        assert_eq!(lp.token_ids, done.output_ids);
+        assert_eq!(lp.token_logprobs.len(), 3);
+        let prompt = done.input_logprobs.as_ref().expect("prompt logprobs");
+        assert_eq!(prompt.token_ids, bytelevel::encode_plain("ab"));
+        assert_eq!(prompt.token_logprobs[0].value, None);
+        assert!(prompt.token_logprobs[1].value.is_some());
+    }
+    // Prompt logprobs ride on the first chunk of each sample only.
+    let with_prompt: Vec<bool> = chunks.iter().map(|c| c.input_logprobs.is_some()).collect();
+    assert_eq!(with_prompt, vec![true, true, false, false, false, false]);
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c.output_logprobs.as_ref().unwrap().token_ids == c.token_ids)
+    );
+    w.shutdown().await;
+}
