@@ -37,10 +37,12 @@ pub struct MockArgs {
     /// Milliseconds between streamed tokens.
     #[arg(long, default_value_t = 0, value_name = "I")]
     pub token_interval_ms: u64,
-    /// Fraction (0..=1) of generation requests answered 500.
+    /// Fraction (0..=1) of generation requests answered 500 (gRPC: status
+    /// INTERNAL).
     #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_fail_rate)]
     pub fail_rate: f64,
-    /// Data-parallel size reported by /get_server_info.
+    /// Data-parallel size reported by /get_server_info (gRPC: GetServerInfo);
+    /// a gRPC request for a data_parallel_rank at or above it is refused.
     #[arg(long, default_value_t = 1, value_name = "K",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub dp_size: u32,

@@ -98,7 +98,8 @@ pub struct MockConfig {
     pub token_interval: Duration,
     /// Fraction (0..=1) of generation requests answered 500.
     pub fail_rate: f64,
-    /// Data-parallel size reported by `/get_server_info`.
+    /// Data-parallel size reported by `/get_server_info` (gRPC:
+    /// `GetServerInfo`, which also refuses a `data_parallel_rank` beyond it).
     pub dp_size: u32,
     /// Model id reported when the request names none.
     pub model: String,

@@ -543,3 +543,34 @@ async fn samples_carry_their_index_and_logprobs_when_asked() {
     );
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_rank_beyond_dp_size_is_refused() {
+    let w = start(Role::Regular, |c| c.dp_size = 2).await;
+    let mut c = client(&w).await;
+    let mut r = request("rank", "x", None);
+    r.data_parallel_rank = 1;
+    assert!(c.generate(r.clone()).await.is_ok());
+    r.data_parallel_rank = 2;
+    let err = c.generate(r).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("dp_size 2"), "{}", err.message());
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_requests_in_flight() {
+    let w = start(Role::Regular, |_| {}).await;
+    w.controls().set_hang(true);
+    let mut c = client(&w).await;
+    let held = tokio::spawn(async move { c.generate(request("held", "x", None)).await });
+    inflight_is(w.addr(), 1).await;
+    w.shutdown().await;
+    let outcome = tokio::time::timeout(TIMEOUT, held)
+        .await
+        .expect("ends in time");
+    assert!(
+        outcome.unwrap().is_err(),
+        "the call fails, like a killed engine"
+    );
+}

@@ -132,6 +132,13 @@ impl SglangScheduler for Scheduler {
         if let Ok(body) = serde_json::to_vec(&view::generate_request(&req)) {
             s.controls.record_request(body.into());
         }
+        let rank = req.data_parallel_rank;
+        if u32::try_from(rank).is_ok_and(|r| r >= s.dp_size) {
+            return Err(Status::invalid_argument(format!(
+                "data_parallel_rank {rank} is out of range (dp_size {})",
+                s.dp_size
+            )));
+        }
         let plan = Plan::new(s.role, &req, s.controls.output_tokens(), s.engine.is_some())?;
         let mut abort = self.aborts.register(&req.request_id);
         tokio::select! {
