@@ -425,6 +425,35 @@ async fn tokenizer_arrives_in_chunks_whose_checksum_matches() {
     assert_eq!(last.sha256, bundle::sha256_hex(&zip));
     let (expected, _) = bundle::pack(bytelevel::files()).unwrap();
     assert_eq!(zip, expected);
+
+    // What a router does with it: unpack, load, detokenize a generation.
+    let mut receiver = bundle::Receiver::new(bundle::Limits::default());
+    for chunk in &chunks {
+        receiver.push(&chunk.data, &chunk.sha256).unwrap();
+    }
+    let unpacked = receiver.finish(&std::env::temp_dir()).unwrap();
+    let tokenizer = pdrouter_tokenizer::Tokenizer::load(unpacked.path(), None).unwrap();
+    let model = c
+        .get_model_info(GetModelInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let eos: Vec<i32> = tokenizer
+        .eos_token_ids()
+        .iter()
+        .map(|&id| id as i32)
+        .collect();
+    assert_eq!(model.eos_token_ids, eos);
+    let resp = c.generate(request("t", "x", None)).await.unwrap();
+    let (_, done) = collect(resp.into_inner()).await;
+    let text = tokenizer
+        .decode(
+            &done.output_ids,
+            pdrouter_tokenizer::DecodeOptions::default(),
+        )
+        .unwrap();
+    // Eight tokens: seven bytes of the text, then EOS (a special token).
+    assert_eq!(text, GRPC_OUTPUT_TEXT[..7]);
     w.shutdown().await;
 }
 
