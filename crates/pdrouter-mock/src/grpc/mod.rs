@@ -8,8 +8,8 @@
 
 mod aborts;
 mod generate;
-mod json;
 mod service;
+mod view;
 
 use std::sync::Arc;
 

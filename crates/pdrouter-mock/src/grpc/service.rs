@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use super::aborts::Aborts;
 use super::generate::{Generation, Plan};
-use super::json as view;
+use super::view;
 use crate::config::Role;
 use crate::engine::{LONG_POLL_LIMIT, await_room};
 use crate::state::{InflightGuard, Shared};
