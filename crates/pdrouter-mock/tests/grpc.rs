@@ -603,3 +603,44 @@ async fn shutdown_ends_requests_in_flight() {
         "the call fails, like a killed engine"
     );
 }
+
+#[tokio::test]
+async fn engine_mode_queues_prefills_and_decodes_max_new_tokens() {
+    let engine = |c: &mut MockConfig| {
+        c.engine = Some(pdrouter_mock::EngineConfig {
+            max_running: 1,
+            prefill_tokens_per_sec: 1e6,
+            bootstrap_port: 0,
+        });
+    };
+    let p = start(Role::Prefill, engine).await;
+    let d = start(Role::Decode, engine).await;
+    assert!(p.bootstrap_addr().is_some());
+    let st = stats(p.addr()).await;
+    assert_eq!(st["engine_queue_len"], 0);
+
+    // The prefill's room is answered on the engine's bootstrap port too.
+    let ticket = Some((p.bootstrap_addr().unwrap().port(), 5));
+    let mut pc = client(&p).await;
+    let resp = pc.generate(request("e", "hi", ticket)).await.unwrap();
+    assert_eq!(collect(resp.into_inner()).await.1.output_ids.len(), 1);
+    let mut r = request("e", "hi", ticket);
+    r.sampling_params.as_mut().unwrap().max_new_tokens = Some(11);
+    let mut dc = client(&d).await;
+    let (chunks, done) = collect(dc.generate(r).await.unwrap().into_inner()).await;
+    assert_eq!((chunks.len(), done.finish_reason.as_str()), (11, "length"));
+    assert_eq!(done.output_ids, text_ids(11));
+
+    let info = pc
+        .get_server_info(GetServerInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let args = info.server_args.unwrap();
+    assert_eq!(
+        args.fields["max_running_requests"].kind,
+        Some(prost_types::value::Kind::NumberValue(1.0))
+    );
+    p.shutdown().await;
+    d.shutdown().await;
+}
