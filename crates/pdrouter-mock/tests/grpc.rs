@@ -109,6 +109,11 @@ fn text_ids(n: usize) -> Vec<u32> {
         .collect()
 }
 
+/// `fut`, or a panic after [`TIMEOUT`].
+async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(TIMEOUT, fut).await.expect("in time")
+}
+
 /// Sends `Abort` for `id`; whether a running request had it.
 async fn abort(c: &mut Client, id: &str) -> bool {
     let req = AbortRequest {
@@ -246,8 +251,8 @@ async fn decode_waits_for_the_prefill_of_its_room() {
     assert!(!decode.is_finished());
 
     p.controls().set_hang(false);
-    let (p_chunks, p_done) = prefill.await.unwrap();
-    let (d_chunks, d_done) = decode.await.unwrap();
+    let (p_chunks, p_done) = within(prefill).await.unwrap();
+    let (d_chunks, d_done) = within(decode).await.unwrap();
     // A prefill engine samples the first token only.
     assert_eq!(p_chunks.len(), 1);
     assert_eq!(
@@ -317,16 +322,16 @@ async fn decode_streams_only_after_the_bootstrap_answers() {
         collect(resp.into_inner()).await
     });
     // The decode is now blocked on our socket: nothing can have streamed.
-    assert_eq!(asked.await.unwrap(), "/room/7");
+    assert_eq!(within(asked).await.unwrap(), "/room/7");
     let st = stats(d.addr()).await;
     assert_eq!(
         (st["inflight"].clone(), st["last_output_ids"].clone()),
         (json!(1), Value::Null)
     );
     open.send(()).unwrap();
-    let (chunks, _) = decode.await.unwrap();
+    let (chunks, _) = within(decode).await.unwrap();
     assert_eq!(chunks.len(), 2);
-    gate_task.await.unwrap();
+    within(gate_task).await.unwrap();
     d.shutdown().await;
 }
 
@@ -379,7 +384,7 @@ async fn abort_ends_the_stream_and_is_counted() {
     });
     inflight_is(w.addr(), 1).await;
     assert!(abort(&mut c, "ab-2").await);
-    let (chunks, done) = held.await.unwrap();
+    let (chunks, done) = within(held).await.unwrap();
     assert!(chunks.is_empty());
     assert_eq!(
         (done.finish_reason.as_str(), done.output_ids.len()),
@@ -595,13 +600,8 @@ async fn shutdown_ends_requests_in_flight() {
     let held = tokio::spawn(async move { c.generate(request("held", "x", None)).await });
     inflight_is(w.addr(), 1).await;
     w.shutdown().await;
-    let outcome = tokio::time::timeout(TIMEOUT, held)
-        .await
-        .expect("ends in time");
-    assert!(
-        outcome.unwrap().is_err(),
-        "the call fails, like a killed engine"
-    );
+    let outcome = within(held).await.unwrap();
+    assert!(outcome.is_err(), "the call fails, like a killed engine");
 }
 
 #[tokio::test]
