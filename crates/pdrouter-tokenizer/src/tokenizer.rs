@@ -17,7 +17,7 @@ use crate::template::{ChatInput, ChatTemplate};
 
 /// Inputs (prompt text, or a rendered chat prompt) above this many bytes should be encoded
 /// off the async reactor. Measured with the Qwen3 tokenizer (`benches/tokenizer.rs`, `encode/N`):
-/// about 0.6 µs per byte of English text on a loaded 2-core machine, over half of it in the
+/// 0.4–0.6 µs per byte of English text on a loaded 2-core machine, over half of it in the
 /// pre-tokenizer's pattern (fancy-regex: its look-ahead needs a backtracking engine). So 1 KiB
 /// blocks a reactor thread for about 0.6 ms at most, and a 32k-token prompt (150 ms) never does.
 pub const OFFLOAD_THRESHOLD_BYTES: usize = 1024;

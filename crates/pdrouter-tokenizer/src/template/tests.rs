@@ -184,6 +184,9 @@ fn bytelevel_template_renders_parts_tool_calls_and_refuses_unknown_roles() {
 
 #[test]
 fn python_literals_print_as_python_does() {
-    let out = ok("{{ messages[0].content }}|{{ true }}|{{ [1, 'a'] }}", json!([{"content": null}]));
+    let out = ok(
+        "{{ messages[0].content }}|{{ true }}|{{ [1, 'a'] }}",
+        json!([{"content": null}]),
+    );
     assert_eq!(out, "None|True|[1, 'a']");
 }
