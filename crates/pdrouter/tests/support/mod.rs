@@ -96,7 +96,7 @@ impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
-    /// Asserts the SPEC error shape and returns the code.
+    /// Asserts the documented error shape (README, Errors) and returns the code.
     pub fn error_code(&self) -> String {
         let v = self.json();
         let code = v["error"]["code"].as_str().expect("error.code").to_string();
