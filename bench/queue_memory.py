@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Router memory per queued waiter (issue: admission RSS target <= 10 KB per waiter).
+"""Router memory per queued waiter (target: <= 10 KB of router RSS per waiter).
 
 Starts a Prefill mock whose requests take 10 minutes, a Decode mock, and a release router
 with admission (limit 1, queue big enough), parks N real client connections in the

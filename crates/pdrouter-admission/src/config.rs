@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Limits of one admission controller (SPEC §4.1), already validated by the router.
+/// Limits of one admission controller, already validated by the router.
 ///
 /// The controller takes the values as they are: a `max_inflight_per_worker` of 0 admits nothing
 /// (every request waits or is rejected), which is why the router disables admission instead of

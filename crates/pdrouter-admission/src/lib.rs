@@ -1,4 +1,4 @@
-//! Per-worker Prefill admission with a bounded, late-binding FIFO wait queue (SPEC §4).
+//! Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
 //!
 //! [`Admission::acquire`] reserves one unit of a worker's in-flight cap `N` for a Prefill
 //! request, on the worker the request's [`Selector`] ranks best among those with room. When every

@@ -12,6 +12,7 @@ use crate::csv::{read_csv, write_csv};
 use crate::load::{Load, LoadOptions, run};
 use crate::plot::{render_svg, series_from_records};
 use crate::sample::PromptDist;
+use crate::stats::Summary;
 
 /// Command line of `pdrouter-bench`.
 #[derive(Debug, Parser)]
@@ -68,9 +69,18 @@ pub struct LoadArgs {
     /// Open loop: Poisson arrivals at R requests per second.
     #[arg(long, value_name = "R")]
     pub rate: Option<f64>,
-    /// Seconds during which requests are started.
-    #[arg(long, value_name = "SECS", required = true)]
+    /// Seconds during which requests are started (required unless --requests
+    /// is given; with both, whichever ends first).
+    #[arg(long, value_name = "SECS", required_unless_present = "requests")]
     pub duration: Option<f64>,
+    /// Start at most N requests (at least 1).
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
+    /// Exit with status 1 when the share of requests that were not OK (not
+    /// 2xx, or a body cut short or carrying an error event) exceeds R
+    /// (0..=1). Without it the run fails only when no request was OK.
+    #[arg(long, value_name = "R", value_parser = parse_rate_share)]
+    pub max_error_rate: Option<f64>,
     /// Ask for server-sent events (TTFT = first `data:` chunk).
     #[arg(long)]
     pub stream: bool,
@@ -117,6 +127,16 @@ fn parse_extra(s: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
+fn parse_rate_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("must be a number from 0 to 1, got {s:?}")),
+    }
+}
+
+/// With `--requests` alone, requests are started until the cap is reached.
+const NO_TIME_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 fn secs(v: f64, name: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v).map_err(|_| format!("--{name} must be a non-negative number"))
 }
@@ -139,7 +159,14 @@ impl LoadArgs {
             url,
             path: self.path.clone(),
             load,
-            duration: secs(self.duration.unwrap_or(0.0), "duration")?,
+            duration: match self.duration {
+                Some(d) => secs(d, "duration")?,
+                None => NO_TIME_LIMIT,
+            },
+            max_requests: match self.requests {
+                Some(0) => return Err("--requests must be at least 1".into()),
+                n => n,
+            },
             stream: self.stream,
             seed: self.seed,
             prompt_dist: self.prompt_dist,
@@ -162,7 +189,9 @@ fn create(path: &PathBuf) -> Result<BufWriter<File>, String> {
 
 /// Runs `pdrouter-bench` with `args` (including the program name). Errors are
 /// messages for stderr; clap's own errors (and `--help`) are returned as
-/// [`clap::Error`] through `Err(Ok(e))`.
+/// [`clap::Error`] through `Err(Ok(e))`. A load run whose summary shows no
+/// OK request, or an error rate above `--max-error-rate`, is an error too
+/// (after the summary, CSV and JSON were written).
 pub async fn run_cli(
     args: impl IntoIterator<Item = String>,
 ) -> Result<(), Result<clap::Error, String>> {
@@ -190,7 +219,22 @@ async fn load(args: &LoadArgs) -> Result<(), String> {
             .and_then(|()| out.flush())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(())
+    verdict(&report.summary, args.max_error_rate)
+}
+
+/// Whether a finished run counts as a failure: no OK request at all, or more
+/// errors than `max_error_rate` allows.
+pub(crate) fn verdict(summary: &Summary, max_error_rate: Option<f64>) -> Result<(), String> {
+    if summary.ok == 0 {
+        return Err(format!("no request succeeded ({} sent)", summary.requests));
+    }
+    match max_error_rate {
+        Some(max) if summary.error_rate > max => Err(format!(
+            "error rate {:.4} is above --max-error-rate {max}",
+            summary.error_rate
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn plot(args: &PlotArgs) -> Result<(), String> {
@@ -269,6 +313,70 @@ mod tests {
         assert!(zero.load.to_options().is_err());
         let neg = parse(&["--url", "http://h:1", "--duration=-1"]).unwrap();
         assert!(neg.load.to_options().is_err());
+    }
+
+    #[test]
+    fn request_cap_and_error_rate_flags() {
+        let cli = parse(&["--url", "http://h:1", "--requests", "10"]).unwrap();
+        let o = cli.load.to_options().unwrap();
+        assert_eq!(o.max_requests, Some(10));
+        assert!(o.duration >= Duration::from_secs(3600), "no time limit");
+        let both = parse(&["--url", "http://h:1", "--requests", "3", "--duration", "2"]).unwrap();
+        let o = both.load.to_options().unwrap();
+        assert_eq!(
+            (o.max_requests, o.duration),
+            (Some(3), Duration::from_secs(2))
+        );
+        let zero = parse(&["--url", "http://h:1", "--requests", "0"]).unwrap();
+        assert!(zero.load.to_options().is_err());
+        let with_rate = |r: &str| {
+            parse(&[
+                "--url",
+                "http://h:1",
+                "--duration",
+                "1",
+                "--max-error-rate",
+                r,
+            ])
+        };
+        assert_eq!(with_rate("0.25").unwrap().load.max_error_rate, Some(0.25));
+        for bad in ["-0.1", "1.5", "NaN", "x"] {
+            assert!(with_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn summary(requests: usize, ok: usize) -> Summary {
+        let records: Vec<crate::stats::Record> = (0..requests)
+            .map(|i| crate::stats::Record {
+                label: "x".to_owned(),
+                start_offset_ms: 0.0,
+                status: if i < ok { 200 } else { 503 },
+                ttft_ms: None,
+                latency_ms: 1.0,
+                prompt_tokens: 1,
+                complete: true,
+            })
+            .collect();
+        let shape = crate::stats::RunShape {
+            label: "x".to_owned(),
+            concurrency: Some(1),
+            rate: None,
+            duration_secs: 1.0,
+            elapsed_secs: 1.0,
+        };
+        crate::stats::summarize(&shape, &records)
+    }
+
+    #[test]
+    fn a_run_fails_when_nothing_succeeded_or_errors_exceed_the_limit() {
+        assert!(verdict(&summary(0, 0), None).is_err(), "nothing sent");
+        let err = verdict(&summary(4, 0), None).unwrap_err();
+        assert!(err.contains("no request succeeded"), "{err}");
+        assert!(verdict(&summary(4, 1), None).is_ok(), "no limit given");
+        assert!(verdict(&summary(4, 2), Some(0.5)).is_ok(), "at the limit");
+        let err = verdict(&summary(4, 2), Some(0.4)).unwrap_err();
+        assert!(err.contains("--max-error-rate"), "{err}");
+        assert!(verdict(&summary(4, 4), Some(0.0)).is_ok());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::io::{self, BufRead, Write};
 use crate::stats::Record;
 
 /// The header line of the per-request CSV.
-pub const HEADER: &str = "label,start_offset_ms,status,ttft_ms,latency_ms,prompt_tokens";
+pub const HEADER: &str = "label,start_offset_ms,status,ttft_ms,latency_ms,prompt_tokens,complete";
 
 fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -16,20 +16,21 @@ fn field(s: &str) -> String {
 }
 
 /// Writes the header and one row per record. A missing TTFT is an empty
-/// field.
+/// field; `complete` is 1 or 0.
 pub fn write_csv<W: Write>(mut out: W, records: &[Record]) -> io::Result<()> {
     writeln!(out, "{HEADER}")?;
     for r in records {
         let ttft = r.ttft_ms.map(|t| format!("{t:.3}")).unwrap_or_default();
         writeln!(
             out,
-            "{},{:.3},{},{},{:.3},{}",
+            "{},{:.3},{},{},{:.3},{},{}",
             field(&r.label),
             r.start_offset_ms,
             r.status,
             ttft,
             r.latency_ms,
-            r.prompt_tokens
+            r.prompt_tokens,
+            u8::from(r.complete)
         )?;
     }
     out.flush()
@@ -79,8 +80,8 @@ pub fn read_csv<R: BufRead>(input: R) -> Result<Vec<Record>, String> {
         }
         let bad = |what: &str| format!("line {}: {what}", i + 1);
         let f = split_line(line).map_err(|e| bad(&e))?;
-        if f.len() != 6 {
-            return Err(bad(&format!("expected 6 fields, got {}", f.len())));
+        if f.len() != 7 {
+            return Err(bad(&format!("expected 7 fields, got {}", f.len())));
         }
         let num = |s: &str, name: &str| s.parse::<f64>().map_err(|_| bad(&format!("bad {name}")));
         records.push(Record {
@@ -94,6 +95,11 @@ pub fn read_csv<R: BufRead>(input: R) -> Result<Vec<Record>, String> {
             },
             latency_ms: num(&f[4], "latency_ms")?,
             prompt_tokens: f[5].parse().map_err(|_| bad("bad prompt_tokens"))?,
+            complete: match f[6].as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(bad("bad complete (expected 1 or 0)")),
+            },
         });
     }
     Ok(records)
@@ -112,6 +118,7 @@ mod tests {
                 ttft_ms: Some(2.25),
                 latency_ms: 3.125,
                 prompt_tokens: 12,
+                complete: true,
             },
             Record {
                 label: "with, \"quotes\"".to_owned(),
@@ -120,6 +127,7 @@ mod tests {
                 ttft_ms: None,
                 latency_ms: 60000.0,
                 prompt_tokens: 1,
+                complete: false,
             },
         ]
     }
@@ -131,8 +139,8 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], HEADER);
-        assert_eq!(lines[1], "plain,1.500,200,2.250,3.125,12");
-        assert_eq!(lines[2], "\"with, \"\"quotes\"\"\",10.000,0,,60000.000,1");
+        assert_eq!(lines[1], "plain,1.500,200,2.250,3.125,12,1");
+        assert_eq!(lines[2], "\"with, \"\"quotes\"\"\",10.000,0,,60000.000,1,0");
         assert_eq!(lines.len(), 3);
     }
 
@@ -147,10 +155,12 @@ mod tests {
     fn csv_reader_names_bad_lines() {
         let err = read_csv("nope\n".as_bytes()).unwrap_err();
         assert!(err.contains("line 1"), "{err}");
-        let text = format!("{HEADER}\na,1,200,x,3,4\n");
+        let text = format!("{HEADER}\na,1,200,x,3,4,1\n");
         let err = read_csv(text.as_bytes()).unwrap_err();
         assert!(err.contains("line 2") && err.contains("ttft_ms"), "{err}");
         let text = format!("{HEADER}\na,1,200\n");
-        assert!(read_csv(text.as_bytes()).unwrap_err().contains("6 fields"));
+        assert!(read_csv(text.as_bytes()).unwrap_err().contains("7 fields"));
+        let text = format!("{HEADER}\na,1,200,2,3,4,yes\n");
+        assert!(read_csv(text.as_bytes()).unwrap_err().contains("complete"));
     }
 }

@@ -5,8 +5,12 @@
 //! open loop (Poisson arrivals from a seeded random source, each sent at once
 //! regardless of how many are outstanding). Every request is measured —
 //! status, time to first byte (for server-sent events, to the first `data:`
-//! chunk) and end-to-end latency — and summarised into a [`Summary`]
-//! (throughput, status counts, 429 share, percentiles).
+//! chunk), end-to-end latency, and whether it is OK: a 2xx status **and** a
+//! complete body (an event stream must end with `[DONE]` or a Responses API
+//! completion, with no error event) — and summarised into a [`Summary`]
+//! (throughput, status counts, 429 share, error rate, latency percentiles
+//! over every request and over the OK ones). A run stops starting requests
+//! after its duration or its request cap, whichever comes first.
 //!
 //! Prompts are made of words (`"w123 w7 …"`) whose count follows a fixed,
 //! log-normal or Pareto distribution ([`PromptDist`]), all drawn from the
@@ -27,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod check;
 mod cli;
 mod csv;
 mod load;

@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::check::BodyCheck;
 use crate::sample::{PoissonGaps, PromptDist, PromptSampler, derive_seed};
 use crate::stats::{Record, RunShape, Summary, summarize};
 
@@ -52,6 +53,9 @@ pub struct LoadOptions {
     pub load: Load,
     /// Requests are started during this long; outstanding ones then finish.
     pub duration: Duration,
+    /// At most this many requests are started (`None`: no cap); the run
+    /// ends early when they are.
+    pub max_requests: Option<u64>,
     /// Ask for server-sent events.
     pub stream: bool,
     /// Seed of every random draw (arrivals, prompt lengths, prompt words).
@@ -77,8 +81,8 @@ pub struct LoadOptions {
 }
 
 impl LoadOptions {
-    /// Defaults for `url`: chat completions, concurrency 1, 1 s, no
-    /// streaming, seed 1, fixed 16-word prompts, 8 output tokens, model
+    /// Defaults for `url`: chat completions, concurrency 1, 1 s, no request
+    /// cap, no streaming, seed 1, fixed 16-word prompts, 8 output tokens, model
     /// `mock-model`, 60 s timeout, label `run`, no progress line.
     pub fn new(url: impl Into<String>) -> Self {
         LoadOptions {
@@ -86,6 +90,7 @@ impl LoadOptions {
             path: "/v1/chat/completions".to_owned(),
             load: Load::Closed { concurrency: 1 },
             duration: Duration::from_secs(1),
+            max_requests: None,
             stream: false,
             seed: 1,
             prompt_dist: PromptDist::Fixed,
@@ -198,6 +203,9 @@ fn validate(opts: &LoadOptions) -> Result<(), LoadError> {
         Load::Open { rate } if !(rate.is_finite() && rate > 0.0) => {
             Err(LoadError(format!("rate must be positive, got {rate}")))
         }
+        _ if opts.max_requests == Some(0) => {
+            Err(LoadError("the request cap must be at least 1".into()))
+        }
         _ => Ok(()),
     }
 }
@@ -213,10 +221,12 @@ struct Counters {
 }
 
 impl Counters {
-    fn finish(&self, status: u16) {
+    fn finish(&self, record: &Record) {
         self.done.fetch_add(1, Ordering::Relaxed);
-        match status {
-            200..=299 => self.ok.fetch_add(1, Ordering::Relaxed),
+        if record.is_ok() {
+            self.ok.fetch_add(1, Ordering::Relaxed);
+        }
+        match record.status {
             429 => self.n429.fetch_add(1, Ordering::Relaxed),
             0 => self.failed.fetch_add(1, Ordering::Relaxed),
             _ => 0,
@@ -233,9 +243,27 @@ struct Shared {
     label: String,
     start: Instant,
     counters: Counters,
+    /// The request cap, and how many requests have claimed a place under it.
+    max_requests: Option<u64>,
+    claimed: AtomicU64,
 }
 
 impl Shared {
+    /// Claims a place for one more request under the cap; `false` once the
+    /// cap is reached.
+    fn claim(&self) -> bool {
+        match self.max_requests {
+            None => true,
+            Some(cap) => self.claimed.fetch_add(1, Ordering::Relaxed) < cap,
+        }
+    }
+
+    /// Whether the cap ended the run (rather than the duration).
+    fn cap_reached(&self) -> bool {
+        self.max_requests
+            .is_some_and(|cap| self.claimed.load(Ordering::Relaxed) >= cap)
+    }
+
     fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
@@ -254,22 +282,38 @@ impl Shared {
 struct Outcome {
     status: u16,
     ttft: Option<Duration>,
+    complete: bool,
+}
+
+impl Outcome {
+    /// No answer: connection error, broken body or timeout.
+    fn failed(ttft: Option<Duration>) -> Self {
+        Outcome {
+            status: 0,
+            ttft,
+            complete: false,
+        }
+    }
 }
 
 /// Reads the response body, noting the first byte (streaming: the first
-/// `data:` line). A broken body turns the outcome into a failure.
+/// `data:` line) and judging whether it is a complete answer. A broken body
+/// turns the outcome into a failure.
 async fn consume(resp: Response<Incoming>, stream: bool, t0: Instant) -> Outcome {
     let status = resp.status().as_u16();
     let mut body = resp.into_body();
     let mut ttft = None;
     let mut head: Vec<u8> = Vec::new();
+    // Only a 2xx stream is judged event by event; other bodies just have to arrive.
+    let mut check = BodyCheck::new(stream && (200..300).contains(&status));
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
-            return Outcome { status: 0, ttft };
+            return Outcome::failed(ttft);
         };
         let Some(data) = frame.data_ref() else {
             continue;
         };
+        check.feed(data);
         if ttft.is_some() || data.is_empty() {
             continue;
         }
@@ -284,7 +328,11 @@ async fn consume(resp: Response<Incoming>, stream: bool, t0: Instant) -> Outcome
             ttft = Some(t0.elapsed());
         }
     }
-    Outcome { status, ttft }
+    Outcome {
+        status,
+        ttft,
+        complete: check.complete(),
+    }
 }
 
 /// One closed-loop task's connection, re-opened when it breaks.
@@ -345,28 +393,24 @@ where
     let exchange = async {
         match send(body).await {
             Ok(resp) => consume(resp, shared.stream, t0).await,
-            Err(_) => Outcome {
-                status: 0,
-                ttft: None,
-            },
+            Err(_) => Outcome::failed(None),
         }
     };
     let outcome = tokio::time::timeout(shared.timeout, exchange)
         .await
-        .unwrap_or(Outcome {
-            status: 0,
-            ttft: None,
-        });
+        .unwrap_or(Outcome::failed(None));
     let latency = t0.elapsed();
-    shared.counters.finish(outcome.status);
-    Record {
+    let record = Record {
         label: shared.label.clone(),
         start_offset_ms: ms(start_offset),
         status: outcome.status,
         ttft_ms: outcome.ttft.map(ms),
         latency_ms: ms(latency),
         prompt_tokens,
-    }
+        complete: outcome.complete,
+    };
+    shared.counters.finish(&record);
+    record
 }
 
 fn ms(d: Duration) -> f64 {
@@ -390,7 +434,7 @@ async fn closed_task(
     );
     let mut conn = Conn { sender: None };
     let mut records = Vec::new();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && shared.claim() {
         let len = prompts.next_len();
         let body = body_bytes(&opts, &prompts.words(len));
         let rec = measure(&shared, len, body, |b| conn.send(&shared, b)).await;
@@ -420,7 +464,7 @@ async fn open_loop(
     let mut next = shared.start;
     loop {
         next += gaps.next_gap();
-        if next >= deadline {
+        if next >= deadline || !shared.claim() {
             break;
         }
         let len = prompts.next_len();
@@ -472,14 +516,17 @@ fn spawn_progress(shared: Arc<Shared>) -> tokio::task::JoinHandle<()> {
 }
 
 /// Runs the load described by `opts` and returns every record and the
-/// summary. Requests are started for `opts.duration`; the run ends when the
-/// outstanding ones have finished (or timed out).
+/// summary. Requests are started for `opts.duration` or until
+/// `opts.max_requests` have been started, whichever comes first; the run ends
+/// when the outstanding ones have finished (or timed out).
 pub async fn run(opts: LoadOptions) -> Result<Report, LoadError> {
     validate(&opts)?;
     let target = target(&opts)?;
     let opts = Arc::new(opts);
     let start = Instant::now();
-    let deadline = start + opts.duration;
+    let deadline = start
+        .checked_add(opts.duration)
+        .ok_or_else(|| LoadError("duration is too long".into()))?;
     let shared = Arc::new(Shared {
         target,
         timeout: opts.timeout,
@@ -487,6 +534,8 @@ pub async fn run(opts: LoadOptions) -> Result<Report, LoadError> {
         label: opts.label.clone(),
         start,
         counters: Counters::default(),
+        max_requests: opts.max_requests,
+        claimed: AtomicU64::new(0),
     });
     let progress = opts.progress.then(|| spawn_progress(Arc::clone(&shared)));
     let mut records = match opts.load {
@@ -520,11 +569,17 @@ pub async fn run(opts: LoadOptions) -> Result<Report, LoadError> {
         Load::Closed { concurrency } => (Some(concurrency), None),
         Load::Open { rate } => (None, Some(rate)),
     };
+    // When the cap ended the run, requests were started during the whole run.
+    let window = if shared.cap_reached() {
+        elapsed.min(opts.duration)
+    } else {
+        opts.duration
+    };
     let shape = RunShape {
         label: opts.label.clone(),
         concurrency,
         rate,
-        duration_secs: opts.duration.as_secs_f64(),
+        duration_secs: window.as_secs_f64(),
         elapsed_secs: elapsed.as_secs_f64(),
     };
     Ok(Report {
@@ -590,6 +645,10 @@ mod tests {
         o.load = Load::Open { rate: f64::NAN };
         assert!(validate(&o).is_err());
         o.load = Load::Open { rate: 3.0 };
+        assert!(validate(&o).is_ok());
+        o.max_requests = Some(0);
+        assert!(validate(&o).is_err());
+        o.max_requests = Some(1);
         assert!(validate(&o).is_ok());
     }
 }

@@ -316,6 +316,7 @@ mod tests {
             ttft_ms: ttft,
             latency_ms: 1.0,
             prompt_tokens: 1,
+            complete: true,
         };
         let s = series_from_records(&[
             r("b", 200, Some(1.0)),

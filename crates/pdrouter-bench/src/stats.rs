@@ -22,12 +22,15 @@ pub struct Record {
     pub latency_ms: f64,
     /// Prompt length in words.
     pub prompt_tokens: u32,
+    /// The body arrived whole and, for an event stream, ended with `[DONE]`
+    /// (or a Responses API completion) without an error event.
+    pub complete: bool,
 }
 
 impl Record {
-    /// Whether the request got a 2xx answer with a complete body.
+    /// Whether the request succeeded: a 2xx answer with a complete body.
     pub fn is_ok(&self) -> bool {
-        (200..300).contains(&self.status)
+        (200..300).contains(&self.status) && self.complete
     }
 }
 
@@ -92,7 +95,8 @@ pub struct Summary {
     pub concurrency: Option<usize>,
     /// Offered arrivals per second of an open-loop run.
     pub rate: Option<f64>,
-    /// Configured duration in seconds (requests are started within it).
+    /// Seconds during which requests were started: the configured duration,
+    /// or less when the request cap ended the run first.
     pub duration_secs: f64,
     /// Wall time from start until the last request finished, in seconds.
     pub elapsed_secs: f64,
@@ -102,19 +106,28 @@ pub struct Summary {
     pub completed_in_window: usize,
     /// `completed_in_window / duration_secs`.
     pub throughput_rps: f64,
-    /// 2xx requests that finished within the duration, per second.
+    /// OK requests that finished within the duration, per second.
     pub ok_rps: f64,
-    /// Requests with a 2xx answer.
+    /// OK requests: a 2xx answer with a complete body (see [`Record::is_ok`]).
     pub ok: usize,
+    /// 2xx answers whose body was not a complete answer (a stream cut short
+    /// or carrying an error event); they are not OK.
+    pub incomplete_2xx: usize,
+    /// Share (0..=1) of requests that were not OK (1 when none was sent).
+    pub error_rate: f64,
     /// Count per status (`"200"`, `"429"`, …; `"error"` for no response).
     pub status_counts: BTreeMap<String, usize>,
     /// Share (0..=1) of requests answered 429.
     pub share_429: f64,
-    /// End-to-end latency of 2xx requests.
+    /// End-to-end latency of OK requests.
     pub latency_ms: Percentiles,
-    /// Time to first byte (streaming: first `data:` chunk) of 2xx requests.
+    /// End-to-end latency of every request, OK or not (a failure counts
+    /// until it failed, a timeout until the timeout).
+    pub latency_all_ms: Percentiles,
+    /// Time to first byte (streaming: first `data:` chunk) of OK requests.
     pub ttft_ms: Percentiles,
-    /// End-to-end latency of non-2xx requests (how long a rejection took).
+    /// End-to-end latency of requests that were not OK (how long a rejection
+    /// or failure took).
     pub rejected_latency_ms: Percentiles,
 }
 
@@ -178,6 +191,15 @@ pub fn summarize(shape: &RunShape, records: &[Record]) -> Summary {
         throughput_rps: per_sec(completed_in_window),
         ok_rps: per_sec(ok_in_window),
         ok: ok.len(),
+        incomplete_2xx: records
+            .iter()
+            .filter(|r| (200..300).contains(&r.status) && !r.complete)
+            .count(),
+        error_rate: if records.is_empty() {
+            1.0
+        } else {
+            (records.len() - ok.len()) as f64 / records.len() as f64
+        },
         status_counts,
         share_429: if records.is_empty() {
             0.0
@@ -185,6 +207,7 @@ pub fn summarize(shape: &RunShape, records: &[Record]) -> Summary {
             n429 as f64 / records.len() as f64
         },
         latency_ms: Percentiles::of(ok.iter().map(|r| r.latency_ms).collect()),
+        latency_all_ms: Percentiles::of(records.iter().map(|r| r.latency_ms).collect()),
         ttft_ms: Percentiles::of(ok.iter().filter_map(|r| r.ttft_ms).collect()),
         rejected_latency_ms: Percentiles::of(
             records
@@ -218,24 +241,29 @@ impl Summary {
             .collect();
         let _ = writeln!(
             s,
-            "  requests {}  throughput {:.1} req/s  ok {:.1} req/s  status {}  429 share {:.2} %",
+            "  requests {}  throughput {:.1} req/s  ok {} ({:.1} req/s)  status {}  \
+             2xx incomplete {}  429 share {:.2} %  error rate {:.2} %",
             self.requests,
             self.throughput_rps,
+            self.ok,
             self.ok_rps,
             statuses.join(" "),
-            self.share_429 * 100.0
+            self.incomplete_2xx,
+            self.share_429 * 100.0,
+            self.error_rate * 100.0
         );
         for (name, p) in [
-            ("latency", &self.latency_ms),
-            ("ttft", &self.ttft_ms),
-            ("rejected", &self.rejected_latency_ms),
+            ("latency ok", &self.latency_ms),
+            ("latency all", &self.latency_all_ms),
+            ("ttft ok", &self.ttft_ms),
+            ("not ok", &self.rejected_latency_ms),
         ] {
-            if p.count == 0 && name == "rejected" {
+            if p.count == 0 && name == "not ok" {
                 continue;
             }
             let _ = writeln!(
                 s,
-                "  {name:<8} ms  p50 {:>9.3}  p90 {:>9.3}  p99 {:>9.3}  max {:>9.3}  (n={})",
+                "  {name:<11} ms  p50 {:>9.3}  p90 {:>9.3}  p99 {:>9.3}  max {:>9.3}  (n={})",
                 p.p50, p.p90, p.p99, p.max, p.count
             );
         }
@@ -249,8 +277,10 @@ impl Summary {
     pub fn kv_line(&self) -> String {
         let n = |k: &str| self.status_counts.get(k).copied().unwrap_or(0);
         format!(
-            "kv: label={} requests={} ok={} n429={} errors={} rps={:.3} ok_rps={:.3} share_429={:.5} \
+            "kv: label={} requests={} ok={} n429={} errors={} incomplete_2xx={} error_rate={:.5} \
+             rps={:.3} ok_rps={:.3} share_429={:.5} \
              lat_p50_ms={:.4} lat_p90_ms={:.4} lat_p99_ms={:.4} lat_max_ms={:.4} \
+             lat_all_p50_ms={:.4} lat_all_p99_ms={:.4} \
              ttft_p50_ms={:.4} ttft_p90_ms={:.4} ttft_p99_ms={:.4} ttft_max_ms={:.4} \
              rejected_p99_ms={:.4} rejected_max_ms={:.4}",
             self.label.replace(char::is_whitespace, "_"),
@@ -258,6 +288,8 @@ impl Summary {
             self.ok,
             n("429"),
             n("error"),
+            self.incomplete_2xx,
+            self.error_rate,
             self.throughput_rps,
             self.ok_rps,
             self.share_429,
@@ -265,6 +297,8 @@ impl Summary {
             self.latency_ms.p90,
             self.latency_ms.p99,
             self.latency_ms.max,
+            self.latency_all_ms.p50,
+            self.latency_all_ms.p99,
             self.ttft_ms.p50,
             self.ttft_ms.p90,
             self.ttft_ms.p99,
@@ -316,6 +350,7 @@ mod tests {
             ttft_ms: (status != 0).then_some(latency / 2.0),
             latency_ms: latency,
             prompt_tokens: 1,
+            complete: status != 0,
         }
     }
 
@@ -348,6 +383,12 @@ mod tests {
         assert_eq!(s.share_429, 0.2);
         assert_eq!(s.latency_ms.count, 3);
         assert_eq!(s.latency_ms.max, 200.0);
+        // Over every request: the fast 429 and the failure are in, so the median drops.
+        assert_eq!(s.latency_all_ms.count, 5);
+        assert_eq!(s.latency_all_ms.p50, 10.0);
+        assert_eq!(s.latency_ms.p50, 30.0);
+        assert_eq!(s.error_rate, 0.4);
+        assert_eq!(s.incomplete_2xx, 0);
         assert_eq!(s.ttft_ms.p50, 15.0);
         assert_eq!(s.rejected_latency_ms.count, 2);
         let text = s.render();
@@ -355,14 +396,40 @@ mod tests {
         assert!(text.contains("20.00 %"), "{text}");
         let kv = text.lines().last().unwrap();
         assert!(
-            kv.starts_with("kv: label=x requests=5 ok=3 n429=1 errors=1 rps=4.000"),
+            kv.starts_with(
+                "kv: label=x requests=5 ok=3 n429=1 errors=1 incomplete_2xx=0 error_rate=0.40000 \
+                 rps=4.000"
+            ),
             "{kv}"
         );
         assert!(kv.contains(" lat_p99_ms=200.0000 "), "{kv}");
+        assert!(kv.contains(" lat_all_p50_ms=10.0000 "), "{kv}");
         assert!(!kv.contains("  "), "{kv}");
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["latency_ms"]["p99"], 200.0);
         assert_eq!(json["status_counts"]["200"], 3);
+    }
+
+    #[test]
+    fn a_2xx_with_an_incomplete_body_is_not_ok() {
+        let mut cut = rec(0.0, 200, 50.0);
+        cut.complete = false;
+        let records = vec![rec(0.0, 200, 10.0), cut];
+        let shape = RunShape {
+            label: "x".to_owned(),
+            concurrency: Some(1),
+            rate: None,
+            duration_secs: 1.0,
+            elapsed_secs: 1.0,
+        };
+        let s = summarize(&shape, &records);
+        assert_eq!((s.ok, s.incomplete_2xx), (1, 1));
+        assert_eq!(s.status_counts["200"], 2);
+        assert_eq!(s.error_rate, 0.5);
+        assert_eq!(s.ok_rps, 1.0);
+        assert_eq!((s.latency_ms.count, s.latency_ms.max), (1, 10.0));
+        assert_eq!((s.latency_all_ms.count, s.latency_all_ms.max), (2, 50.0));
+        assert_eq!(s.rejected_latency_ms.count, 1);
     }
 
     #[test]
@@ -377,5 +444,6 @@ mod tests {
         let s = summarize(&shape, &[]);
         assert_eq!(s.mode, "open");
         assert_eq!((s.requests, s.throughput_rps, s.share_429), (0, 0.0, 0.0));
+        assert_eq!(s.error_rate, 1.0, "nothing succeeded");
     }
 }

@@ -214,9 +214,17 @@ impl Engine {
         self.max_wait_us.store(0, Ordering::SeqCst);
     }
 
-    /// One prefill: wait for a slot (FIFO), compute for `extra +
-    /// tokens / rate`, release the slot, then mark `rooms` finished.
-    pub(crate) async fn prefill(&self, tokens: u64, extra: Duration, rooms: &[u64]) {
+    /// One prefill: wait for a slot (FIFO), wait for `hold` while holding it
+    /// (the worker's hang switch: a stalled engine keeps its running slots),
+    /// compute for `extra + tokens / rate`, release the slot, then mark
+    /// `rooms` finished.
+    pub(crate) async fn prefill(
+        &self,
+        tokens: u64,
+        extra: Duration,
+        rooms: &[u64],
+        hold: impl std::future::Future<Output = ()>,
+    ) {
         let t0 = Instant::now();
         self.queued.fetch_add(1, Ordering::SeqCst);
         let queued = Queued(&self.queued);
@@ -227,6 +235,7 @@ impl Engine {
         drop(queued);
         let waited = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.max_wait_us.fetch_max(waited, Ordering::SeqCst);
+        hold.await;
         let work = extra.saturating_add(self.config.prefill_time(tokens));
         if !work.is_zero() {
             tokio::time::sleep(work).await;
@@ -391,7 +400,7 @@ mod tests {
             let (e, o) = (Arc::clone(&engine), Arc::clone(&order));
             tasks.push(tokio::spawn(async move {
                 // 1000 tokens = 1 s each.
-                e.prefill(1000, Duration::ZERO, &[i]).await;
+                e.prefill(1000, Duration::ZERO, &[i], async {}).await;
                 o.lock().unwrap().push(i);
             }));
             // Arrive in a known order.
@@ -423,7 +432,9 @@ mod tests {
         assert_eq!(cfg.prefill_time(0), Duration::ZERO);
         let engine = Engine::new(cfg, Arc::default());
         let t0 = Instant::now();
-        engine.prefill(400, Duration::from_millis(100), &[]).await;
+        engine
+            .prefill(400, Duration::from_millis(100), &[], async {})
+            .await;
         assert_eq!(t0.elapsed(), Duration::from_millis(2100));
     }
 
@@ -438,10 +449,12 @@ mod tests {
             Arc::default(),
         ));
         let e = Arc::clone(&engine);
-        let running = tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[]).await });
+        let running =
+            tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[], async {}).await });
         tokio::task::yield_now().await;
         let e = Arc::clone(&engine);
-        let queued = tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[]).await });
+        let queued =
+            tokio::spawn(async move { e.prefill(10, Duration::ZERO, &[], async {}).await });
         tokio::task::yield_now().await;
         assert_eq!(engine.queue_len(), 1);
         queued.abort();

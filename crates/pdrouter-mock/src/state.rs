@@ -1,12 +1,13 @@
 //! Shared runtime state: knobs ([`MockControls`]) and counters ([`MockStats`]).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use crate::config::{MockConfig, Role};
 use crate::engine::{Engine, Rooms};
@@ -43,13 +44,20 @@ pub struct MockControls {
     fail_rate_bits: AtomicU64,
     healthy: AtomicBool,
     garbage: AtomicBool,
-    hang: watch::Sender<bool>,
+    hang: Mutex<Hang>,
     requests_total: AtomicU64,
     inflight: AtomicU64,
     max_inflight: AtomicU64,
     last_request: Mutex<Option<Bytes>>,
     aborts_total: AtomicU64,
     last_output_ids: Mutex<Option<Vec<u32>>>,
+}
+
+/// The hang switch and the requests it holds, oldest first.
+#[derive(Debug, Default)]
+struct Hang {
+    on: bool,
+    held: VecDeque<oneshot::Sender<()>>,
 }
 
 fn duration_us(d: Duration) -> u64 {
@@ -65,7 +73,7 @@ impl MockControls {
             fail_rate_bits: AtomicU64::new(clamp_rate(cfg.fail_rate).to_bits()),
             healthy: AtomicBool::new(true),
             garbage: AtomicBool::new(false),
-            hang: watch::Sender::new(false),
+            hang: Mutex::new(Hang::default()),
             requests_total: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
             max_inflight: AtomicU64::new(0),
@@ -139,14 +147,53 @@ impl MockControls {
     }
 
     /// `true` makes generation requests wait without answering until the
-    /// hang is cleared (they then proceed normally) or the worker shuts down.
+    /// hang is cleared (they then proceed normally), they are let through by
+    /// [`release_hung`](Self::release_hung), or the worker shuts down. An
+    /// engine-mode prefill worker holds them while they occupy an engine
+    /// running slot (a stalled engine); other workers hold them on arrival.
     pub fn set_hang(&self, hang: bool) {
-        self.hang.send_replace(hang);
+        let mut h = self.lock_hang();
+        h.on = hang;
+        if !hang {
+            for held in h.held.drain(..) {
+                let _ = held.send(());
+            }
+        }
     }
 
     /// Whether generation requests currently hang.
     pub fn hang(&self) -> bool {
-        *self.hang.borrow()
+        self.lock_hang().on
+    }
+
+    /// Lets the `n` oldest requests held by the hang proceed, in arrival
+    /// order, while the hang stays on (a gate that tests open one request
+    /// at a time). Returns how many were let through: fewer than `n` when
+    /// fewer are held.
+    pub fn release_hung(&self, n: usize) -> usize {
+        let mut h = self.lock_hang();
+        let mut released = 0;
+        while released < n {
+            let Some(held) = h.held.pop_front() else {
+                break;
+            };
+            // A request that went away (client gone) is skipped, not counted.
+            if held.send(()).is_ok() {
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// Requests currently held by the hang.
+    pub fn hung(&self) -> usize {
+        let mut h = self.lock_hang();
+        h.held.retain(|held| !held.is_closed());
+        h.held.len()
+    }
+
+    fn lock_hang(&self) -> std::sync::MutexGuard<'_, Hang> {
+        self.hang.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Resets the `max_inflight` high-water mark to the current `inflight`.
@@ -194,14 +241,21 @@ impl MockControls {
         *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(body);
     }
 
-    /// Waits while the hang switch is on.
+    /// Waits while the hang switch is on, until the hang is cleared or this
+    /// request is released.
     pub(crate) async fn wait_while_hung(&self) {
-        if !*self.hang.borrow() {
-            return;
-        }
-        let mut rx = self.hang.subscribe();
-        // The sender lives as long as `self`, so this only ends when cleared.
-        let _ = rx.wait_for(|hang| !*hang).await;
+        let rx = {
+            let mut h = self.lock_hang();
+            if !h.on {
+                return;
+            }
+            let (tx, rx) = oneshot::channel();
+            h.held.push_back(tx);
+            rx
+        };
+        // The sender lives in `held` until it is used, so this ends only on
+        // release (or when the worker's state is dropped at shutdown).
+        let _ = rx.await;
     }
 
     /// Whether this request should fail (random draw against the fail rate).

@@ -138,6 +138,47 @@ impl MockWorker {
     }
 }
 
+/// A loopback port held for as long as the value lives: bound (with
+/// `SO_REUSEADDR`) but not listening. Connections to it are refused, the
+/// kernel hands it to no one else as an ephemeral port, and a worker started
+/// on it (or any server that binds with `SO_REUSEADDR`, as tokio's listeners
+/// do) can stop and start again on it without another process taking it in
+/// between.
+#[derive(Debug)]
+pub struct PortReservation {
+    _socket: TcpSocket,
+    addr: SocketAddr,
+}
+
+impl PortReservation {
+    /// Reserves a free port on `127.0.0.1`.
+    pub fn new() -> io::Result<PortReservation> {
+        let socket = TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let addr = socket.local_addr()?;
+        Ok(PortReservation {
+            _socket: socket,
+            addr,
+        })
+    }
+
+    /// The reserved address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The reserved port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
 async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
     let mut last_err = None;
     for addr in lookup_host((host, port)).await? {

@@ -109,15 +109,32 @@ async fn queued_prefills_report_their_wait_and_finish() {
         .await
         .unwrap();
     let addr = w.addr();
+    // The hang stalls the engine: the first request keeps the only running slot, so the other
+    // three are certainly queued behind it, however slowly this machine schedules them.
+    w.controls().set_hang(true);
     let body = json!({"text": words(5), "bootstrap_room": 2});
-    let all = (0..4).map(|_| post(addr, "/generate", &body));
-    for r in futures_util::future::join_all(all).await {
-        assert_eq!(r.status, StatusCode::OK);
+    let pending: Vec<_> = (0..4)
+        .map(|_| {
+            let body = body.clone();
+            tokio::spawn(async move { post(addr, "/generate", &body).await })
+        })
+        .collect();
+    wait_until("one request running (held), three queued", || async {
+        let st = stats(addr).await;
+        st["inflight"] == 4 && st["engine_queue_len"] == 3
+    })
+    .await;
+    assert_eq!(w.controls().hung(), 1);
+    assert!(pending.iter().all(|t| !t.is_finished()));
+    w.controls().set_hang(false);
+    for t in pending {
+        assert_eq!(t.await.unwrap().status, StatusCode::OK);
     }
     let st = stats(addr).await;
     assert_eq!(st["engine_queue_len"], 0);
     assert_eq!(st["max_inflight"], 4);
-    // With one running slot, at least one of four overlapping requests waited.
+    // The queued ones waited at least from entering the queue until the hang was cleared,
+    // which came after the stats request that saw them queued.
     assert!(
         st["max_engine_queue_wait_ms"].as_f64().unwrap() > 0.0,
         "{st}"

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::routing::get;
 use pdrouter_admission::{Admission, AdmissionConfig, Observer};
 use pdrouter_policy::Policy;
 use tokio::net::TcpListener;
@@ -272,25 +271,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         Some((host, port)) => {
             let l = bind(SocketAddr::new(host, port)).await?;
             let a = l.local_addr().ok();
-            let m = metrics.clone();
-            let prom = axum::Router::new().route(
-                "/metrics",
-                get(move || {
-                    let m = m.clone();
-                    async move {
-                        (
-                            [(
-                                axum::http::header::CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            m.encode(),
-                        )
-                    }
-                }),
-            );
-            background.push(tokio::spawn(async move {
-                let _ = axum::serve(l, prom).await;
-            }));
+            background.push(tokio::spawn(crate::http::serve_metrics(l, metrics.clone())));
             a
         }
         None => None,

@@ -85,8 +85,8 @@ pub struct LaunchArgs {
     /// Decode worker (repeatable).
     #[arg(long, value_name = "URL", action = clap::ArgAction::Append, help_heading = "Workers")]
     pub decode: Vec<String>,
-    /// Encode/Prefill/Decode mode over gRPC (SPEC §1; flags accepted and validated, not served
-    /// by this build yet).
+    /// Encode/Prefill/Decode mode over gRPC (flags accepted and validated, not served by this
+    /// build yet).
     #[arg(long, help_heading = "Workers")]
     pub epd_disaggregation: bool,
     /// Encode worker with an optional port (EPD mode; repeatable).

@@ -416,7 +416,9 @@ pub const DEFAULT_QUEUE_SIZE: usize = 100;
 pub const DEFAULT_QUEUE_TIMEOUT_SECS: u64 = 60;
 
 impl RawAdmission {
-    /// Applies SPEC §4.1: returns the admission settings, or `None` when admission is off.
+    /// Applies the admission startup rules (queue flags need a positive limit; the limit needs PD
+    /// mode and excludes the priority scheduler; a non-empty queue needs a positive timeout):
+    /// returns the admission settings, or `None` when admission is off.
     pub fn resolve(
         self,
         mode: Mode,

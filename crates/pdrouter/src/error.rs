@@ -1,7 +1,7 @@
 //! Every error a client can see, classified in one place.
 //!
 //! Leaves return [`ApiError`] values built by the constructors here; [`ApiError::into_response`]
-//! is the only place that turns one into a status, the SPEC error body and `X-SMG-Error-Code`.
+//! is the only place that turns one into a status, the JSON error body and `X-SMG-Error-Code`.
 //! Client mistakes are 4xx with a message that says what to fix, worker trouble is 502/503/504,
 //! and only a router bug is a 500.
 
@@ -310,7 +310,7 @@ impl ApiError {
         )
     }
 
-    /// The SPEC JSON body.
+    /// The JSON body `{"error":{"type","code","message","param"}}` (README, Errors).
     pub fn body_json(&self) -> serde_json::Value {
         serde_json::json!({
             "error": {

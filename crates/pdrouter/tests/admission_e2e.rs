@@ -1,5 +1,13 @@
-//! Prefill admission end to end with real mock workers: SPEC §5 reproduced, plus the limit
-//! under load, cancellation, strict targets without head-of-line blocking, and accounting.
+//! Prefill admission end to end with real mock workers: the two README tables reproduced, plus
+//! the limit under load, cancellation, strict targets without head-of-line blocking, and
+//! accounting.
+//!
+//! Nothing here depends on how fast the machine is. A request is held in place with the
+//! mock's hang switch instead of a long Prefill time: the workers are engine-mode mocks, where
+//! a hung Prefill keeps its engine slot and the Decode waits for that Prefill's KV (as real
+//! engines do), so a held request keeps its admission slot whichever leg the router waits
+//! for. Waits are for events, with a generous deadline; elapsed times are only checked from
+//! below, where the code guarantees them (a timeout cannot fire early).
 
 mod support;
 
@@ -8,44 +16,93 @@ use std::time::Duration;
 
 use pdrouter::config::WorkerType;
 use pdrouter::registry::WorkerStatus;
+use pdrouter_mock::EngineConfig;
 use support::*;
 use tokio::time::Instant;
 
-/// One Prefill mock taking `prefill_ms` per request, one immediate Decode mock, and a router
-/// with admission (`limit`, `queue`, `timeout_secs`) in front.
+/// Deadline for an event a test waits for; only a broken router takes this long.
+const EVENT: Duration = Duration::from_secs(30);
+
+/// Engine-mode Prefill mocks (KV bootstrap ports registered), one engine-mode Decode mock that
+/// waits for each request's Prefill to finish, and a router with admission (`limit`, `queue`,
+/// `timeout_secs`) in front.
 struct Pd {
-    p: MockWorker,
+    ps: Vec<MockWorker>,
     d: MockWorker,
     r: pdrouter::RouterHandle,
     adm: pdrouter_admission::Admission,
 }
 
-async fn pd_with_admission(prefill_ms: u64, limit: u32, queue: usize, timeout_secs: u64) -> Pd {
-    let p = mock(Role::Prefill, prefill_ms).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
+async fn engine_mock(role: Role) -> MockWorker {
+    let mut cfg = MockConfig::new(role);
+    cfg.engine = Some(EngineConfig {
+        max_running: 64,
+        prefill_tokens_per_sec: 1e9,
+        bootstrap_port: 0,
+    });
+    MockWorker::start(cfg).await.expect("mock starts")
+}
+
+async fn engine_pd(
+    prefills: usize,
+    limit: u32,
+    queue: usize,
+    timeout_secs: u64,
+    tune: impl FnOnce(&mut pdrouter::Config),
+) -> Pd {
+    let mut ps = Vec::new();
+    for _ in 0..prefills {
+        ps.push(engine_mock(Role::Prefill).await);
+    }
+    let d = engine_mock(Role::Decode).await;
+    let mut cfg = pd_config(&ps.iter().collect::<Vec<_>>(), &[&d]);
+    for (spec, p) in cfg.workers.iter_mut().zip(&ps) {
+        spec.bootstrap_port = p.bootstrap_addr().map(|a| a.port());
+    }
     cfg.admission = admission(limit, queue, timeout_secs);
+    tune(&mut cfg);
     let r = router(cfg).await;
     let adm = r.admission().unwrap().clone();
-    Pd { p, d, r, adm }
+    Pd { ps, d, r, adm }
+}
+
+async fn pd_with_admission(limit: u32, queue: usize, timeout_secs: u64) -> Pd {
+    engine_pd(1, limit, queue, timeout_secs, |_| {}).await
 }
 
 fn spawn_chat(addr: SocketAddr, body: &'static str) -> tokio::task::JoinHandle<(Reply, Instant)> {
+    spawn_chat_owned(addr, body.to_string())
+}
+
+fn spawn_chat_owned(addr: SocketAddr, body: String) -> tokio::task::JoinHandle<(Reply, Instant)> {
     tokio::spawn(async move {
-        let r = post(addr, "/v1/chat/completions", body).await;
+        let r = post(addr, "/v1/chat/completions", &body).await;
         (r, Instant::now())
     })
 }
 
+/// Sends a chat request and waits until it holds the Prefill slot of `p` (hung in its engine).
+async fn hold_slot(
+    addr: SocketAddr,
+    p: &MockWorker,
+    held_before: usize,
+) -> tokio::task::JoinHandle<(Reply, Instant)> {
+    let t = spawn_chat(addr, CHAT);
+    assert!(eventually(EVENT, || p.controls().hung() == held_before + 1).await);
+    t
+}
+
 #[tokio::test]
-async fn spec_table_one_timeout_then_queue_full() {
-    let Pd { p, d, r, adm } = pd_with_admission(3000, 1, 1, 2).await;
-    let t0 = Instant::now();
-    let first = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+async fn readme_table_one_timeout_then_queue_full() {
+    let Pd { ps, d, r, adm } = pd_with_admission(1, 1, 2).await;
+    let p = &ps[0];
+    // Request 1 is held in Prefill (the README's 3 s Prefill) until request 2 has timed out.
+    p.controls().set_hang(true);
+    let first = hold_slot(r.addr(), p, 0).await;
+    assert_eq!(adm.inflight_total(), 1);
     let second_sent = Instant::now();
     let second = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.queued() == 1).await);
+    assert!(eventually(EVENT, || adm.queued() == 1).await);
     let third = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(third.status, 429);
     assert_eq!(third.error_code(), "pd_prefill_queue_full");
@@ -55,15 +112,14 @@ async fn spec_table_one_timeout_then_queue_full() {
     assert_eq!(second.status, 429, "{}", second.text());
     assert_eq!(second.error_code(), "pd_prefill_queue_timeout");
     assert!(second.header("retry-after").is_some());
+    // It waited the whole timeout (which cannot fire early).
     let waited = second_done - second_sent;
-    assert!(
-        waited >= Duration::from_millis(1900) && waited < Duration::from_millis(4000),
-        "{waited:?}"
-    );
+    assert!(waited >= Duration::from_secs(2), "{waited:?}");
+    assert!(!first.is_finished());
 
-    let (first, first_done) = first.await.unwrap();
+    p.controls().set_hang(false);
+    let (first, _) = first.await.unwrap();
     assert_eq!(first.status, 200, "{}", first.text());
-    assert!(first_done - t0 >= Duration::from_millis(2900));
     // Neither rejected request reached a worker, nor was it retried.
     assert_eq!(p.stats().requests_total, 1);
     assert_eq!(d.stats().requests_total, 1);
@@ -81,25 +137,41 @@ async fn spec_table_one_timeout_then_queue_full() {
         ),
         Some(1.0)
     );
-    assert!(
-        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
-            && total_load(&r) == 0)
-        .await
-    );
+    assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
+}
+
+/// The text of the user message the Prefill worker received last.
+fn last_prompt(p: &MockWorker) -> String {
+    let last = p
+        .stats()
+        .last_request
+        .expect("a request reached the worker");
+    last["messages"][0]["content"]
+        .as_str()
+        .expect("chat body")
+        .to_string()
 }
 
 #[tokio::test]
-async fn spec_table_two_all_served_in_arrival_order() {
-    let Pd { p, d: _d, r, adm } = pd_with_admission(3000, 1, 4, 30).await;
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        tasks.push(spawn_chat(r.addr(), CHAT));
-        // Each request is in place (admitted or queued) before the next one arrives.
-        let want = i;
-        assert!(eventually(Duration::from_secs(5), || adm.queued() == want).await);
+async fn readme_table_two_all_served_in_arrival_order() {
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 4, 30).await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let chat = |i: usize| {
+        format!(
+            r#"{{"model":"mock-model","messages":[{{"role":"user","content":"request {i}"}}]}}"#
+        )
+    };
+    // Request 0 holds the slot; 1 and 2 queue behind it, each in place before the next is sent.
+    let mut tasks = vec![spawn_chat_owned(r.addr(), chat(0))];
+    assert!(eventually(EVENT, || p.controls().hung() == 1).await);
+    let mut queued_seen = vec![Instant::now()];
+    for i in 1..3 {
+        tasks.push(spawn_chat_owned(r.addr(), chat(i)));
+        assert!(eventually(EVENT, || adm.queued() == i).await);
+        queued_seen.push(Instant::now());
     }
-    // Sampled mid-run: one in flight on the worker, two queued, also in the metrics.
+    // One in flight on the worker, two queued, also in the metrics.
     assert_eq!(adm.inflight_total(), 1);
     let worker = p.url();
     assert_eq!(
@@ -110,30 +182,37 @@ async fn spec_table_two_all_served_in_arrival_order() {
         Some(1.0)
     );
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(2.0));
-    let mut done = Vec::new();
-    for t in tasks {
-        let (reply, at) = t.await.unwrap();
+    // Let one Prefill finish at a time: the next request to reach the worker is always the
+    // oldest waiter, and each finishes before the next is let through.
+    let mut released = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        assert_eq!(last_prompt(p), format!("request {i}"));
+        assert_eq!(adm.queued(), 2 - i);
+        released.push(Instant::now());
+        assert_eq!(p.controls().release_hung(1), 1);
+        let (reply, _) = task.await.unwrap();
         assert_eq!(reply.status, 200, "{}", reply.text());
-        done.push(at);
+        if i < 2 {
+            let want = i as u64 + 2;
+            assert!(
+                eventually(EVENT, || p.controls().hung() == 1
+                    && p.stats().requests_total == want)
+                .await
+            );
+        }
     }
-    assert!(
-        done.windows(2).all(|w| w[0] <= w[1]),
-        "finished in arrival order"
-    );
-    let total = t0.elapsed();
-    assert!(
-        total >= Duration::from_millis(8800) && total < Duration::from_secs(20),
-        "{total:?}"
-    );
-    // The two queued requests waited about 3 s + 6 s.
-    let waited = metric(&r, "smg_pd_prefill_admission_wait_seconds_sum").unwrap();
-    assert!((8.0..14.0).contains(&waited), "{waited}");
     assert_eq!(p.stats().max_inflight, 1);
-    assert!(
-        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
-            && adm.queued() == 0)
-        .await
+    // Request k waited at least from when it was seen queued until request k-1 was let go.
+    let lower: f64 = (1..3)
+        .map(|k| (released[k - 1] - queued_seen[k]).as_secs_f64())
+        .sum();
+    let waited = metric(&r, "smg_pd_prefill_admission_wait_seconds_sum").unwrap();
+    assert!(waited >= lower - 1e-6, "{waited} < {lower}");
+    assert_eq!(
+        metric(&r, "smg_pd_prefill_admission_wait_seconds_count"),
+        Some(3.0)
     );
+    assert!(eventually(EVENT, || adm.inflight_total() == 0 && adm.queued() == 0).await);
     assert_eq!(metric(&r, "smg_pd_prefill_admission_queued"), Some(0.0));
 }
 
@@ -181,7 +260,7 @@ async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
     assert_eq!(p1.stats().requests_total + p2.stats().requests_total, 120);
     let adm = r.admission().unwrap().clone();
     assert!(
-        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
+        eventually(EVENT, || adm.inflight_total() == 0
             && adm.queued() == 0
             && total_load(&r) == 0)
         .await
@@ -190,23 +269,23 @@ async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
 
 #[tokio::test]
 async fn a_waiting_client_that_disconnects_leaves_no_trace() {
-    let Pd { p, d, r, adm } = pd_with_admission(1500, 1, 4, 30).await;
-    let first = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    let Pd { ps, d, r, adm } = pd_with_admission(1, 4, 30).await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let first = hold_slot(r.addr(), p, 0).await;
+    // The first request's Decode leg is at the Decode worker, waiting for its Prefill.
+    assert!(eventually(EVENT, || d.stats().inflight == 1).await);
     let waiter = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.queued() == 1).await);
+    assert!(eventually(EVENT, || adm.queued() == 1).await);
     // Decode load is not taken while waiting: only the first request's Decode leg counts.
     let decode = r.registry().snapshot().of_type(WorkerType::Decode)[0].clone();
     assert_eq!(decode.load(), 1);
     waiter.abort();
-    assert!(eventually(Duration::from_secs(5), || adm.queued() == 0).await);
+    assert!(eventually(EVENT, || adm.queued() == 0).await);
+    p.controls().set_hang(false);
     let (reply, _) = first.await.unwrap();
     assert_eq!(reply.status, 200);
-    assert!(
-        eventually(Duration::from_secs(5), || adm.inflight_total() == 0
-            && total_load(&r) == 0)
-        .await
-    );
+    assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
     assert_eq!(
         p.stats().requests_total,
         1,
@@ -217,50 +296,41 @@ async fn a_waiting_client_that_disconnects_leaves_no_trace() {
 
 #[tokio::test]
 async fn strict_target_waits_without_blocking_others() {
-    let p0 = mock(Role::Prefill, 1500).await;
-    let p1 = mock(Role::Prefill, 0).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p0, &p1], &[&d]);
-    cfg.policy = pdrouter_policy::PolicyKind::ConsistentHashing;
-    cfg.prefill_policy = cfg.policy;
-    cfg.admission = admission(1, 8, 30);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
+    let Pd { ps, d: _d, r, adm } = engine_pd(2, 1, 8, 30, |cfg| {
+        cfg.policy = pdrouter_policy::PolicyKind::ConsistentHashing;
+        cfg.prefill_policy = cfg.policy;
+    })
+    .await;
+    let (p0, p1) = (&ps[0], &ps[1]);
     let addr = r.addr();
     let to = |target: &'static str| {
         tokio::spawn(async move {
-            let reply = send(
+            send(
                 addr,
                 "POST",
                 "/v1/chat/completions",
                 CHAT,
                 &[("x-smg-target-worker", target)],
             )
-            .await;
-            (reply, Instant::now())
+            .await
         })
     };
+    p0.controls().set_hang(true);
     let first = to("0");
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    assert!(eventually(EVENT, || p0.controls().hung() == 1).await);
+    assert_eq!(adm.inflight_total(), 1);
     let waiting = to("0");
-    assert!(eventually(Duration::from_secs(5), || adm.queued() == 1).await);
+    assert!(eventually(EVENT, || adm.queued() == 1).await);
     // A later request for the free worker is not held back by the waiter ahead of it.
-    let free = send(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        CHAT,
-        &[("x-smg-target-worker", "1")],
-    )
-    .await;
-    assert_eq!(free.status, 200);
+    let free = to("1").await.unwrap();
+    assert_eq!(free.status, 200, "{}", free.text());
     assert_eq!(
         adm.queued(),
         1,
         "the strict waiter did not move to worker 1"
     );
-    let (a, _) = first.await.unwrap();
-    let (b, _) = waiting.await.unwrap();
+    p0.controls().set_hang(false);
+    let (a, b) = (first.await.unwrap(), waiting.await.unwrap());
     assert_eq!((a.status, b.status), (200, 200));
     assert_eq!(p0.stats().requests_total, 2);
     assert_eq!(p1.stats().requests_total, 1);
@@ -268,14 +338,10 @@ async fn strict_target_waits_without_blocking_others() {
 
 #[tokio::test]
 async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
-    let Pd {
-        p: _p,
-        d: _d,
-        r,
-        adm,
-    } = pd_with_admission(1500, 1, 4, 30).await;
-    let first = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 4, 30).await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let first = hold_slot(r.addr(), p, 0).await;
     // /health_generate does not wait for the full worker.
     let probe = get(r.addr(), "/health_generate").await;
     assert_eq!(probe.status, 200);
@@ -293,6 +359,7 @@ async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
         Some(1.0)
     );
     r.registry().set_status(&w, WorkerStatus::Ready);
+    p.controls().set_hang(false);
     assert_eq!(first.await.unwrap().0.status, 200);
 }
 
@@ -307,14 +374,14 @@ async fn non_streaming_slot_is_released_at_prefill_end_not_after_decode() {
     let r = router(cfg).await;
     let adm = r.admission().unwrap().clone();
     let first = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || p.stats().requests_total == 1).await);
+    assert!(eventually(EVENT, || p.stats().requests_total == 1).await);
     // Prefill done, Decode still running: the slot is already free for the next request.
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 0).await);
-    assert!(eventually(Duration::from_secs(5), || d.stats().inflight == 1).await);
+    assert!(eventually(EVENT, || adm.inflight_total() == 0).await);
+    assert!(eventually(EVENT, || d.stats().inflight == 1).await);
     let second = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || p.stats().requests_total == 2).await);
+    assert!(eventually(EVENT, || p.stats().requests_total == 2).await);
     assert!(
-        eventually(Duration::from_secs(5), || d.stats().inflight == 2).await,
+        eventually(EVENT, || d.stats().inflight == 2).await,
         "second request admitted while the first decodes"
     );
     assert!(!first.is_finished());
@@ -338,7 +405,7 @@ async fn removed_worker_series_are_removed() {
     assert_eq!(metric(&r, &series), Some(0.0));
     let w = r.registry().snapshot().of_type(WorkerType::Prefill)[1].clone();
     r.registry().remove(w.id());
-    assert!(eventually(Duration::from_secs(5), || metric(&r, &series).is_none()).await);
+    assert!(eventually(EVENT, || metric(&r, &series).is_none()).await);
     assert!(metric(&r, &format!("smg_worker_health{{worker=\"{}\"}}", p2.url())).is_none());
     assert_eq!(
         post(r.addr(), "/v1/chat/completions", CHAT).await.status,
@@ -348,49 +415,51 @@ async fn removed_worker_series_are_removed() {
 
 #[tokio::test]
 async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
-    let p = mock(Role::Prefill, 800).await;
-    let d = mock(Role::Decode, 0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.admission = admission(1, 4, 30);
-    cfg.breaker.failure_threshold = 1;
-    cfg.breaker.timeout = Duration::from_secs(2);
-    let r = router(cfg).await;
-    let adm = r.admission().unwrap().clone();
-    let first = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    let breaker_timeout = Duration::from_secs(2);
+    let Pd { ps, d: _d, r, adm } = engine_pd(1, 1, 4, 30, |cfg| {
+        cfg.breaker.failure_threshold = 1;
+        cfg.breaker.timeout = breaker_timeout;
+    })
+    .await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let first = hold_slot(r.addr(), p, 0).await;
     let waiter = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.queued() == 1).await);
+    assert!(eventually(EVENT, || adm.queued() == 1).await);
     // The worker's breaker opens while both requests are in the router.
     let w = r.registry().snapshot().of_type(WorkerType::Prefill)[0].clone();
     let opened = Instant::now();
     r.registry().record_outcome(&w, false);
     assert!(!w.is_routable());
+    p.controls().set_hang(false);
     assert_eq!(first.await.unwrap().0.status, 200);
-    // The slot is free but the breaker is open: the waiter keeps waiting (not a 503).
-    assert_eq!(adm.inflight_total(), 0);
-    assert_eq!(adm.queued(), 1);
+    // The slot is free but the breaker is open: the waiter keeps waiting (not a 503) and is
+    // admitted when the breaker turns half-open, with nothing polling in between; it cannot be
+    // admitted earlier.
     let (reply, done) = waiter.await.unwrap();
     assert_eq!(reply.status, 200, "{}", reply.text());
-    let after = done - opened;
-    assert!(
-        after >= Duration::from_millis(2500) && after < Duration::from_secs(6),
-        "{after:?}"
+    assert!(done - opened >= breaker_timeout, "{:?}", done - opened);
+    assert_eq!(
+        metric(
+            &r,
+            "smg_pd_prefill_admission_rejections_total{reason=\"unavailable\"}"
+        )
+        .unwrap_or(0.0),
+        0.0
     );
     assert_eq!(p.stats().requests_total, 2);
 }
 
 #[tokio::test]
 async fn streaming_responses_get_the_real_429_not_a_200_stream() {
-    let Pd {
-        p: _p,
-        d: _d,
-        r,
-        adm,
-    } = pd_with_admission(1500, 1, 0, 1).await;
-    let first = spawn_chat(r.addr(), CHAT);
-    assert!(eventually(Duration::from_secs(5), || adm.inflight_total() == 1).await);
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 0, 1).await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let first = hold_slot(r.addr(), p, 0).await;
+    assert_eq!(adm.inflight_total(), 1);
     let reply = post(r.addr(), "/v1/responses", r#"{"input":"hi","stream":true}"#).await;
     assert_eq!(reply.status, 429, "{}", reply.text());
     assert_eq!(reply.error_code(), "pd_prefill_queue_full");
+    p.controls().set_hang(false);
     assert_eq!(first.await.unwrap().0.status, 200);
 }

@@ -1,4 +1,4 @@
-//! Client mistakes get a 4xx (or the documented 503) in the SPEC error shape, never a 500,
+//! Client mistakes get a 4xx (or the documented 503) in the documented error shape, never a 500,
 //! and never reach a worker.
 
 mod support;

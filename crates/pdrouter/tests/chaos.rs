@@ -31,11 +31,14 @@ async fn nothing_leaks_under_chaos() {
         c.token_interval = Duration::from_millis(3);
         c
     };
+    // p2's port stays reserved while it is down, so nobody else can take it before the restart.
+    let p2_port = PortReservation::new().unwrap();
     let p1 = MockWorker::start(mk(Role::Prefill, 15)).await.unwrap();
-    let p2 = MockWorker::start(mk(Role::Prefill, 15)).await.unwrap();
+    let mut first = mk(Role::Prefill, 15);
+    first.port = p2_port.port();
+    let p2 = MockWorker::start(first).await.unwrap();
     let d1 = MockWorker::start(mk(Role::Decode, 0)).await.unwrap();
     let d2 = MockWorker::start(mk(Role::Decode, 0)).await.unwrap();
-    let p2_port = p2.addr().port();
     let d2_url = d2.url();
     let mut cfg = pd_config(&[&p1, &p2], &[&d1, &d2]);
     cfg.admission = admission(2, 64, 3);
@@ -101,7 +104,7 @@ async fn nothing_leaks_under_chaos() {
     // Kill the hung Prefill worker outright, then bring it back on the same port.
     p2.shutdown().await;
     let mut again = mk(Role::Prefill, 15);
-    again.port = p2_port;
+    again.port = p2_port.port();
     let p2 = MockWorker::start(again).await.unwrap();
     for t in tasks {
         t.await.unwrap();

@@ -128,9 +128,19 @@ fn sigterm(child: &Child) {
 async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() {
     let w = mock(Role::Regular, 800).await;
     let url = w.url();
-    let args = ["--worker-urls", url.as_str(), "--disable-health-check"];
+    // The router's port stays reserved between the two runs, so nobody else can take it.
+    let reserved = PortReservation::new().unwrap();
+    let port = reserved.port().to_string();
+    let args = [
+        "--worker-urls",
+        url.as_str(),
+        "--disable-health-check",
+        "--port",
+        port.as_str(),
+    ];
     let (mut child, addr) = launch_binary(&args, &[]);
     let sock: std::net::SocketAddr = addr.parse().unwrap();
+    assert_eq!(sock, reserved.addr());
     let inflight = tokio::spawn(async move { post(sock, "/v1/completions", COMPLETION).await });
     assert!(eventually(Duration::from_secs(5), || w.stats().inflight == 1).await);
     sigterm(&child);
@@ -145,9 +155,7 @@ async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() 
     assert!(status.success(), "{status:?}");
 
     // Restart on the very same port.
-    let port = sock.port().to_string();
-    let again = [&args[..], &["--port", port.as_str()]].concat();
-    let (mut child, addr2) = launch_binary(&again, &[]);
+    let (mut child, addr2) = launch_binary(&args, &[]);
     assert_eq!(addr2, addr);
     let reply = post(
         addr2.parse().unwrap(),

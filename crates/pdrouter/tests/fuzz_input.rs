@@ -1,5 +1,5 @@
 //! Seeded fuzzing of request bodies and headers: whatever a client sends, the router answers
-//! with a status that is not 500, in the SPEC error shape when it is an error, and nothing
+//! with a status that is not 500, in the documented error shape when it is an error, and nothing
 //! leaks.
 
 mod support;

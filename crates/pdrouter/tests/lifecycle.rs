@@ -8,6 +8,9 @@ use std::time::Duration;
 use pdrouter::config::WorkerType;
 use support::*;
 
+/// Deadline for an event a test waits for; only a broken router takes this long.
+const EVENT: Duration = Duration::from_secs(30);
+
 fn fast_health(cfg: &mut pdrouter::Config) {
     cfg.health.enabled = true;
     cfg.health.interval = Duration::from_secs(1);
@@ -106,9 +109,13 @@ async fn invalid_worker_bodies_never_change_the_registry() {
 
 #[tokio::test]
 async fn killed_worker_goes_unhealthy_traffic_moves_and_it_recovers() {
-    let p1 = mock(Role::Regular, 0).await;
+    // p1's port stays reserved while it is down, so nobody else can take it before the restart.
+    let reserved = PortReservation::new().unwrap();
+    let port = reserved.port();
+    let mut first = MockConfig::new(Role::Regular);
+    first.port = port;
+    let p1 = MockWorker::start(first).await.unwrap();
     let p2 = mock(Role::Regular, 0).await;
-    let port = p1.addr().port();
     let mut cfg = regular_config(&[&p1, &p2]);
     fast_health(&mut cfg);
     cfg.retry.max_attempts = 1;
@@ -117,10 +124,10 @@ async fn killed_worker_goes_unhealthy_traffic_moves_and_it_recovers() {
     let all_ready = |reg: &std::sync::Arc<pdrouter::registry::Registry>| {
         reg.snapshot().all().iter().all(|w| w.is_routable())
     };
-    assert!(eventually(Duration::from_secs(5), || all_ready(&reg)).await);
+    assert!(eventually(EVENT, || all_ready(&reg)).await);
     p1.shutdown().await;
     let w1 = reg.snapshot().all()[0].clone();
-    assert!(eventually(Duration::from_secs(10), || !w1.is_routable()).await);
+    assert!(eventually(EVENT, || !w1.is_routable()).await);
     for _ in 0..5 {
         assert_eq!(
             post(r.addr(), "/v1/completions", COMPLETION).await.status,
@@ -138,21 +145,30 @@ async fn killed_worker_goes_unhealthy_traffic_moves_and_it_recovers() {
     let mut cfg = MockConfig::new(Role::Regular);
     cfg.port = port;
     let p1 = MockWorker::start(cfg).await.unwrap();
-    assert!(eventually(Duration::from_secs(10), || w1.is_routable()).await);
-    let _ = p1;
+    assert!(eventually(EVENT, || w1.is_routable()).await);
+    drop((p1, reserved));
 }
 
-#[tokio::test]
-async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
+/// Two regular mocks behind a round_robin router; the first always fails until told otherwise.
+async fn bad_and_good(
+    breaker_timeout: Duration,
+) -> (MockWorker, MockWorker, pdrouter::RouterHandle) {
     let bad = mock(Role::Regular, 0).await;
     let good = mock(Role::Regular, 0).await;
     bad.controls().set_fail_rate(1.0);
     let mut cfg = regular_config(&[&bad, &good]);
     cfg.breaker.failure_threshold = 2;
     cfg.breaker.success_threshold = 1;
-    cfg.breaker.timeout = Duration::from_secs(1);
+    cfg.breaker.timeout = breaker_timeout;
     cfg.policy = pdrouter_policy::PolicyKind::RoundRobin;
     let r = router(cfg).await;
+    (bad, good, r)
+}
+
+#[tokio::test]
+async fn breaker_opens_on_failures_and_moves_traffic() {
+    // An hour: the breaker cannot turn half-open during the test, however slow the machine.
+    let (bad, _good, r) = bad_and_good(Duration::from_secs(3600)).await;
     let w = r.registry().snapshot().all()[0].clone();
     for _ in 0..6 {
         let _ = post(r.addr(), "/v1/completions", COMPLETION).await;
@@ -172,9 +188,24 @@ async fn breaker_opens_on_failures_moves_traffic_and_closes_after_recovery() {
         before,
         "open breaker gets no traffic"
     );
+}
+
+#[tokio::test]
+async fn breaker_turns_half_open_on_its_own_and_a_success_closes_it() {
+    let (bad, _good, r) = bad_and_good(Duration::from_secs(1)).await;
+    let series = format!("smg_worker_cb_state{{worker=\"{}\"}}", bad.url());
+    // Round robin sends every other request to the failing worker: two failures open it.
+    for _ in 0..4 {
+        let _ = post(r.addr(), "/v1/completions", COMPLETION).await;
+    }
+    let opens = format!(
+        "smg_worker_cb_transitions_total{{worker=\"{}\",to=\"open\"}}",
+        bad.url()
+    );
+    assert!(metric(&r, &opens).unwrap_or(0.0) >= 1.0);
     bad.controls().set_fail_rate(0.0);
     // Half-open is published at its instant (no request needed), then a success closes it.
-    assert!(eventually(Duration::from_secs(5), || metric(&r, &series) == Some(2.0)).await);
+    assert!(eventually(EVENT, || metric(&r, &series) == Some(2.0)).await);
     for _ in 0..4 {
         assert_eq!(
             post(r.addr(), "/v1/completions", COMPLETION).await.status,
@@ -295,8 +326,12 @@ async fn workers_api_registers_each_dp_rank() {
 
 #[tokio::test]
 async fn workers_api_updates_a_worker_in_place() {
-    let p = mock(Role::Prefill, 300).await;
+    let p = mock(Role::Prefill, 0).await;
     let d = mock(Role::Decode, 0).await;
+    // Both legs are held until the update is checked, so the request keeps its slot and load
+    // however slowly this machine runs.
+    p.controls().set_hang(true);
+    d.controls().set_hang(true);
     let mut cfg = pd_config(&[&p], &[&d]);
     cfg.admission = admission(1, 4, 30);
     let r = router(cfg).await;
@@ -310,7 +345,8 @@ async fn workers_api_updates_a_worker_in_place() {
     // A request holds the only Prefill slot while its worker is updated.
     let first = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
     let adm = r.admission().unwrap().clone();
-    assert!(eventually(Duration::from_secs(10), || adm.inflight_total() == 1).await);
+    assert!(eventually(EVENT, || p.stats().inflight == 1 && d.stats().inflight == 1).await);
+    assert_eq!(adm.inflight_total(), 1);
     let reply = put(id.clone(), r#"{"bootstrap_port":9100}"#).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let w = reply.json();
@@ -322,6 +358,8 @@ async fn workers_api_updates_a_worker_in_place() {
         "the in-flight request keeps its slot"
     );
     assert_eq!(w["load"], 1, "and its load");
+    p.controls().set_hang(false);
+    d.controls().set_hang(false);
     assert_eq!(first.await.unwrap().status, 200);
     // The next request is sent with the new port; null clears it.
     assert_eq!(post(addr, "/v1/chat/completions", CHAT).await.status, 200);

@@ -84,10 +84,10 @@ async fn streaming_is_relayed_to_done_and_load_is_released() {
 #[tokio::test]
 async fn unreachable_prefill_is_a_502_naming_the_leg() {
     let d = mock(Role::Decode, 0).await;
-    let dead = dead_url().await;
+    let dead = dead_url();
     let mut cfg = pd_config(&[], &[&d]);
     cfg.workers
-        .insert(0, spec(&dead, pdrouter::config::WorkerType::Prefill));
+        .insert(0, spec(&dead.url(), pdrouter::config::WorkerType::Prefill));
     let r = router(cfg).await;
     let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
@@ -104,10 +104,10 @@ async fn unreachable_prefill_is_a_502_naming_the_leg() {
 #[tokio::test]
 async fn unreachable_decode_is_a_502_naming_the_leg() {
     let p = mock(Role::Prefill, 0).await;
-    let dead = dead_url().await;
+    let dead = dead_url();
     let mut cfg = pd_config(&[&p], &[]);
     cfg.workers
-        .push(spec(&dead, pdrouter::config::WorkerType::Decode));
+        .push(spec(&dead.url(), pdrouter::config::WorkerType::Decode));
     let r = router(cfg).await;
     let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 502);
@@ -310,7 +310,8 @@ async fn prefill_failure_after_the_stream_started_ends_it_with_an_sse_error_even
     let p = mock(Role::Prefill, 0).await;
     p.controls().set_hang(true);
     let mut dc = MockConfig::new(Role::Decode);
-    dc.output_tokens = 500;
+    // A stream far longer than any test: it ends only because the Prefill worker dies.
+    dc.output_tokens = 1_000_000;
     dc.token_interval = Duration::from_millis(10);
     let d = MockWorker::start(dc).await.unwrap();
     let r = router(pd_config(&[&p], &[&d])).await;
@@ -353,19 +354,22 @@ async fn a_client_supplied_bootstrap_field_is_replaced_not_doubled() {
 
 #[tokio::test]
 async fn both_legs_are_in_flight_at_once() {
-    let p = mock(Role::Prefill, 1000).await;
-    let mut dc = MockConfig::new(Role::Decode);
-    dc.delay = Duration::from_millis(1000);
-    let d = MockWorker::start(dc).await.unwrap();
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    // Both workers hold the request until released, so "both at once" does not depend on timing.
+    p.controls().set_hang(true);
+    d.controls().set_hang(true);
     let r = router(pd_config(&[&p], &[&d])).await;
     let addr = r.addr();
     let call = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
     assert!(
-        eventually(Duration::from_secs(5), || p.stats().inflight == 1
+        eventually(Duration::from_secs(30), || p.stats().inflight == 1
             && d.stats().inflight == 1)
         .await,
         "Decode was not sent while Prefill was running"
     );
+    p.controls().set_hang(false);
+    d.controls().set_hang(false);
     assert_eq!(call.await.unwrap().status, 200);
 }
 

@@ -138,6 +138,7 @@ struct ControlUpdate {
     healthy: Option<bool>,
     garbage: Option<bool>,
     hang: Option<bool>,
+    release_hung: Option<usize>,
     #[serde(default)]
     reset_max_inflight: bool,
 }
@@ -179,6 +180,9 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
     if let Some(h) = update.hang {
         c.set_hang(h);
     }
+    if let Some(n) = update.release_hung {
+        c.release_hung(n);
+    }
     if update.reset_max_inflight {
         c.reset_max_inflight();
         if let Some(engine) = &s.engine {
@@ -193,6 +197,7 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
         "healthy": c.healthy(),
         "garbage": c.garbage(),
         "hang": c.hang(),
+        "hung": c.hung(),
     }))
 }
 
@@ -205,7 +210,11 @@ async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
     if parsed.is_ok() {
         controls.record_request(body);
     }
-    controls.wait_while_hung().await;
+    // An engine-mode prefill is held inside the engine instead (below).
+    let engine_prefill = s.engine.is_some() && s.role == Role::Prefill;
+    if !engine_prefill {
+        controls.wait_while_hung().await;
+    }
 
     let req = match parsed {
         Ok(Value::Object(req)) => req,
@@ -256,7 +265,9 @@ async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
             Role::Prefill => {
                 // The configured delay is part of the engine's prefill work.
                 let words = prompt_words(api, &req);
-                engine.prefill(words, delay, &rooms_of(&req)).await;
+                engine
+                    .prefill(words, delay, &rooms_of(&req), controls.wait_while_hung())
+                    .await;
                 delay = Duration::ZERO;
             }
             Role::Decode => {

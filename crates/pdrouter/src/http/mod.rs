@@ -1,7 +1,8 @@
-//! The HTTP boundary (the only module that knows axum): routes, middleware and handlers.
+//! The HTTP boundary (the only module that knows axum's routing, extractors, middleware and
+//! servers): routes, middleware, handlers, and the Prometheus listener.
 //!
-//! Every error leaves through [`crate::error::ApiError`], so clients always get the SPEC body
-//! and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
+//! Every error leaves through [`crate::error::ApiError`], so clients always get the JSON error
+//! body (`{"error":{type,code,message,param}}`) and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
 //! stay open when `--api-key` is set; inference and admin routes require it.
 
 mod handlers;
@@ -22,6 +23,7 @@ use crate::registry::Registry;
 use crate::request::Endpoint;
 use axum::Router;
 use axum::routing::{get, post, post_service};
+use tokio::net::TcpListener;
 
 /// Shared state of all handlers.
 #[derive(Debug)]
@@ -68,4 +70,25 @@ pub fn app(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(middleware::ObserveLayer(state.clone()))
         .with_state(state)
+}
+
+/// Serves `GET /metrics` (the Prometheus exposition of `metrics`) on its own listener until the
+/// task is aborted.
+pub(crate) async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
+    let prom = Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.encode(),
+                )
+            }
+        }),
+    );
+    let _ = axum::serve(listener, prom).await;
 }

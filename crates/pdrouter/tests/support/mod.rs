@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pdrouter::RouterHandle;
 use pdrouter::config::{Config, Mode, WorkerSpec, WorkerType};
-pub use pdrouter_mock::{MockConfig, MockWorker, Role};
+pub use pdrouter_mock::{MockConfig, MockWorker, PortReservation, Role};
 
 pub async fn mock(role: Role, delay_ms: u64) -> MockWorker {
     let mut cfg = MockConfig::new(role);
@@ -96,7 +96,7 @@ impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
-    /// Asserts the SPEC error shape and returns the code.
+    /// Asserts the documented error shape (README, Errors) and returns the code.
     pub fn error_code(&self) -> String {
         let v = self.json();
         let code = v["error"]["code"].as_str().expect("error.code").to_string();
@@ -182,12 +182,10 @@ pub fn metric(r: &RouterHandle, prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Starts a TCP listener that accepts and drops nothing: a port that refuses connections.
-pub async fn dead_url() -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    format!("http://{addr}")
+/// A URL that refuses connections: a reserved port nobody listens on (the reservation keeps
+/// another process from taking it while the test runs, so keep it alive).
+pub fn dead_url() -> PortReservation {
+    PortReservation::new().expect("a free loopback port")
 }
 
 /// Starts the `pdrouter` binary as `pdrouter launch ARGS`, on loopback with ephemeral router
