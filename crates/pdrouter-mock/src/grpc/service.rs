@@ -55,7 +55,12 @@ impl Scheduler {
     /// decode wait for its prefill), then the configured delay.
     async fn prepare(&self, req: &GenerateRequest) -> Result<(), Status> {
         let s = &self.shared;
-        s.controls.wait_while_hung().await;
+        // An engine-mode prefill is held inside the engine (holding its slot, like a stalled
+        // engine), as in the HTTP front-end.
+        let engine_prefill = s.engine.is_some() && s.role == Role::Prefill;
+        if !engine_prefill {
+            s.controls.wait_while_hung().await;
+        }
         if s.controls.draw_failure() {
             return Err(Status::internal("mock injected failure"));
         }
@@ -69,7 +74,9 @@ impl Scheduler {
                 match &s.engine {
                     Some(engine) => {
                         let tokens = req.tokenized.as_ref().map_or(0, |t| t.input_ids.len());
-                        engine.prefill(tokens as u64, delay, &[room]).await;
+                        engine
+                            .prefill(tokens as u64, delay, &[room], s.controls.wait_while_hung())
+                            .await;
                     }
                     None => {
                         sleep(delay).await;
