@@ -153,6 +153,9 @@ pub(crate) fn upstream_error(e: UpstreamError, leg: Leg, url: &str) -> ApiError 
         UpstreamError::Connect => ApiError::connect_failed(leg, url),
         UpstreamError::Timeout => ApiError::upstream_timeout(leg, url),
         UpstreamError::Broken => ApiError::upstream_broken(leg, url),
+        UpstreamError::TooLarge => {
+            ApiError::upstream_too_large(leg, url, crate::proxy::client::INFO_BODY_LIMIT)
+        }
     }
 }
 

@@ -237,20 +237,36 @@ impl ApiError {
         }
     }
 
+    fn bad_response_code(leg: Leg) -> &'static str {
+        match leg {
+            Leg::Prefill => "prefill_bad_response",
+            Leg::Decode => "decode_bad_response",
+            Leg::Worker => "worker_bad_response",
+        }
+    }
+
     /// The worker broke the connection or sent something that is not HTTP.
     pub fn upstream_broken(leg: Leg, url: &str) -> Self {
         Self {
             retryable: true,
             ..Self::new(
                 StatusCode::BAD_GATEWAY,
-                match leg {
-                    Leg::Prefill => "prefill_bad_response",
-                    Leg::Decode => "decode_bad_response",
-                    Leg::Worker => "worker_bad_response",
-                },
+                Self::bad_response_code(leg),
                 format!("{} worker {url} failed mid-response", leg.as_str()),
             )
         }
+    }
+
+    /// The worker sent a body longer than the router reads whole (`limit` bytes).
+    pub fn upstream_too_large(leg: Leg, url: &str, limit: usize) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            Self::bad_response_code(leg),
+            format!(
+                "{} worker {url} sent a response body over the {limit}-byte limit",
+                leg.as_str()
+            ),
+        )
     }
 
     /// The worker answered with an error status.

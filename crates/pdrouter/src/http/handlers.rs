@@ -213,7 +213,12 @@ pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
         // Nothing learned yet (health checks off or not run): ask one worker.
         let t = serving_types(&state)[0];
         if let Some(w) = ready_of(&state, t).first() {
-            crate::registry::health::learn_model(&state.client, w, state.cfg.health.timeout).await;
+            if let Err(e) =
+                crate::registry::health::learn_model(&state.client, w, state.cfg.health.timeout)
+                    .await
+            {
+                return upstream_error(e, Leg::Worker, w.url()).into_response();
+            }
             ids.extend(w.model_id());
         }
     }

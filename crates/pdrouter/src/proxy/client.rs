@@ -2,8 +2,12 @@
 //! (`https://` workers; trust roots are the system's — honouring `SSL_CERT_FILE` /
 //! `SSL_CERT_DIR` — plus the Mozilla set bundled with webpki-roots).
 //!
-//! Errors are classified here into [`UpstreamError`] (connect, timeout, broken) so callers map
-//! them per leg without inspecting hyper's error types.
+//! Errors are classified here into [`UpstreamError`] (connect, timeout, broken, too large) so
+//! callers map them per leg without inspecting hyper's error types.
+//!
+//! Bodies the router reads whole (health probes, model and server info, DP discovery) are
+//! capped at [`INFO_BODY_LIMIT`]: a worker that streams an endless answer costs one bounded
+//! buffer and an error, never unbounded memory. Relayed answers are streamed, never collected.
 
 use std::time::Duration;
 
@@ -28,7 +32,14 @@ pub enum UpstreamError {
     /// The connection broke or the answer was not HTTP.
     #[error("broken response")]
     Broken,
+    /// A body read whole was longer than [`INFO_BODY_LIMIT`].
+    #[error("response body over the {INFO_BODY_LIMIT}-byte limit")]
+    TooLarge,
 }
+
+/// Largest body read whole from a worker (1 MiB). The answers read this way (`/health`,
+/// `/get_server_info`, `/get_model_info`, `/v1/models`, `/health_generate`) are a few KB.
+pub const INFO_BODY_LIMIT: usize = 1 << 20;
 
 impl UpstreamError {
     fn classify(e: &hyper_util::client::legacy::Error) -> Self {
@@ -108,7 +119,8 @@ impl UpstreamClient {
         }
     }
 
-    /// GETs `url` and reads the whole body, all within `timeout`.
+    /// GETs `url` and reads the whole body (at most [`INFO_BODY_LIMIT`] bytes), all within
+    /// `timeout`.
     pub async fn get(
         &self,
         url: &str,
@@ -125,11 +137,16 @@ impl UpstreamClient {
         let fut = async {
             let resp = self.send(req, timeout).await?;
             let status = resp.status();
-            let body = resp
-                .into_body()
+            let body = http_body_util::Limited::new(resp.into_body(), INFO_BODY_LIMIT)
                 .collect()
                 .await
-                .map_err(|_| UpstreamError::Broken)?
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        UpstreamError::TooLarge
+                    } else {
+                        UpstreamError::Broken
+                    }
+                })?
                 .to_bytes();
             Ok((status, body))
         };

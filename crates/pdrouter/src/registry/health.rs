@@ -17,7 +17,7 @@ use tokio::task::AbortHandle;
 
 use super::{Event, Registry, Worker, WorkerStatus};
 use crate::config::HealthConfig;
-use crate::proxy::client::UpstreamClient;
+use crate::proxy::client::{UpstreamClient, UpstreamError};
 
 /// Multiple of the failure threshold after which a worker counts as failed.
 const FAILED_AFTER_THRESHOLDS: u32 = 10;
@@ -170,18 +170,24 @@ async fn probe_loop(
     let mut counts = ProbeCounts::default();
     let mut ever_ready = worker.status() == WorkerStatus::Ready;
     loop {
-        let ok = matches!(
-            client.get(&url, worker.api_key(), cfg.timeout).await,
-            Ok((status, _)) if status.is_success()
-        );
+        let ok = match client.get(&url, worker.api_key(), cfg.timeout).await {
+            Ok((status, _)) => status.is_success(),
+            Err(e) => {
+                tracing::debug!(worker = worker.url(), error = %e, "health probe failed");
+                false
+            }
+        };
         let Some(registry) = reg.upgrade() else {
             return;
         };
         if let Some(next) = counts.record(ok, worker.status(), &cfg) {
             registry.set_status(&worker, next);
         }
-        if ok && worker.model_id().is_none() {
-            learn_model(&client, &worker, cfg.timeout).await;
+        if ok
+            && worker.model_id().is_none()
+            && let Err(e) = learn_model(&client, &worker, cfg.timeout).await
+        {
+            tracing::debug!(worker = worker.url(), error = %e, "could not learn the model id");
         }
         worker
             .probed
@@ -198,28 +204,41 @@ async fn probe_loop(
     }
 }
 
-/// Reads the worker's model id from `/v1/models` (falls back to `/get_model_info`).
-pub(crate) async fn learn_model(client: &UpstreamClient, worker: &Worker, timeout: Duration) {
+/// Reads the worker's model id from `/v1/models` (falls back to `/get_model_info`). Returns
+/// the transport failure (e.g. an over-long body) when neither answered; an answer without a
+/// model id is not an error.
+pub(crate) async fn learn_model(
+    client: &UpstreamClient,
+    worker: &Worker,
+    timeout: Duration,
+) -> Result<(), UpstreamError> {
     let base = worker.base_url();
-    if let Ok((s, body)) = client
-        .get(&format!("{base}/v1/models"), worker.api_key(), timeout)
-        .await
-        && s.is_success()
-        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
-        && let Some(id) = v["data"][0]["id"].as_str()
-    {
-        *worker.model_id.lock() = Some(id.to_string());
-        return;
+    type IdOf = fn(&serde_json::Value) -> Option<&str>;
+    let sources: [(&str, IdOf); 2] = [
+        ("/v1/models", |v| v["data"][0]["id"].as_str()),
+        ("/get_model_info", |v| v["model_path"].as_str()),
+    ];
+    let mut failure = None;
+    for (path, id_of) in sources {
+        match client
+            .get(&format!("{base}{path}"), worker.api_key(), timeout)
+            .await
+        {
+            Ok((s, body)) if s.is_success() => {
+                if let Some(id) = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .as_ref()
+                    .and_then(id_of)
+                {
+                    *worker.model_id.lock() = Some(id.to_string());
+                    return Ok(());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failure = Some(e),
+        }
     }
-    if let Ok((s, body)) = client
-        .get(&format!("{base}/get_model_info"), worker.api_key(), timeout)
-        .await
-        && s.is_success()
-        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
-        && let Some(id) = v["model_path"].as_str()
-    {
-        *worker.model_id.lock() = Some(id.to_string());
-    }
+    failure.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
