@@ -12,9 +12,9 @@
 //! * `GET /mock/stats` — the numbers of [`MockStats`] plus the role;
 //! * `POST /mock/controls` — change the runtime knobs of [`MockControls`] from
 //!   outside the process (body: any subset of `{"delay_ms", "fail_rate",
-//!   "healthy", "garbage", "hang", "release_hung", "token_interval_ms",
-//!   "output_tokens", "reset_max_inflight"}`); answers the current settings
-//!   (with `hung`, the number of requests the hang holds).
+//!   "healthy", "garbage", "hang", "release_hung", "hold_body_open",
+//!   "token_interval_ms", "output_tokens", "reset_max_inflight"}`); answers the
+//!   current settings (with `hung`, the number of requests the hang holds).
 //!
 //! With [`MockConfig::engine`] set (`--engine`), a prefill worker behaves
 //! like a continuous-batching engine: at most

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::config::{MockConfig, Role};
 use crate::engine::{Engine, Rooms};
@@ -45,6 +45,7 @@ pub struct MockControls {
     healthy: AtomicBool,
     garbage: AtomicBool,
     hang: Mutex<Hang>,
+    hold_body_open: watch::Sender<bool>,
     requests_total: AtomicU64,
     inflight: AtomicU64,
     max_inflight: AtomicU64,
@@ -74,6 +75,7 @@ impl MockControls {
             healthy: AtomicBool::new(true),
             garbage: AtomicBool::new(false),
             hang: Mutex::new(Hang::default()),
+            hold_body_open: watch::Sender::new(false),
             requests_total: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
             max_inflight: AtomicU64::new(0),
@@ -194,6 +196,26 @@ impl MockControls {
 
     fn lock_hang(&self) -> std::sync::MutexGuard<'_, Hang> {
         self.hang.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `true` makes successful generation answers send their whole content and then keep the
+    /// body open (never its end) until the switch is cleared or the worker shuts down, like an
+    /// engine whose response never finishes.
+    pub fn set_hold_body_open(&self, hold: bool) {
+        self.hold_body_open.send_replace(hold);
+    }
+
+    /// Whether generation answers currently keep their body open.
+    pub fn hold_body_open(&self) -> bool {
+        *self.hold_body_open.borrow()
+    }
+
+    /// Resolves once the hold-body-open switch is cleared (or the worker is gone).
+    pub(crate) fn body_released(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.hold_body_open.subscribe();
+        async move {
+            let _ = rx.wait_for(|hold| !*hold).await;
+        }
     }
 
     /// Resets the `max_inflight` high-water mark to the current `inflight`.

@@ -460,3 +460,36 @@ async fn inflight_drops_when_client_gives_up_on_hung_request() {
     wait_until("inflight back to 0", || async { w.stats().inflight == 0 }).await;
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn hold_body_open_sends_the_answer_but_not_its_end_until_cleared() {
+    let w = worker(MockConfig::new(Role::Prefill)).await;
+    let r = post(w.addr(), "/mock/controls", &json!({"hold_body_open": true})).await;
+    assert_eq!(r.json()["hold_body_open"], true);
+    let (resp, _task) = start_request(
+        w.addr(),
+        Method::POST,
+        "/generate",
+        Some(r#"{"text":"x","bootstrap_room":1}"#),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(TIMEOUT, body.frame())
+        .await
+        .expect("the content arrives")
+        .expect("a frame")
+        .expect("not an error");
+    let content: serde_json::Value =
+        serde_json::from_slice(first.data_ref().expect("data")).expect("the whole answer");
+    assert_eq!(content["meta_info"]["completion_tokens"], 1);
+    // The body stays open (the request stays in flight) until the switch is cleared.
+    let end = tokio::spawn(async move { body.frame().await.is_none() });
+    assert_eq!(w.stats().inflight, 1);
+    assert!(!end.is_finished());
+    w.controls().set_hold_body_open(false);
+    assert!(tokio::time::timeout(TIMEOUT, end).await.unwrap().unwrap());
+    wait_until("request done", || async { w.stats().inflight == 0 }).await;
+    w.shutdown().await;
+}

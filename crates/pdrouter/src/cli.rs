@@ -10,8 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use pdrouter_policy::{CacheAwareConfig, PolicyKind};
 
 use crate::config::{
-    AdmissionSettings, BreakerConfig, Config, ConfigError, HealthConfig, Mode, RawAdmission,
-    RetryConfig, WorkerSpec, WorkerType, flag_range, parse_worker_url, range,
+    AdmissionSettings, BreakerConfig, Config, ConfigError, HealthConfig, Mode,
+    PREFILL_GRACE_AFTER_DECODE, RawAdmission, RetryConfig, WorkerSpec, WorkerType, flag_range,
+    parse_worker_url, range,
 };
 
 /// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
@@ -445,6 +446,7 @@ impl LaunchArgs {
             dp_aware: self.dp_aware,
             priority_scheduler: self.priority_scheduler_enabled,
             admission,
+            prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
         };
         config.validate()?;
         Ok(config)

@@ -397,7 +397,15 @@ pub struct Config {
     pub priority_scheduler: bool,
     /// Prefill admission, when enabled.
     pub admission: Option<AdmissionSettings>,
+    /// How long a Prefill leg still open after Decode delivered the whole answer may go on
+    /// (without its slot) before it is aborted.
+    pub prefill_grace_after_decode: Duration,
 }
+
+/// Default [`Config::prefill_grace_after_decode`]: a Prefill answer normally ends before
+/// Decode does, so a leg still open by then has a network hiccup or a stuck worker; a few
+/// seconds let the first end cleanly (keeping its pooled connection) and bound the second.
+pub const PREFILL_GRACE_AFTER_DECODE: Duration = Duration::from_secs(5);
 
 /// Admission flags as given, before validation.
 #[derive(Debug, Clone, Copy, Default)]
@@ -595,6 +603,7 @@ impl Config {
             dp_aware: false,
             priority_scheduler: false,
             admission: None,
+            prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
         }
     }
 }

@@ -76,6 +76,34 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Label: how a Prefill leg that outlived Decode ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `drained`, `failed` or `aborted`.
+    pub outcome: String,
+}
+
+/// How a Prefill leg still open when Decode had delivered the whole answer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterDecode {
+    /// Its body ended within the grace.
+    Drained,
+    /// It failed (broke, errored or timed out) within the grace.
+    Failed,
+    /// The grace ran out and the router dropped it.
+    Aborted,
+}
+
+impl AfterDecode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Drained => "drained",
+            Self::Failed => "failed",
+            Self::Aborted => "aborted",
+        }
+    }
+}
+
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The `method` label: a method some route serves (`HEAD` with `GET`), else `other`. Any token
@@ -117,6 +145,7 @@ pub struct Metrics {
     worker_retries: Family<EndpointLabel, Counter>,
     pd_ttft: Histogram,
     pd_prefill_duration: Histogram,
+    pd_prefill_after_decode: Family<OutcomeLabel, Counter>,
     admission_inflight: Family<WorkerLabel, Gauge>,
     admission_queued: Gauge,
     admission_wait: Histogram,
@@ -140,6 +169,7 @@ impl Metrics {
             worker_retries: Family::default(),
             pd_ttft: latency_histogram(),
             pd_prefill_duration: latency_histogram(),
+            pd_prefill_after_decode: Family::default(),
             admission_inflight: Family::default(),
             admission_queued: Gauge::default(),
             admission_wait: latency_histogram(),
@@ -206,6 +236,12 @@ impl Metrics {
             "smg_pd_prefill_duration_seconds",
             "PD Prefill leg time, from send to end of body",
             m.pd_prefill_duration.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_after_decode",
+            "PD Prefill legs still open when Decode had delivered the whole answer (their slot \
+             freed then), by how they ended: drained, failed, or aborted after the grace",
+            m.pd_prefill_after_decode.clone(),
         );
         registry.register(
             "smg_pd_prefill_admission_inflight",
@@ -301,6 +337,15 @@ impl Metrics {
     /// PD Prefill leg duration.
     pub fn prefill_duration(&self, d: Duration) {
         self.pd_prefill_duration.observe(d.as_secs_f64());
+    }
+
+    /// A Prefill leg that outlived Decode ended.
+    pub fn prefill_after_decode(&self, outcome: AfterDecode) {
+        self.pd_prefill_after_decode
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.as_str().to_string(),
+            })
+            .inc();
     }
 
     fn label(w: &Worker) -> WorkerLabel {

@@ -44,7 +44,14 @@ impl Dispatcher {
         self.registry.record_outcome(&worker, worker_ok(&outcome));
         let resp = outcome?;
         let (parts, body) = resp.into_parts();
-        let relay = RelayBody::new(body, None, None, req.stream, load, None);
+        let relay = RelayBody::new(
+            Some(body),
+            std::collections::VecDeque::new(),
+            None,
+            req.stream,
+            load,
+            None,
+        );
         Ok(relay_response(parts, Body::new(relay)))
     }
 }

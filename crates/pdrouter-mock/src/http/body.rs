@@ -78,6 +78,52 @@ pub(crate) fn error(status: StatusCode, message: &str, guard: Option<InflightGua
     )
 }
 
+/// A body that relays `inner` and then, instead of ending, waits for `release`.
+struct HeldOpen {
+    inner: Body,
+    release: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+}
+
+impl http_body::Body for HeldOpen {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        if let Some(frame) = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            return Poll::Ready(Some(frame));
+        }
+        if let Some(release) = this.release.as_mut() {
+            std::task::ready!(release.as_mut().poll(cx));
+            this.release = None;
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.release.is_none() && self.inner.is_end_stream()
+    }
+
+    // The default (unknown) size: the answer goes out chunked, so the client cannot tell it
+    // is complete until the final chunk, which waits for `release`.
+}
+
+/// `resp` with its body kept open after its content until `release` resolves.
+pub(crate) fn held_open(
+    resp: Response,
+    release: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Response {
+    resp.map(|inner| {
+        Body::new(HeldOpen {
+            inner,
+            release: Some(Box::pin(release)),
+        })
+    })
+}
+
 /// A 200 server-sent-events response streamed from `stream`.
 pub(crate) fn sse_stream<S>(stream: S) -> Response
 where

@@ -139,6 +139,7 @@ struct ControlUpdate {
     garbage: Option<bool>,
     hang: Option<bool>,
     release_hung: Option<usize>,
+    hold_body_open: Option<bool>,
     #[serde(default)]
     reset_max_inflight: bool,
 }
@@ -183,6 +184,9 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
     if let Some(n) = update.release_hung {
         c.release_hung(n);
     }
+    if let Some(h) = update.hold_body_open {
+        c.set_hold_body_open(h);
+    }
     if update.reset_max_inflight {
         c.reset_max_inflight();
         if let Some(engine) = &s.engine {
@@ -198,6 +202,7 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
         "garbage": c.garbage(),
         "hang": c.hang(),
         "hung": c.hung(),
+        "hold_body_open": c.hold_body_open(),
     }))
 }
 
@@ -285,7 +290,7 @@ async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
     } else {
         controls.token_interval()
     };
-    if plan.stream {
+    let answer = if plan.stream {
         sleep(delay).await;
         if s.role == Role::Prefill {
             body::full(StatusCode::OK, SSE, plan.single_chunk_sse(), Some(guard))
@@ -296,6 +301,11 @@ async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
         let gaps = plan.tokens.saturating_sub(1);
         sleep(delay.saturating_add(interval.saturating_mul(gaps))).await;
         body::full(StatusCode::OK, JSON, plan.full_body(), Some(guard))
+    };
+    if controls.hold_body_open() {
+        body::held_open(answer, controls.body_released())
+    } else {
+        answer
     }
 }
 

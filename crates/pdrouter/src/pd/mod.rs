@@ -6,55 +6,81 @@
 //!    waiting or rejected request never inflates Decode load.
 //! 3. Both legs are sent at once. The Prefill leg runs as its own task ([`PrefillLeg`]) that
 //!    drains the Prefill body concurrently with Decode and drops the admission permit and the
-//!    Prefill load at Prefill end-of-body, error or cancellation — never later, whatever the
-//!    Decode leg is doing.
-//! 4. The client's response head is sent once Decode answered and either Prefill finished or
-//!    (streaming only) Decode produced its first frame; a Prefill failure before that is
-//!    answered with its real status, after it as an SSE error event. A client disconnect
-//!    aborts both legs.
+//!    Prefill load at Prefill end-of-body, error or cancellation — or as soon as Decode has
+//!    delivered its whole answer and the Prefill worker has answered, whichever comes first:
+//!    by then the KV has moved. A Prefill body still open at that point gets
+//!    [`Config::prefill_grace_after_decode`] to end on its own, without the slot, and is
+//!    aborted after it (counted either way). A Prefill worker that has not answered at all
+//!    keeps the slot: it may still be computing.
+//! 4. The client's response head is sent once Decode answered and either the Prefill phase
+//!    is over as above or (streaming only) Decode produced its first frame; a Prefill failure
+//!    before that is answered with its real status, after it as an SSE error event. A client
+//!    disconnect aborts both legs.
+//!
+//! [`Config::prefill_grace_after_decode`]: crate::config::Config::prefill_grace_after_decode
 
 pub mod bootstrap;
 
+use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::response::Response;
+use bytes::Bytes;
+use http_body::Frame;
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::WorkerType;
 use crate::dispatch::{Dispatcher, RequestCtx, exchange, relay_response, worker_ok};
 use crate::error::{ApiError, Leg};
+use crate::metrics::{AfterDecode, Metrics};
 use crate::proxy::relay::{FirstByte, RelayBody};
-use crate::registry::LoadGuard;
+use crate::registry::{LoadGuard, Worker};
 use crate::request::ParsedRequest;
 use crate::select::{Candidates, Wanted};
 
-/// The Prefill leg running in its own task. Dropping it before it finished (and without
-/// [`PrefillLeg::detach`]) aborts the task, which releases the slot and load it holds.
+/// The Prefill leg running in its own task, seen from the request.
+///
+/// Its outcome arrives when the Prefill phase is over for the request: the Prefill body ended,
+/// the leg failed, or — after [`PrefillLeg::decode_done`] — the Prefill worker has answered.
+/// Dropping the leg before that aborts the task, which releases the slot and load it holds;
+/// after it the task holds nothing and ends on its own within the grace.
 #[derive(Debug)]
 pub struct PrefillLeg {
-    handle: Option<JoinHandle<Result<(), ApiError>>>,
+    handle: Option<JoinHandle<()>>,
+    outcome: Option<oneshot::Receiver<Result<(), ApiError>>>,
+    decode_done: Option<oneshot::Sender<()>>,
 }
 
 impl PrefillLeg {
-    /// Polls for the leg's outcome.
+    /// Polls for the outcome of the Prefill phase.
     pub fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ApiError>> {
-        let Some(h) = self.handle.as_mut() else {
+        let Some(rx) = self.outcome.as_mut() else {
             return Poll::Ready(Ok(()));
         };
-        let out = std::task::ready!(std::pin::Pin::new(h).poll(cx));
+        let out = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
+        self.outcome = None;
         self.handle = None;
-        Poll::Ready(match out {
-            Ok(r) => r,
-            Err(e) => Err(ApiError::internal(format!("prefill task failed: {e}"))),
-        })
+        Poll::Ready(out.unwrap_or_else(|_| Err(ApiError::internal("prefill task ended early"))))
     }
 
-    /// Lets the leg run to its end on its own.
-    pub fn detach(mut self) {
+    /// Tells the leg that Decode has delivered its whole answer: the KV has moved, so once the
+    /// Prefill worker has answered (at once, if it has), the leg releases its slot and load
+    /// and reports success.
+    pub fn decode_done(&mut self) {
+        if let Some(tx) = self.decode_done.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// [`PrefillLeg::decode_done`], then lets the task finish on its own.
+    pub fn decode_finished(mut self) {
+        self.decode_done();
         self.handle = None;
     }
 }
@@ -63,6 +89,83 @@ impl Drop for PrefillLeg {
     fn drop(&mut self) {
         if let Some(h) = self.handle.take() {
             h.abort();
+        }
+    }
+}
+
+/// What the Prefill leg task holds until the Prefill phase is over for the request.
+struct PrefillHolds {
+    _permit: Option<pdrouter_admission::Permit>,
+    _load: LoadGuard,
+}
+
+/// The Prefill leg task's side of [`PrefillLeg`].
+struct LegSignals {
+    decode_done: oneshot::Receiver<()>,
+    outcome: oneshot::Sender<Result<(), ApiError>>,
+}
+
+/// Runs the Prefill leg: `send` gets the response head, then its body is drained, all before
+/// `deadline`. The holds are dropped and the outcome reported when the body ends or the leg
+/// fails — or, once the worker has answered, when Decode is done (the KV has moved); the rest
+/// of the body then gets `grace` to end before it is dropped, which aborts the request.
+/// Returns the leg's own result, `None` when it was aborted that way.
+async fn run_prefill_leg(
+    send: impl Future<Output = Result<http::Response<Incoming>, ApiError>>,
+    url: &str,
+    deadline: Instant,
+    holds: PrefillHolds,
+    signals: LegSignals,
+    grace: std::time::Duration,
+    metrics: &Metrics,
+) -> Option<Result<(), ApiError>> {
+    let LegSignals {
+        mut decode_done,
+        outcome,
+    } = signals;
+    let timed_out = || ApiError::upstream_timeout(Leg::Prefill, url);
+    let head = tokio::time::timeout_at(deadline, send)
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+    let mut body = match head {
+        Ok(resp) => resp.into_body(),
+        Err(e) => {
+            drop(holds);
+            let _ = outcome.send(Err(e.clone()));
+            return Some(Err(e));
+        }
+    };
+    let drain = async {
+        while let Some(frame) = body.frame().await {
+            frame.map_err(|_| ApiError::upstream_broken(Leg::Prefill, url))?;
+        }
+        Ok(())
+    };
+    let drain = async {
+        tokio::time::timeout_at(deadline, drain)
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
+    };
+    tokio::pin!(drain);
+    tokio::select! {
+        // Decode first: a leg that outlived Decode is counted however soon it ends.
+        biased;
+        // A dropped sender (the request is being torn down) disables this branch.
+        Ok(()) = &mut decode_done => {
+            drop(holds);
+            let _ = outcome.send(Ok(()));
+            let r = tokio::time::timeout(grace, &mut drain).await.ok();
+            metrics.prefill_after_decode(match &r {
+                Some(Ok(())) => AfterDecode::Drained,
+                Some(Err(_)) => AfterDecode::Failed,
+                None => AfterDecode::Aborted,
+            });
+            r
+        }
+        r = &mut drain => {
+            drop(holds);
+            let _ = outcome.send(r.clone());
+            Some(r)
         }
     }
 }
@@ -148,44 +251,56 @@ impl Dispatcher {
         let (prefill_body, decode_body) = bootstrap::bodies(req, &prefill, &decode);
         let path = req.endpoint.path();
         let timeout = self.cfg.request_timeout;
+        let (decode_done, decode_done_rx) = oneshot::channel();
+        let (outcome_tx, outcome) = oneshot::channel();
         let leg_task = {
             let client = self.client.clone();
             let registry = self.registry.clone();
             let metrics = self.metrics.clone();
             let worker = prefill.clone();
             let request_id = ctx.request_id.clone();
+            let grace = self.cfg.prefill_grace_after_decode;
             async move {
                 let started = Instant::now();
-                let url = worker.url().to_string();
-                let result = tokio::time::timeout(timeout, async {
-                    let resp = exchange(
-                        &client,
-                        &worker,
-                        Leg::Prefill,
-                        path,
-                        prefill_body,
-                        &request_id,
-                        timeout,
-                    )
-                    .await?;
-                    let mut body = resp.into_body();
-                    while let Some(frame) = body.frame().await {
-                        frame.map_err(|_| ApiError::upstream_broken(Leg::Prefill, &url))?;
-                    }
-                    Ok(())
-                })
-                .await
-                .unwrap_or_else(|_| Err(ApiError::upstream_timeout(Leg::Prefill, &url)));
-                // Release point: end of Prefill body, or its failure.
-                drop(permit);
-                drop(prefill_load);
-                metrics.prefill_duration(started.elapsed());
-                registry.record_outcome(&worker, worker_ok(&result));
-                result
+                let send = exchange(
+                    &client,
+                    &worker,
+                    Leg::Prefill,
+                    path,
+                    prefill_body,
+                    &request_id,
+                    timeout,
+                );
+                let holds = PrefillHolds {
+                    _permit: permit,
+                    _load: prefill_load,
+                };
+                let signals = LegSignals {
+                    decode_done: decode_done_rx,
+                    outcome: outcome_tx,
+                };
+                let ended = run_prefill_leg(
+                    send,
+                    worker.url(),
+                    started + timeout,
+                    holds,
+                    signals,
+                    grace,
+                    &metrics,
+                )
+                .await;
+                // Not charged when aborted after Decode was done: the worker had answered
+                // and the KV had moved.
+                if let Some(result) = ended {
+                    metrics.prefill_duration(started.elapsed());
+                    registry.record_outcome(&worker, worker_ok(&result));
+                }
             }
         };
         let mut leg = PrefillLeg {
             handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
+            outcome: Some(outcome),
+            decode_done: Some(decode_done),
         };
 
         let decode_head = exchange(
@@ -211,35 +326,25 @@ impl Dispatcher {
         self.registry.record_outcome(&decode, worker_ok(&head));
         let resp = head?;
         let (parts, mut body) = resp.into_parts();
-        let first = if prefill_done {
-            None
-        } else {
-            let wait_first = async {
-                tokio::select! {
-                    outcome = poll_fn(|cx| leg.poll_outcome(cx)) => outcome.map(|()| None),
-                    frame = body.frame() => match frame {
-                        Some(Ok(f)) => Ok(Some(f)),
-                        Some(Err(_)) => Err(ApiError::upstream_broken(Leg::Decode, decode.url())),
-                        None => Ok(None),
-                    },
-                }
-            };
-            let first = match tokio::time::timeout(timeout, wait_first).await {
+        let mut read = VecDeque::new();
+        let mut decode_complete = false;
+        if !prefill_done {
+            let wait = prefill_or_decode(&mut leg, &mut body, &mut read, req.stream, &decode);
+            decode_complete = match tokio::time::timeout(timeout, wait).await {
                 Ok(r) => r?,
                 Err(_) => return Err(ApiError::upstream_timeout(Leg::Decode, decode.url())),
             };
-            // A non-streaming answer is one block that real engines can only finish after
-            // Prefill did, so waiting for Prefill costs nothing and lets a Prefill failure
-            // surface as its real status (and be retried) instead of racing a mock Decode.
-            if !req.stream {
-                poll_fn(|cx| leg.poll_outcome(cx)).await?;
-            }
-            first
+        }
+        let (inner, leg) = if decode_complete {
+            leg.decode_finished();
+            (None, None)
+        } else {
+            (Some(body), Some(leg))
         };
         let relay = RelayBody::new(
-            body,
-            first,
-            Some(leg),
+            inner,
+            read,
+            leg,
             req.stream,
             decode_load,
             Some(FirstByte {
@@ -248,5 +353,59 @@ impl Dispatcher {
             }),
         );
         Ok(relay_response(parts, Body::new(relay)))
+    }
+}
+
+/// Most Decode bytes a non-streaming request reads ahead while it waits for Prefill to end;
+/// past it, it waits for Prefill without reading on.
+const DECODE_READ_AHEAD: usize = 4 << 20;
+
+/// Waits, once Decode's response head is in, until the client's response can start. Returns
+/// whether Decode's whole answer is already in `read` (the Prefill leg was then told so).
+///
+/// Streaming: until the Prefill phase is over or Decode's first frame arrives. Non-streaming:
+/// until the Prefill phase is over, which includes "Decode has the whole answer and the
+/// Prefill worker has answered". A non-streaming answer is one block that real engines can
+/// only finish after Prefill did, so waiting for Prefill costs nothing and lets a Prefill
+/// failure surface as its real status (and be retried) — but once Decode has the whole
+/// answer, the KV has moved and a Prefill body that does not end must not hold it.
+async fn prefill_or_decode(
+    leg: &mut PrefillLeg,
+    body: &mut Incoming,
+    read: &mut VecDeque<Frame<Bytes>>,
+    stream: bool,
+    decode: &Worker,
+) -> Result<bool, ApiError> {
+    let mut read_bytes = 0;
+    let mut decode_complete = false;
+    loop {
+        tokio::select! {
+            biased;
+            outcome = poll_fn(|cx| leg.poll_outcome(cx)) => {
+                outcome?;
+                return Ok(decode_complete);
+            }
+            frame = body.frame(), if !decode_complete && read_bytes <= DECODE_READ_AHEAD => {
+                match frame {
+                    Some(Ok(f)) => {
+                        read_bytes += f.data_ref().map_or(0, Bytes::len);
+                        read.push_back(f);
+                        if stream {
+                            return Ok(false);
+                        }
+                    }
+                    Some(Err(_)) => {
+                        return Err(ApiError::upstream_broken(Leg::Decode, decode.url()));
+                    }
+                    None => {
+                        decode_complete = true;
+                        leg.decode_done();
+                        if stream {
+                            return Ok(true);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -3,9 +3,11 @@
 //! [`RelayBody`] forwards the worker's frames one by one (SSE chunks are never buffered) and
 //! owns the request's load guards, so load is released exactly when the body ends or the client
 //! goes away, not when the response head is sent. In PD mode it also watches the Prefill leg:
-//! a Prefill failure after the head was sent ends the stream with an SSE error event, and a
-//! client disconnect before the body finished cancels the Prefill leg too.
+//! a Prefill failure after the head was sent ends the stream with an SSE error event, a
+//! client disconnect before the body finished cancels the Prefill leg too, and the end of the
+//! Decode answer tells a Prefill leg still open that Decode is done (it frees its slot then).
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -35,7 +37,7 @@ pub struct FirstByte {
 /// Relayed worker body; see the module docs.
 #[derive(Debug)]
 pub struct RelayBody {
-    first: Option<Frame<Bytes>>,
+    read: VecDeque<Frame<Bytes>>,
     inner: Option<Incoming>,
     prefill: Option<PrefillLeg>,
     streaming: bool,
@@ -45,18 +47,19 @@ pub struct RelayBody {
 }
 
 impl RelayBody {
-    /// Wraps `inner`; `first` is a frame already read from it.
+    /// Relays `read` (frames already read from the worker's body), then the rest of `inner`
+    /// (`None` when the body was read to its end).
     pub fn new(
-        inner: Incoming,
-        first: Option<Frame<Bytes>>,
+        inner: Option<Incoming>,
+        read: VecDeque<Frame<Bytes>>,
         prefill: Option<PrefillLeg>,
         streaming: bool,
         load: LoadGuard,
         ttft: Option<FirstByte>,
     ) -> Self {
         Self {
-            first,
-            inner: Some(inner),
+            read,
+            inner,
             prefill,
             streaming,
             _load: load,
@@ -69,6 +72,16 @@ impl RelayBody {
         if let Some(t) = self.ttft.take() {
             t.metrics.ttft(t.started.elapsed());
         }
+    }
+
+    /// The worker's answer is complete: a Prefill leg still open is told that Decode is done.
+    fn complete(&mut self) -> Poll<Option<Result<Frame<Bytes>, RelayError>>> {
+        self.finished = true;
+        self.inner = None;
+        if let Some(p) = self.prefill.take() {
+            p.decode_finished();
+        }
+        Poll::Ready(None)
     }
 
     fn fail(&mut self, err: ApiError) -> Poll<Option<Result<Frame<Bytes>, RelayError>>> {
@@ -91,8 +104,10 @@ impl Body for RelayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        if let Some(f) = this.first.take() {
-            this.saw_data();
+        if let Some(f) = this.read.pop_front() {
+            if f.is_data() {
+                this.saw_data();
+            }
             return Poll::Ready(Some(Ok(f)));
         }
         if this.finished {
@@ -107,7 +122,7 @@ impl Body for RelayBody {
             }
         }
         let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(None);
+            return this.complete();
         };
         match ready!(Pin::new(inner).poll_frame(cx)) {
             Some(Ok(frame)) => {
@@ -123,21 +138,12 @@ impl Body for RelayBody {
                     "(stream)",
                 ))
             }
-            None => {
-                this.finished = true;
-                this.inner = None;
-                // The answer is complete: a Prefill leg still draining is left to finish on
-                // its own (its slot is released at its own end of body).
-                if let Some(p) = this.prefill.take() {
-                    p.detach();
-                }
-                Poll::Ready(None)
-            }
+            None => this.complete(),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finished && self.first.is_none()
+        self.finished && self.read.is_empty()
     }
 
     fn size_hint(&self) -> SizeHint {
