@@ -278,7 +278,17 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     };
 
     let (tx, rx) = watch::channel(false);
-    let server = tokio::spawn(crate::http::serve(listener, app(state.clone()), rx));
+    let limits = crate::http::ConnLimits {
+        header_timeout: cfg.client_header_timeout,
+        max_connections: cfg.max_connections,
+    };
+    let server = tokio::spawn(crate::http::serve(
+        listener,
+        app(state.clone()),
+        rx,
+        limits,
+        metrics.clone(),
+    ));
     tracing::info!(%addr, mode = ?cfg.mode, admission = cfg.admission.is_some(), "router listening");
     Ok(RouterHandle {
         addr,

@@ -10,9 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use pdrouter_policy::{CacheAwareConfig, PolicyKind};
 
 use crate::config::{
-    AdmissionSettings, BreakerConfig, Config, ConfigError, HealthConfig, Mode,
-    PREFILL_GRACE_AFTER_DECODE, RawAdmission, RetryConfig, WorkerSpec, WorkerType, flag_range,
-    parse_worker_url, range,
+    AdmissionSettings, BreakerConfig, Config, ConfigError, DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
+    DEFAULT_MAX_CONNECTIONS, HealthConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission,
+    RetryConfig, WorkerSpec, WorkerType, flag_range, parse_worker_url, range,
 };
 
 /// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
@@ -66,6 +66,15 @@ pub struct LaunchArgs {
     /// Time in-flight requests get to finish on SIGTERM/Ctrl-C, in seconds, 0-86400.
     #[arg(long, default_value_t = 180, help_heading = "Listener")]
     pub shutdown_grace_period_secs: u64,
+    /// Longest a client may take from the first byte of a request head to its end, in seconds
+    /// (1-3600); a stalled head gets 408 and its connection is closed. Idle keep-alive
+    /// connections are not affected.
+    #[arg(long, default_value_t = DEFAULT_CLIENT_HEADER_TIMEOUT_SECS, help_heading = "Listener")]
+    pub client_header_timeout_secs: u64,
+    /// Most client connections open at once (1-1048576); further connections wait in the
+    /// accept backlog until one closes.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, help_heading = "Listener")]
+    pub max_connections: usize,
     /// Require `Authorization: Bearer KEY` on inference and admin routes.
     #[arg(long, help_heading = "Listener")]
     pub api_key: Option<String>,
@@ -417,6 +426,8 @@ impl LaunchArgs {
             request_timeout: Duration::from_secs(self.request_timeout_secs),
             max_payload_size: self.max_payload_size,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_period_secs),
+            client_header_timeout: Duration::from_secs(self.client_header_timeout_secs),
+            max_connections: self.max_connections,
             retry: RetryConfig {
                 max_attempts: if self.disable_retries {
                     1
@@ -725,5 +736,24 @@ mod tests {
             let err = parse_with(flag, value).unwrap_err();
             assert!(err.starts_with(&format!("{flag} must be between")), "{err}");
         }
+    }
+
+    #[test]
+    fn connection_limits_parse_with_their_defaults() {
+        let w = ["--worker-urls", "http://x:1"];
+        let c = parse(&w).unwrap();
+        assert_eq!(c.client_header_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_connections, 32_768);
+        let c = parse(&[
+            w[0],
+            w[1],
+            "--client-header-timeout-secs",
+            "5",
+            "--max-connections",
+            "10",
+        ])
+        .unwrap();
+        assert_eq!(c.client_header_timeout, Duration::from_secs(5));
+        assert_eq!(c.max_connections, 10);
     }
 }

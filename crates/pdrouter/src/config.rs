@@ -170,6 +170,11 @@ pub mod range {
     /// `--health-check-interval-secs` (up to 1 day).
     pub const HEALTH_CHECK_INTERVAL_SECS: FlagRange =
         FlagRange::new("--health-check-interval-secs", 1.0, 86_400.0);
+    /// `--client-header-timeout-secs` (up to 1 hour).
+    pub const CLIENT_HEADER_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--client-header-timeout-secs", 1.0, 3_600.0);
+    /// `--max-connections` (up to Linux's default per-process descriptor ceiling, 2^20).
+    pub const MAX_CONNECTIONS: FlagRange = FlagRange::new("--max-connections", 1.0, 1_048_576.0);
     /// `--prometheus-port`.
     pub const PROMETHEUS_PORT: FlagRange = FlagRange::new("--prometheus-port", 0.0, 65_535.0);
 }
@@ -201,6 +206,8 @@ pub const FLAG_RANGES: &[FlagRange] = &[
     range::HEALTH_SUCCESS_THRESHOLD,
     range::HEALTH_CHECK_TIMEOUT_SECS,
     range::HEALTH_CHECK_INTERVAL_SECS,
+    range::CLIENT_HEADER_TIMEOUT_SECS,
+    range::MAX_CONNECTIONS,
     range::PROMETHEUS_PORT,
 ];
 
@@ -383,6 +390,10 @@ pub struct Config {
     pub max_payload_size: usize,
     /// In-flight requests get this long to finish on shutdown.
     pub shutdown_grace: Duration,
+    /// Longest a client may take from the first byte of a request head to its end.
+    pub client_header_timeout: Duration,
+    /// Most client connections open at once; further ones wait in the accept backlog.
+    pub max_connections: usize,
     /// Retry policy.
     pub retry: RetryConfig,
     /// Circuit breaker policy.
@@ -417,6 +428,15 @@ pub struct RawAdmission {
     /// `--prefill-queue-timeout-secs`, if given.
     pub queue_timeout_secs: Option<i64>,
 }
+
+/// Default `--client-header-timeout-secs`: API clients send a head in one write, so any
+/// value well above a network round trip is safe; 30 s tolerates very slow links while a
+/// connection that stalls mid-head is closed long before it matters.
+pub const DEFAULT_CLIENT_HEADER_TIMEOUT_SECS: u64 = 30;
+/// Default `--max-connections`: far above what admission queues normally hold (every waiter
+/// is a connection), yet bounded so a connection flood queues in the kernel's backlog instead
+/// of exhausting file descriptors and memory (an idle connection costs about 2 KB).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 32_768;
 
 /// Default queue depth when admission is on and `--prefill-queue-size` is absent.
 pub const DEFAULT_QUEUE_SIZE: usize = 100;
@@ -550,6 +570,8 @@ impl Config {
         range::HEALTH_SUCCESS_THRESHOLD.check(self.health.success_threshold)?;
         range::HEALTH_CHECK_TIMEOUT_SECS.check_duration(self.health.timeout, secs)?;
         range::HEALTH_CHECK_INTERVAL_SECS.check_duration(self.health.interval, secs)?;
+        range::CLIENT_HEADER_TIMEOUT_SECS.check_duration(self.client_header_timeout, secs)?;
+        range::MAX_CONNECTIONS.check(self.max_connections)?;
         if let Some((_, port)) = self.prometheus {
             range::PROMETHEUS_PORT.check(port)?;
         }
@@ -578,6 +600,8 @@ impl Config {
             request_timeout: Duration::from_secs(1800),
             max_payload_size: 512 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(180),
+            client_header_timeout: Duration::from_secs(DEFAULT_CLIENT_HEADER_TIMEOUT_SECS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             retry: RetryConfig {
                 max_attempts: 5,
                 initial_backoff: Duration::from_millis(50),

@@ -307,6 +307,18 @@ impl ApiError {
         }
     }
 
+    /// A client sent part of a request head and not the rest in time.
+    pub fn header_timeout(secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "client_header_timeout",
+            format!(
+                "the request head was not complete {secs}s after its first byte \
+                 (--client-header-timeout-secs); send the whole head at once"
+            ),
+        )
+    }
+
     /// The router is shutting down.
     pub fn shutting_down() -> Self {
         Self::new(
@@ -341,6 +353,24 @@ impl ApiError {
     /// The error as an SSE event, for failures after a stream has started.
     pub fn sse_event(&self) -> bytes::Bytes {
         bytes::Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", self.body_json()))
+    }
+
+    /// The error as a complete HTTP/1.1 response that closes the connection, for the
+    /// listener to write itself where no request reached the application (a head that never
+    /// completed).
+    pub fn http1_closing_response(&self) -> bytes::Bytes {
+        let body = serde_json::to_vec(&self.body_json()).unwrap_or_default();
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n{ERROR_CODE_HEADER}: {}\r\n\
+             connection: close\r\ncontent-length: {}\r\n\r\n",
+            self.status.as_u16(),
+            self.status.canonical_reason().unwrap_or("Error"),
+            self.code,
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&body);
+        out.into()
     }
 }
 
@@ -386,6 +416,23 @@ mod tests {
             ApiError::admission(Rejection::Unavailable, 1).status,
             StatusCode::SERVICE_UNAVAILABLE
         );
+    }
+
+    #[test]
+    fn a_closing_response_is_complete_http() {
+        let raw = ApiError::header_timeout(7).http1_closing_response();
+        let text = std::str::from_utf8(&raw).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("x-smg-error-code: client_header_timeout"));
+        assert!(head.contains("connection: close"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], "client_header_timeout");
+        assert!(v["error"]["message"].as_str().unwrap().contains("7s"));
     }
 
     #[test]

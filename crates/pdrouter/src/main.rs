@@ -39,10 +39,23 @@ fn raise_open_files_limit() -> Option<u64> {
     None
 }
 
-/// Warns when the open-file limit cannot hold a full admission queue (each waiter is a client
-/// connection) plus a margin for in-flight requests, upstream connections and listeners.
+/// Warns when the open-file limit cannot hold `--max-connections` client connections, or a
+/// full admission queue (each waiter is a client connection), plus a margin for upstream
+/// connections and listeners.
 fn check_open_files(limit: Option<u64>, config: &pdrouter::Config) {
     const MARGIN: u64 = 256;
+    if let Some(limit) = limit
+        && limit < config.max_connections as u64 + MARGIN
+    {
+        tracing::warn!(
+            open_files_limit = limit,
+            max_connections = config.max_connections,
+            "the open-file limit is below --max-connections plus a margin of {MARGIN}: past \
+             about {} connections, accepting fails (and is retried) instead of new connections \
+             waiting in the backlog; raise it (ulimit -n) or lower --max-connections",
+            limit.saturating_sub(MARGIN)
+        );
+    }
     if let (Some(limit), Some(admission)) = (limit, &config.admission) {
         let wanted = admission.queue_size as u64 + MARGIN;
         if limit < wanted {

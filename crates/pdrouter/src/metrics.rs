@@ -136,6 +136,7 @@ pub struct Metrics {
     http_requests: Family<RouteLabels, Counter>,
     http_duration: HistFamily<RouteLabels>,
     http_responses: Family<ResponseLabels, Counter>,
+    http_connections: Gauge,
     router_requests: Family<EndpointLabel, Counter>,
     router_errors: Family<ErrorLabels, Counter>,
     worker_active: Family<WorkerLabel, Gauge>,
@@ -160,6 +161,7 @@ impl Metrics {
             http_requests: Family::default(),
             http_duration: Family::new_with_constructor(latency_histogram),
             http_responses: Family::default(),
+            http_connections: Gauge::default(),
             router_requests: Family::default(),
             router_errors: Family::default(),
             worker_active: Family::default(),
@@ -191,6 +193,11 @@ impl Metrics {
             "smg_http_responses",
             "HTTP responses sent, by status and error code",
             m.http_responses.clone(),
+        );
+        registry.register(
+            "smg_http_connections_active",
+            "Client connections open on the router's listener (at most --max-connections)",
+            m.http_connections.clone(),
         );
         registry.register(
             "smg_router_requests",
@@ -299,6 +306,16 @@ impl Metrics {
                 error_code: code.unwrap_or("none").to_string(),
             })
             .inc();
+    }
+
+    /// A client connection was accepted.
+    pub fn connection_opened(&self) {
+        self.http_connections.inc();
+    }
+
+    /// A client connection closed.
+    pub fn connection_closed(&self) {
+        self.http_connections.dec();
     }
 
     /// One inference request routed.

@@ -5,12 +5,13 @@
 //! body (`{"error":{type,code,message,param}}`) and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
 //! stay open when `--api-key` is set; inference and admin routes require it.
 
+mod conn;
 mod handlers;
 mod middleware;
 mod serve;
 mod workers;
 
-pub use serve::serve;
+pub use serve::{ConnLimits, serve};
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

@@ -5,7 +5,13 @@
 //! connection — and an admission queue exists to hold many open connections. Here the router
 //! is built once and each connection gets a cheap clone. Graceful shutdown: stop accepting,
 //! tell every connection to finish its current request and close, then wait for them.
+//!
+//! Limits: at most `max_connections` connections are open at once — at the cap the loop stops
+//! accepting, so new connections wait in the kernel's accept backlog until one closes — and
+//! every request head must be complete within `header_timeout` of its first byte (see
+//! [`super::conn`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -15,14 +21,36 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+
+use super::conn::{ConnState, HeadDeadlineIo, HeadPolicy, OpenConnection, Tracked};
+use crate::metrics::Metrics;
+
+/// Per-listener limits on client connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Longest from a request head's first byte to its end.
+    pub header_timeout: Duration,
+    /// Most connections open at once.
+    pub max_connections: usize,
+}
 
 /// Serves `app` on `listener` until `stop` turns true, then drains open connections (the
 /// caller bounds how long that may take).
-pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+    limits: ConnLimits,
+    metrics: Arc<Metrics>,
+) {
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder.keep_alive(true);
+    let head = Arc::new(HeadPolicy::new(limits.header_timeout));
+    let room = Arc::new(Semaphore::new(
+        limits.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
     let stopped = async move {
         loop {
             let stop_now = *stop.borrow_and_update();
@@ -33,15 +61,29 @@ pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver
     };
     tokio::pin!(stopped);
     loop {
+        // At the cap, do not accept: the kernel keeps new connections in its backlog.
+        let permit = tokio::select! {
+            permit = room.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut stopped => break,
+        };
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    let service = TowerToHyperService::new(app.clone());
-                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                    let open = OpenConnection::new(permit, metrics.clone());
+                    let state = Arc::new(ConnState::default());
+                    let io = TokioIo::new(HeadDeadlineIo::new(stream, state.clone(), head.clone()));
+                    let service = Tracked::new(TowerToHyperService::new(app.clone()), state);
+                    let conn = graceful.watch(builder.serve_connection(io, service));
                     // `map`, not an `async` block: a block would keep the moved-from connection
                     // beside the one it awaits, doubling the task (800 bytes per connection).
-                    tokio::spawn(conn.map(log_end));
+                    tokio::spawn(conn.map(move |ended| {
+                        drop(open);
+                        log_end(ended);
+                    }));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
