@@ -47,6 +47,8 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder.keep_alive(true);
+    // The head deadline is `conn`'s: hyper's would also cut idle keep-alive connections.
+    builder.header_read_timeout(None);
     let head = Arc::new(HeadPolicy::new(limits.header_timeout));
     let room = Arc::new(Semaphore::new(
         limits.max_connections.min(Semaphore::MAX_PERMITS),
