@@ -72,9 +72,10 @@ pub struct LaunchArgs {
     #[arg(long, default_value_t = DEFAULT_CLIENT_HEADER_TIMEOUT_SECS, help_heading = "Listener")]
     pub client_header_timeout_secs: u64,
     /// Most client connections open at once (1-1048576); further connections wait in the
-    /// accept backlog until one closes.
-    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, help_heading = "Listener")]
-    pub max_connections: usize,
+    /// accept backlog until one closes [default: 32768, or the open-file limit minus 256 when
+    /// that is lower].
+    #[arg(long, help_heading = "Listener")]
+    pub max_connections: Option<usize>,
     /// Require `Authorization: Bearer KEY` on inference and admin routes.
     #[arg(long, help_heading = "Listener")]
     pub api_key: Option<String>,
@@ -427,7 +428,7 @@ impl LaunchArgs {
             max_payload_size: self.max_payload_size,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_period_secs),
             client_header_timeout: Duration::from_secs(self.client_header_timeout_secs),
-            max_connections: self.max_connections,
+            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             retry: RetryConfig {
                 max_attempts: if self.disable_retries {
                     1

@@ -39,25 +39,47 @@ fn raise_open_files_limit() -> Option<u64> {
     None
 }
 
-/// Warns when the open-file limit cannot hold `--max-connections` client connections, or a
-/// full admission queue (each waiter is a client connection), plus a margin for upstream
-/// connections and listeners.
-fn check_open_files(limit: Option<u64>, config: &pdrouter::Config) {
-    const MARGIN: u64 = 256;
-    if let Some(limit) = limit
-        && limit < config.max_connections as u64 + MARGIN
-    {
+/// Descriptors kept free of client connections: upstream connections, listeners, files.
+const OPEN_FILES_MARGIN: u64 = 256;
+
+/// Without `--max-connections`, lowers the default cap to what the open-file limit can hold,
+/// so a flood of clients waits in the accept backlog instead of failing accepts (and starving
+/// upstream connections) with "too many open files". Warns when an explicit cap cannot be
+/// reached.
+fn fit_connections_to_open_files(
+    limit: Option<u64>,
+    config: &mut pdrouter::Config,
+    explicit: bool,
+) {
+    let Some(limit) = limit else { return };
+    let room = limit.saturating_sub(OPEN_FILES_MARGIN).max(1);
+    if config.max_connections as u64 <= room {
+        return;
+    }
+    if explicit {
         tracing::warn!(
             open_files_limit = limit,
             max_connections = config.max_connections,
-            "the open-file limit is below --max-connections plus a margin of {MARGIN}: past \
-             about {} connections, accepting fails (and is retried) instead of new connections \
-             waiting in the backlog; raise it (ulimit -n) or lower --max-connections",
-            limit.saturating_sub(MARGIN)
+            "--max-connections is above what the open-file limit holds: past about {room} \
+             connections, accepting fails (and is retried) instead of new connections waiting \
+             in the backlog; raise the limit (ulimit -n) or lower --max-connections"
+        );
+    } else {
+        config.max_connections = room as usize;
+        // The documented default, so only at debug.
+        tracing::debug!(
+            open_files_limit = limit,
+            max_connections = room,
+            "default connection cap lowered to fit the open-file limit"
         );
     }
+}
+
+/// Warns when the open-file limit cannot hold a full admission queue (each waiter is a client
+/// connection) plus a margin for in-flight requests, upstream connections and listeners.
+fn check_open_files(limit: Option<u64>, config: &pdrouter::Config) {
     if let (Some(limit), Some(admission)) = (limit, &config.admission) {
-        let wanted = admission.queue_size as u64 + MARGIN;
+        let wanted = admission.queue_size as u64 + OPEN_FILES_MARGIN;
         if limit < wanted {
             tracing::warn!(
                 open_files_limit = limit,
@@ -104,7 +126,8 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Launch(args) => {
             let (level, json) = (args.log_level.clone(), args.log_json);
-            let config = match args.into_config() {
+            let explicit_max_connections = args.max_connections.is_some();
+            let mut config = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -112,6 +135,7 @@ fn main() -> std::process::ExitCode {
                 }
             };
             init_logging(&level, json);
+            fit_connections_to_open_files(open_files, &mut config, explicit_max_connections);
             check_open_files(open_files, &config);
             runtime.block_on(async move {
                 match pdrouter::start(config).await {
@@ -142,5 +166,35 @@ fn main() -> std::process::ExitCode {
                 }
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max_connections: usize) -> pdrouter::Config {
+        let mut c = pdrouter::Config::with_workers(pdrouter::config::Mode::Regular, vec![]);
+        c.max_connections = max_connections;
+        c
+    }
+
+    #[test]
+    fn the_default_connection_cap_fits_the_open_file_limit() {
+        let mut c = config(32_768);
+        fit_connections_to_open_files(Some(20_000), &mut c, false);
+        assert_eq!(c.max_connections, 20_000 - 256);
+        let mut c = config(32_768);
+        fit_connections_to_open_files(Some(100), &mut c, false);
+        assert_eq!(c.max_connections, 1);
+        // An explicit cap is kept (and warned about); one that fits is left alone.
+        let mut c = config(50_000);
+        fit_connections_to_open_files(Some(20_000), &mut c, true);
+        assert_eq!(c.max_connections, 50_000);
+        let mut c = config(1_000);
+        fit_connections_to_open_files(Some(20_000), &mut c, false);
+        assert_eq!(c.max_connections, 1_000);
+        fit_connections_to_open_files(None, &mut c, false);
+        assert_eq!(c.max_connections, 1_000);
     }
 }
