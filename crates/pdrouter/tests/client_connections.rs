@@ -72,8 +72,10 @@ async fn a_stalled_head_gets_408_and_idle_connections_stay_open() {
     let mut used = connect(r.addr()).await;
     assert_eq!(health_on(&mut used).await, 200);
 
-    // Half a head, then silence.
+    // After a first request on the same connection (so the clock restarts per head): half a
+    // head, then silence.
     let mut stalled = connect(r.addr()).await;
+    assert_eq!(health_on(&mut stalled).await, 200);
     let began = tokio::time::Instant::now();
     stalled
         .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: router\r\n")
