@@ -208,6 +208,12 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         WorkerStatus::Ready
     };
     for spec in &cfg.workers {
+        // `--api-key` is also the key the router presents to its startup workers (unless one
+        // has its own), on inference legs, health probes and information calls alike.
+        let spec = &WorkerSpec {
+            api_key: spec.api_key.clone().or_else(|| cfg.api_key.clone()),
+            ..spec.clone()
+        };
         let dp = if cfg.dp_aware {
             discover_dp_size(&client, spec, cfg.health.timeout).await
         } else {

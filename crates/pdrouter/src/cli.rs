@@ -394,6 +394,13 @@ impl LaunchArgs {
         if self.api_key.as_deref() == Some("") {
             return Err(ConfigError("--api-key must not be empty".into()));
         }
+        if let Some(key) = &self.api_key
+            && crate::proxy::forward::bearer(key).is_none()
+        {
+            return Err(ConfigError(
+                "--api-key must be usable in an HTTP header: visible ASCII and spaces".into(),
+            ));
+        }
         // Not kept in the configuration (failures count consecutively), but checked like
         // every numeric flag.
         range::CB_WINDOW_SECS.check(self.cb_window_duration_secs)?;

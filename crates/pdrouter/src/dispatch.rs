@@ -19,6 +19,7 @@ use crate::config::{Config, Mode};
 use crate::error::{ApiError, Leg};
 use crate::metrics::Metrics;
 use crate::proxy::client::{UpstreamClient, UpstreamError, json_post};
+use crate::proxy::forward::Forwarded;
 use crate::proxy::retry::backoff;
 use crate::registry::{Registry, Worker};
 use crate::request::ParsedRequest;
@@ -33,6 +34,8 @@ pub struct RequestCtx {
     pub target: Option<usize>,
     /// `X-SMG-Routing-Key`.
     pub routing_key: Option<Arc<str>>,
+    /// Client headers passed on to workers (trace context, client credential).
+    pub forwarded: Option<Arc<Forwarded>>,
     /// When the request arrived.
     pub started: Instant,
 }
@@ -110,8 +113,8 @@ impl Dispatcher {
     }
 }
 
-/// One upstream exchange: POSTs `body` to `path` on `worker` and returns its 2xx response
-/// head. A transport failure or an error status becomes `leg`'s client error, with a bounded
+/// One upstream exchange: POSTs `body` to `path` on `worker`, with the worker's credential and
+/// the headers the client passes on (see [`Forwarded`]), and returns its 2xx response head. A transport failure or an error status becomes `leg`'s client error, with a bounded
 /// prefix of the worker's error body as the message. Charging the breaker is the caller's,
 /// because a Prefill leg only knows its outcome once its body has been drained.
 pub(crate) async fn exchange(
@@ -120,10 +123,19 @@ pub(crate) async fn exchange(
     leg: Leg,
     path: &str,
     body: Bytes,
-    request_id: &str,
+    ctx: &RequestCtx,
     timeout: std::time::Duration,
 ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
-    let req = json_post(worker.base_url(), path, body, worker.api_key(), request_id);
+    let mut req = json_post(
+        worker.base_url(),
+        path,
+        body,
+        worker.api_key(),
+        &ctx.request_id,
+    );
+    if let Some(f) = &ctx.forwarded {
+        f.apply(&mut req, worker.api_key().is_some());
+    }
     let resp = client
         .send(req, timeout)
         .await

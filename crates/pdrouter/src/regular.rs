@@ -37,7 +37,7 @@ impl Dispatcher {
             Leg::Worker,
             req.endpoint.path(),
             body,
-            &ctx.request_id,
+            ctx,
             self.cfg.request_timeout,
         )
         .await;

@@ -20,6 +20,7 @@ use super::middleware::RequestId;
 use crate::config::{Mode, WorkerType};
 use crate::dispatch::{RequestCtx, upstream_error};
 use crate::error::{ApiError, Leg};
+use crate::proxy::forward::Forwarded;
 use crate::registry::Worker;
 use crate::request::{Endpoint, parse};
 
@@ -154,6 +155,7 @@ fn request_ctx(state: &AppState, req: Request) -> Result<(RequestCtx, Body), Api
         request_id,
         target,
         routing_key,
+        forwarded: Forwarded::from_client(&parts.headers),
         started,
     };
     Ok((ctx, body))

@@ -15,6 +15,7 @@ use super::AppState;
 use super::handlers::read_body;
 use crate::config::{Mode, WorkerSpec, WorkerType, parse_worker_url};
 use crate::error::ApiError;
+use crate::proxy::forward::bearer;
 use crate::registry::{RegisterError, Worker, WorkerStatus};
 
 fn describe(w: &Worker) -> Value {
@@ -49,11 +50,15 @@ fn bootstrap_port_field(v: Option<&Value>, t: WorkerType) -> Result<Option<u16>,
     }
 }
 
-/// `api_key`: a non-empty string, or null.
+/// `api_key`: a non-empty string that can be sent as `Authorization: Bearer <key>`, or null.
 fn api_key_field(v: Option<&Value>) -> Result<Option<String>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(k)) if !k.is_empty() => Ok(Some(k.clone())),
+        Some(Value::String(k)) if !k.is_empty() && bearer(k).is_some() => Ok(Some(k.clone())),
+        Some(Value::String(k)) if !k.is_empty() => Err(ApiError::invalid_field(
+            "api_key",
+            "must be usable in an HTTP header: visible ASCII and spaces, no control characters",
+        )),
         Some(_) => Err(ApiError::invalid_field(
             "api_key",
             "must be a non-empty string or null",

@@ -153,7 +153,7 @@ impl Dispatcher {
             let registry = self.registry.clone();
             let metrics = self.metrics.clone();
             let worker = prefill.clone();
-            let request_id = ctx.request_id.clone();
+            let ctx = ctx.clone();
             async move {
                 let started = Instant::now();
                 let url = worker.url().to_string();
@@ -164,7 +164,7 @@ impl Dispatcher {
                         Leg::Prefill,
                         path,
                         prefill_body,
-                        &request_id,
+                        &ctx,
                         timeout,
                     )
                     .await?;
@@ -194,7 +194,7 @@ impl Dispatcher {
             Leg::Decode,
             path,
             decode_body,
-            &ctx.request_id,
+            ctx,
             timeout,
         );
         tokio::pin!(decode_head);
