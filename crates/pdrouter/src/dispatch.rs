@@ -13,9 +13,10 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use pdrouter_admission::Admission;
 use pdrouter_policy::Policy;
+use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, WorkerType};
 use crate::error::{ApiError, Leg};
 use crate::metrics::Metrics;
 use crate::proxy::client::{UpstreamClient, UpstreamError, json_post};
@@ -63,11 +64,13 @@ impl Dispatcher {
         req: &mut ParsedRequest,
         ctx: &RequestCtx,
     ) -> Result<Response, ApiError> {
-        self.fill_model(req);
         let route = req.endpoint.path();
         self.metrics.routed(route);
         let mut attempt = 1;
         let result = loop {
+            if let Err(e) = self.check_model(req) {
+                break Err(e);
+            }
             let outcome = match self.cfg.mode {
                 Mode::PdHttp => self.pd_attempt(req, ctx).await,
                 // Boxed: regular requests never wait for admission, and inline their attempt
@@ -90,18 +93,26 @@ impl Dispatcher {
         result
     }
 
-    /// Canonical model: a request that names no model (absent, null or empty) is sent with the
-    /// model id the workers reported, so engines and their answers agree on one name. A model
-    /// the client did name is forwarded as is.
-    fn fill_model(&self, req: &mut ParsedRequest) {
-        if !req.model_named {
-            req.model_fill = self
-                .registry
-                .snapshot()
-                .all()
-                .iter()
-                .find_map(|w| w.model_id());
+    /// A named model must be served by a registered worker of every type the request needs
+    /// (a worker whose model is not known yet counts), or nothing is sent: 404. A type with
+    /// no worker at all is left to selection (503, like any request).
+    fn check_model(&self, req: &ParsedRequest) -> Result<(), ApiError> {
+        let Some(model) = req.model.as_deref() else {
+            return Ok(());
+        };
+        let types: &[WorkerType] = match self.cfg.mode {
+            Mode::PdHttp => &[WorkerType::Prefill, WorkerType::Decode],
+            Mode::Regular => &[WorkerType::Regular],
+        };
+        let snap = self.registry.snapshot();
+        let unserved = types.iter().any(|t| {
+            let ws = snap.of_type(*t);
+            !ws.is_empty() && !ws.iter().any(|w| w.serves(model))
+        });
+        if unserved {
+            return Err(ApiError::model_not_found(model));
         }
+        Ok(())
     }
 
     pub(crate) fn wanted(req: &ParsedRequest, ctx: &RequestCtx) -> Wanted {
@@ -109,7 +120,19 @@ impl Dispatcher {
             text: req.text.clone(),
             routing_key: ctx.routing_key.clone(),
             target: ctx.target,
+            model: req.model.clone(),
         }
+    }
+}
+
+/// The `model` the router adds to a body whose client named none: the model the chosen
+/// worker serves, so the engine and its answer agree on one name.
+pub(crate) fn model_fill(req: &ParsedRequest, worker: &Worker) -> Option<(&'static str, Value)> {
+    match &req.model {
+        Some(_) => None,
+        None => worker
+            .model()
+            .map(|m| ("model", Value::String(m.id.clone()))),
     }
 }
 

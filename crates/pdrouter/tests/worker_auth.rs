@@ -28,12 +28,10 @@ async fn workers(mode: Mode, key: Option<&str>) -> Vec<MockWorker> {
     }
 }
 
-/// A router over `ws`; with `ws` empty, one with no startup workers.
 fn config(mode: Mode, ws: &[MockWorker]) -> Config {
-    let of = |role| ws.iter().filter(|w| w.role() == role).collect::<Vec<_>>();
     match mode {
-        Mode::PdHttp => pd_config(&of(Role::Prefill), &of(Role::Decode)),
-        Mode::Regular => regular_config(&of(Role::Regular)),
+        Mode::PdHttp => pd_config(&[&ws[0]], &[&ws[1]]),
+        Mode::Regular => regular_config(&[&ws[0]]),
     }
 }
 
@@ -113,27 +111,27 @@ async fn the_router_key_reaches_startup_workers_with_the_trace_headers() {
     }
 }
 
-/// A worker registered with its own key gets that key, and only that key, whatever the client
-/// or the router's key say.
+/// A worker given its own key (here through `PUT /workers/{id}`) gets that key, and only
+/// that key, whatever the client or the router's key say.
 #[tokio::test]
 async fn a_workers_own_key_wins() {
     for mode in MODES {
         let ws = workers(mode, Some("k-worker")).await;
-        let mut cfg = config(mode, &[]);
+        let mut cfg = config(mode, &ws);
         cfg.api_key = Some("k-router".into());
         let r = router(cfg).await;
         let auth = [("authorization", "Bearer k-router")];
-        for w in &ws {
-            let worker_type = match w.role() {
-                Role::Regular => "regular",
-                role => role.as_str(),
-            };
-            let body = format!(
-                r#"{{"url":"{}","worker_type":"{worker_type}","api_key":"k-worker"}}"#,
-                w.url()
-            );
-            let reply = send(r.addr(), "POST", "/workers", body, &auth).await;
-            assert_eq!(reply.status, 202, "{}", reply.text());
+        let ids: Vec<String> = r
+            .registry()
+            .snapshot()
+            .all()
+            .iter()
+            .map(|w| w.id().to_string())
+            .collect();
+        for id in ids {
+            let path = format!("/workers/{id}");
+            let reply = send(r.addr(), "PUT", &path, r#"{"api_key":"k-worker"}"#, &auth).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
             assert!(!reply.text().contains("k-worker"));
         }
         let reply = send(r.addr(), "POST", "/v1/completions", COMPLETION, &auth).await;

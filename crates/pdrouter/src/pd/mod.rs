@@ -16,6 +16,7 @@
 pub mod bootstrap;
 
 use std::future::{Future, poll_fn};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -110,6 +111,11 @@ impl Dispatcher {
             WorkerType::Decode,
             Wanted {
                 target: None,
+                // Without a named model, Decode serves what the chosen Prefill serves.
+                model: req
+                    .model
+                    .clone()
+                    .or_else(|| prefill.model().map(|m| Arc::from(m.id.as_str()))),
                 ..Self::wanted(req, ctx)
             },
         )
