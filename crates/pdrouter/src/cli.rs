@@ -65,7 +65,8 @@ pub struct LaunchArgs {
     /// Time in-flight requests get to finish on SIGTERM/Ctrl-C, in seconds, 0-86400.
     #[arg(long, default_value_t = 180, help_heading = "Listener")]
     pub shutdown_grace_period_secs: u64,
-    /// Require `Authorization: Bearer KEY` on inference and admin routes.
+    /// Require `Authorization: Bearer KEY` on inference and admin routes; also the key sent
+    /// to the startup workers.
     #[arg(long, help_heading = "Listener")]
     pub api_key: Option<String>,
 
