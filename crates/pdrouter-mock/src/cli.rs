@@ -74,6 +74,10 @@ pub struct MockArgs {
     /// /room/{room}.
     #[arg(long)]
     pub grpc: bool,
+    /// Require `Authorization: Bearer KEY` on every route but /mock/* (401
+    /// without it).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -113,6 +117,7 @@ impl MockArgs {
                 bootstrap_port: self.bootstrap_port,
             }),
             grpc: self.grpc,
+            api_key: self.api_key.clone(),
         }
     }
 }

@@ -108,11 +108,14 @@ pub struct MockConfig {
     /// Speak SGLang's scheduler gRPC protocol instead of the HTTP API (see
     /// the crate docs, gRPC mode).
     pub grpc: bool,
+    /// Key every route but `/mock/*` requires as `Authorization: Bearer KEY` (401 without
+    /// it), like an engine started with `--api-key`; `None` leaves the routes open.
+    pub api_key: Option<String>,
 }
 
 impl MockConfig {
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
-    /// dp size 1, model `"mock-model"`, no engine mode, HTTP.
+    /// dp size 1, model `"mock-model"`, no engine mode, HTTP, no API key.
     pub fn new(role: Role) -> Self {
         MockConfig {
             host: "127.0.0.1".to_owned(),
@@ -126,6 +129,7 @@ impl MockConfig {
             model: "mock-model".to_owned(),
             engine: None,
             grpc: false,
+            api_key: None,
         }
     }
 }

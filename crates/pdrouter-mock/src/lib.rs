@@ -9,7 +9,8 @@
 //! * `POST /generate`, `POST /v1/chat/completions`, `POST /v1/completions`
 //!   and (minimally) `POST /v1/responses`, answered as JSON or, with
 //!   `"stream": true`, as server-sent events ending in `data: [DONE]`;
-//! * `GET /mock/stats` — the numbers of [`MockStats`] plus the role;
+//! * `GET /mock/stats` — the numbers of [`MockStats`] (with the last generation request's
+//!   body and headers) plus the role;
 //! * `POST /mock/controls` — change the runtime knobs of [`MockControls`] from
 //!   outside the process (body: any subset of `{"delay_ms", "fail_rate",
 //!   "healthy", "garbage", "hang", "release_hung", "hold_body_open",
@@ -28,6 +29,9 @@
 //! tokens, one per [`MockConfig::token_interval`]. `/get_server_info` then
 //! reports `max_running_requests` = `max_running`, and `/mock/stats` adds
 //! `engine_queue_len` and `max_engine_queue_wait_ms`.
+//!
+//! With [`MockConfig::api_key`] (`--api-key`) every route but `/mock/*` answers 401 unless
+//! the request carries exactly one `Authorization: Bearer KEY`.
 //!
 //! Generated text is made of the tokens `" tok0"`, `" tok1"`, … A worker of
 //! role [`Role::Prefill`] answers with the first token only, after the
@@ -75,5 +79,5 @@ pub use cli::{CliError, MockArgs, run_cli};
 pub use config::{MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
 pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;
-pub use state::{MockControls, MockStats};
+pub use state::{Headers, MockControls, MockStats};
 pub use worker::{MockWorker, PortReservation};

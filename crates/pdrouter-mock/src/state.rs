@@ -1,6 +1,6 @@
 //! Shared runtime state: knobs ([`MockControls`]) and counters ([`MockStats`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,7 +30,13 @@ pub struct MockStats {
     pub aborts_total: u64,
     /// Token ids of the last finished generation (gRPC mode).
     pub last_output_ids: Option<Vec<u32>>,
+    /// The headers of the last generation request (names lower-case, every value of a
+    /// repeated header in order; values that are not text are lossily decoded).
+    pub last_headers: Option<Headers>,
 }
+
+/// Request headers as recorded: name → values in the order received.
+pub type Headers = BTreeMap<String, Vec<String>>;
 
 /// Runtime knobs of a running worker, shared with its request handlers.
 ///
@@ -52,6 +58,7 @@ pub struct MockControls {
     last_request: Mutex<Option<Bytes>>,
     aborts_total: AtomicU64,
     last_output_ids: Mutex<Option<Vec<u32>>>,
+    last_headers: Mutex<Option<Headers>>,
 }
 
 /// The hang switch and the requests it holds, oldest first.
@@ -82,6 +89,7 @@ impl MockControls {
             last_request: Mutex::new(None),
             aborts_total: AtomicU64::new(0),
             last_output_ids: Mutex::new(None),
+            last_headers: Mutex::new(None),
         }
     }
 
@@ -242,6 +250,11 @@ impl MockControls {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            last_headers: self
+                .last_headers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -261,6 +274,17 @@ impl MockControls {
     /// Records the last valid JSON body (kept as bytes; parsed on demand).
     pub(crate) fn record_request(&self, body: Bytes) {
         *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(body);
+    }
+
+    /// Records the headers of a generation request.
+    pub(crate) fn record_headers(&self, headers: &axum::http::HeaderMap) {
+        let mut map = Headers::new();
+        for (name, value) in headers {
+            map.entry(name.as_str().to_owned())
+                .or_default()
+                .push(String::from_utf8_lossy(value.as_bytes()).into_owned());
+        }
+        *self.last_headers.lock().unwrap_or_else(|e| e.into_inner()) = Some(map);
     }
 
     /// Waits while the hang switch is on, until the hang is cleared or this
@@ -307,6 +331,7 @@ pub(crate) struct Shared {
     pub(crate) role: Role,
     pub(crate) model: String,
     pub(crate) dp_size: u32,
+    pub(crate) api_key: Option<String>,
     pub(crate) controls: MockControls,
     /// Bootstrap rooms whose prefill finished (filled by the engine-mode
     /// prefill and by every gRPC prefill).
@@ -322,6 +347,7 @@ impl Shared {
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
+            api_key: cfg.api_key.clone(),
             controls: MockControls::new(cfg),
             engine: cfg
                 .engine

@@ -30,10 +30,12 @@ async fn stats_count_only_generation_posts() {
     let s = w.stats();
     assert_eq!((s.requests_total, s.inflight, s.max_inflight), (0, 0, 0));
     assert_eq!(s.last_request, None);
+    assert_eq!(s.last_headers, None, "probes are not generation requests");
     let v = get(w.addr(), "/mock/stats").await.json();
     assert_eq!(
         v,
-        json!({"role": "decode", "requests_total": 0, "inflight": 0, "max_inflight": 0, "last_request": null})
+        json!({"role": "decode", "requests_total": 0, "inflight": 0, "max_inflight": 0,
+               "last_request": null, "last_headers": null})
     );
 
     post(

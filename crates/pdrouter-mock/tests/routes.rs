@@ -44,8 +44,8 @@ async fn info_routes_report_config() {
         assert_eq!(info.status, StatusCode::OK);
         assert_eq!(
             info.json(),
-            json!({"model_path": "my/model", "dp_size": 4, "disaggregation_mode": mode,
-                   "max_running_requests": 128, "version": "mock"})
+            json!({"model_path": "my/model", "served_model_name": "my/model", "dp_size": 4,
+                   "disaggregation_mode": mode, "max_running_requests": 128, "version": "mock"})
         );
         let mi = get(w.addr(), "/get_model_info").await.json();
         assert_eq!(
@@ -430,5 +430,77 @@ async fn malformed_json_is_400() {
     }
     let r = post_raw(w.addr(), "/v1/chat/completions", "{\"messages\": 3}").await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    w.shutdown().await;
+}
+
+/// Sends `GET`/`POST path` with `headers` on a fresh connection; returns status and body.
+async fn with_headers(
+    w: &MockWorker,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Value) {
+    use http_body_util::{BodyExt, Full};
+    let (mut sender, _task) = common::connect(w.addr()).await;
+    let mut req = hyper::Request::builder()
+        .method(if body.is_some() { "POST" } else { "GET" })
+        .uri(path)
+        .header("host", w.addr().to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Full::new(bytes::Bytes::from(body.unwrap_or("").to_owned())))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn an_api_key_guards_every_route_but_the_test_hooks() {
+    let mut cfg = MockConfig::new(Role::Regular);
+    cfg.api_key = Some("k1".into());
+    let w = MockWorker::start(cfg).await.unwrap();
+    let body = Some(r#"{"text":"hi"}"#);
+    for (path, body) in [("/health", None), ("/v1/models", None), ("/generate", body)] {
+        for headers in [
+            &[][..],
+            &[("authorization", "Bearer k2")][..],
+            &[
+                ("authorization", "Bearer k1"),
+                ("authorization", "Bearer k1"),
+            ][..],
+        ] {
+            let (status, _) = with_headers(&w, path, body, headers).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path} {headers:?}");
+        }
+        let (status, _) = with_headers(&w, path, body, &[("authorization", "Bearer k1")]).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    assert_eq!(get(w.addr(), "/mock/stats").await.status, StatusCode::OK);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn stats_show_the_last_generation_requests_headers() {
+    let w = worker(Role::Regular).await;
+    assert!(w.stats().last_headers.is_none());
+    let headers = [
+        ("traceparent", "00-a-b-01"),
+        ("x-multi", "1"),
+        ("x-multi", "2"),
+    ];
+    let (status, _) = with_headers(&w, "/generate", Some(r#"{"text":"hi"}"#), &headers).await;
+    assert_eq!(status, StatusCode::OK);
+    let seen = w.stats().last_headers.unwrap();
+    assert_eq!(seen["traceparent"], ["00-a-b-01"]);
+    assert_eq!(seen["x-multi"], ["1", "2"]);
+    let (_, stats) = with_headers(&w, "/mock/stats", None, &[]).await;
+    assert_eq!(stats["last_headers"]["x-multi"], json!(["1", "2"]));
     w.shutdown().await;
 }

@@ -18,7 +18,7 @@ use crate::http::{AppState, app};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::registry::health::HealthChecker;
-use crate::registry::{BreakerState, Event, Registry, WorkerStatus};
+use crate::registry::{BreakerState, Event, Registry, Worker, WorkerStatus};
 
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +135,20 @@ pub async fn discover_dp_size(
     v["dp_size"].as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
+/// Asks each worker which model it serves, all at once, for at most `timeout` (2 s at most).
+/// A worker that does not answer in time takes requests for any model until it is known.
+pub(crate) async fn learn_models(
+    client: &UpstreamClient,
+    workers: &[Arc<Worker>],
+    timeout: Duration,
+) {
+    let all = workers
+        .iter()
+        .map(|w| crate::registry::health::learn_model(client, w, timeout));
+    let bound = timeout.min(Duration::from_secs(2));
+    let _ = tokio::time::timeout(bound, futures_util::future::join_all(all)).await;
+}
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
@@ -207,6 +221,12 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         WorkerStatus::Ready
     };
     for spec in &cfg.workers {
+        // `--api-key` is also the key the router presents to its startup workers (unless one
+        // has its own), on inference legs, health probes and information calls alike.
+        let spec = &WorkerSpec {
+            api_key: spec.api_key.clone().or_else(|| cfg.api_key.clone()),
+            ..spec.clone()
+        };
         let dp = if cfg.dp_aware {
             discover_dp_size(&client, spec, cfg.health.timeout).await
         } else {
@@ -215,6 +235,11 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         registry
             .register(spec, dp, initial)
             .map_err(|e| StartError::Worker(e.to_string()))?;
+    }
+    if !cfg.health.enabled {
+        // The health checker learns each worker's model with its first good probe; without
+        // it, ask once now (bounded, like the first probe round below).
+        learn_models(&client, registry.snapshot().all(), cfg.health.timeout).await;
     }
     let health = cfg
         .health
@@ -379,6 +404,7 @@ mod tests {
                     text: Arc::from("hi"),
                     routing_key: None,
                     target: None,
+                    model: None,
                 },
             )
         };

@@ -76,7 +76,8 @@ pub struct LaunchArgs {
     /// that is lower].
     #[arg(long, help_heading = "Listener")]
     pub max_connections: Option<usize>,
-    /// Require `Authorization: Bearer KEY` on inference and admin routes.
+    /// Require `Authorization: Bearer KEY` on inference and admin routes; also the key sent
+    /// to the startup workers.
     #[arg(long, help_heading = "Listener")]
     pub api_key: Option<String>,
 
@@ -404,6 +405,13 @@ impl LaunchArgs {
         }
         if self.api_key.as_deref() == Some("") {
             return Err(ConfigError("--api-key must not be empty".into()));
+        }
+        if let Some(key) = &self.api_key
+            && crate::proxy::forward::bearer(key).is_none()
+        {
+            return Err(ConfigError(
+                "--api-key must be usable in an HTTP header: visible ASCII and spaces".into(),
+            ));
         }
         // Not kept in the configuration (failures count consecutively), but checked like
         // every numeric flag.

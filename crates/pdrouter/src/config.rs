@@ -382,7 +382,8 @@ pub struct Config {
     pub cache: CacheAwareConfig,
     /// How often cache_aware trees are trimmed.
     pub eviction_interval: Duration,
-    /// Required bearer key for inference and admin routes.
+    /// Required bearer key for inference and admin routes, and the key startup workers get
+    /// unless their spec has one.
     pub api_key: Option<String>,
     /// Longest a backend request may take to answer.
     pub request_timeout: Duration,

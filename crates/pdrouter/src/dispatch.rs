@@ -13,12 +13,14 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use pdrouter_admission::Admission;
 use pdrouter_policy::Policy;
+use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, WorkerType};
 use crate::error::{ApiError, Leg};
 use crate::metrics::Metrics;
 use crate::proxy::client::{UpstreamClient, UpstreamError, json_post};
+use crate::proxy::forward::Forwarded;
 use crate::proxy::retry::backoff;
 use crate::registry::{Registry, Worker};
 use crate::request::ParsedRequest;
@@ -33,6 +35,8 @@ pub struct RequestCtx {
     pub target: Option<usize>,
     /// `X-SMG-Routing-Key`.
     pub routing_key: Option<Arc<str>>,
+    /// Client headers passed on to workers (trace context, client credential).
+    pub forwarded: Option<Arc<Forwarded>>,
     /// When the request arrived.
     pub started: Instant,
 }
@@ -60,11 +64,13 @@ impl Dispatcher {
         req: &mut ParsedRequest,
         ctx: &RequestCtx,
     ) -> Result<Response, ApiError> {
-        self.fill_model(req);
         let route = req.endpoint.path();
         self.metrics.routed(route);
         let mut attempt = 1;
         let result = loop {
+            if let Err(e) = self.check_model(req) {
+                break Err(e);
+            }
             let outcome = match self.cfg.mode {
                 Mode::PdHttp => self.pd_attempt(req, ctx).await,
                 // Boxed: regular requests never wait for admission, and inline their attempt
@@ -87,18 +93,26 @@ impl Dispatcher {
         result
     }
 
-    /// Canonical model: a request that names no model (absent, null or empty) is sent with the
-    /// model id the workers reported, so engines and their answers agree on one name. A model
-    /// the client did name is forwarded as is.
-    fn fill_model(&self, req: &mut ParsedRequest) {
-        if !req.model_named {
-            req.model_fill = self
-                .registry
-                .snapshot()
-                .all()
-                .iter()
-                .find_map(|w| w.model_id());
+    /// A named model must be served by a registered worker of every type the request needs
+    /// (a worker whose model is not known yet counts), or nothing is sent: 404. A type with
+    /// no worker at all is left to selection (503, like any request).
+    fn check_model(&self, req: &ParsedRequest) -> Result<(), ApiError> {
+        let Some(model) = req.model.as_deref() else {
+            return Ok(());
+        };
+        let types: &[WorkerType] = match self.cfg.mode {
+            Mode::PdHttp => &[WorkerType::Prefill, WorkerType::Decode],
+            Mode::Regular => &[WorkerType::Regular],
+        };
+        let snap = self.registry.snapshot();
+        let unserved = types.iter().any(|t| {
+            let ws = snap.of_type(*t);
+            !ws.is_empty() && !ws.iter().any(|w| w.serves(model))
+        });
+        if unserved {
+            return Err(ApiError::model_not_found(model));
         }
+        Ok(())
     }
 
     pub(crate) fn wanted(req: &ParsedRequest, ctx: &RequestCtx) -> Wanted {
@@ -106,12 +120,24 @@ impl Dispatcher {
             text: req.text.clone(),
             routing_key: ctx.routing_key.clone(),
             target: ctx.target,
+            model: req.model.clone(),
         }
     }
 }
 
-/// One upstream exchange: POSTs `body` to `path` on `worker` and returns its 2xx response
-/// head. A transport failure or an error status becomes `leg`'s client error, with a bounded
+/// The `model` the router adds to a body whose client named none: the model the chosen
+/// worker serves, so the engine and its answer agree on one name.
+pub(crate) fn model_fill(req: &ParsedRequest, worker: &Worker) -> Option<(&'static str, Value)> {
+    match &req.model {
+        Some(_) => None,
+        None => worker
+            .model()
+            .map(|m| ("model", Value::String(m.id.clone()))),
+    }
+}
+
+/// One upstream exchange: POSTs `body` to `path` on `worker`, with the worker's credential and
+/// the headers the client passes on (see [`Forwarded`]), and returns its 2xx response head. A transport failure or an error status becomes `leg`'s client error, with a bounded
 /// prefix of the worker's error body as the message. Charging the breaker is the caller's,
 /// because a Prefill leg only knows its outcome once its body has been drained.
 pub(crate) async fn exchange(
@@ -120,10 +146,19 @@ pub(crate) async fn exchange(
     leg: Leg,
     path: &str,
     body: Bytes,
-    request_id: &str,
+    ctx: &RequestCtx,
     timeout: std::time::Duration,
 ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
-    let req = json_post(worker.base_url(), path, body, worker.api_key(), request_id);
+    let mut req = json_post(
+        worker.base_url(),
+        path,
+        body,
+        worker.api_key(),
+        &ctx.request_id,
+    );
+    if let Some(f) = &ctx.forwarded {
+        f.apply(&mut req, worker.api_key().is_some());
+    }
     let resp = client
         .send(req, timeout)
         .await

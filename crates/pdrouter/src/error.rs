@@ -151,6 +151,17 @@ impl ApiError {
         )
     }
 
+    /// A named model that none of the registered workers serves.
+    pub fn model_not_found(model: &str) -> Self {
+        // The name is the client's: bounded, so a huge one is not echoed back whole.
+        let shown: String = model.chars().take(256).collect();
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!("No worker available for model '{shown}'"),
+        )
+    }
+
     /// `/readiness` while a needed worker type has no ready worker.
     pub fn not_ready(missing: &str) -> Self {
         Self::new(

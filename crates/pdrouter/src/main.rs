@@ -91,12 +91,21 @@ fn check_open_files(limit: Option<u64>, config: &pdrouter::Config) {
     }
 }
 
+/// Colour only for a person watching a terminal: a file, a pipe or a log collector gets plain
+/// text, and `NO_COLOR` (any non-empty value) turns colour off everywhere.
+fn use_colour() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
+}
+
 fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level.replace("warning", "warn")))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(use_colour())
         .with_writer(std::io::stderr);
     if json {
         builder

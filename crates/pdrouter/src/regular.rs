@@ -4,7 +4,7 @@ use axum::body::Body;
 use axum::response::Response;
 
 use crate::config::WorkerType;
-use crate::dispatch::{Dispatcher, RequestCtx, exchange, relay_response, worker_ok};
+use crate::dispatch::{Dispatcher, RequestCtx, exchange, model_fill, relay_response, worker_ok};
 use crate::error::{ApiError, Leg};
 use crate::proxy::relay::RelayBody;
 use crate::registry::LoadGuard;
@@ -25,19 +25,20 @@ impl Dispatcher {
         )
         .pick()?;
         let load = LoadGuard::new(worker.clone(), req.sub_requests() as u64);
-        let rank: Vec<(&'static str, serde_json::Value)> = worker
+        let fields: Vec<(&'static str, serde_json::Value)> = worker
             .dp_rank()
             .map(|r| ("routed_dp_rank", r.into()))
             .into_iter()
+            .chain(model_fill(req, &worker))
             .collect();
-        let body = req.body_with(&rank);
+        let body = req.body_with(&fields);
         let outcome = exchange(
             &self.client,
             &worker,
             Leg::Worker,
             req.endpoint.path(),
             body,
-            &ctx.request_id,
+            ctx,
             self.cfg.request_timeout,
         )
         .await;

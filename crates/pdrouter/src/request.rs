@@ -63,10 +63,8 @@ pub struct ParsedRequest {
     /// The body as received.
     pub raw: Bytes,
     object: Option<Map<String, Value>>,
-    /// Whether the client named a model (a non-empty string).
-    pub model_named: bool,
-    /// Model id the router adds because the client named none (see `Dispatcher::route`).
-    pub model_fill: Option<String>,
+    /// The model the client named (a non-empty string), if any.
+    pub model: Option<Arc<str>>,
     /// `stream: true`.
     pub stream: bool,
     /// Text used for cache-aware routing (a prefix of the prompt).
@@ -78,17 +76,13 @@ pub struct ParsedRequest {
 }
 
 impl ParsedRequest {
-    /// The body to forward: as received, plus `fields` (and the filled-in model, if any), each
-    /// replacing a field of the same name.
+    /// The body to forward: as received, plus `fields`, each replacing a field of the same
+    /// name. `model` may be one of them only when the client named none.
     pub fn body_with(&self, fields: &[(&'static str, Value)]) -> Bytes {
-        let model = self
-            .model_fill
-            .as_ref()
-            .map(|m| ("model", Value::String(m.clone())));
-        if fields.is_empty() && model.is_none() {
+        if fields.is_empty() {
             return self.raw.clone();
         }
-        let all = fields.iter().cloned().chain(model);
+        let all = fields.iter().cloned();
         match &self.object {
             Some(object) => {
                 let mut object = object.clone();
@@ -392,20 +386,20 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
             (None, text, 1)
         }
     };
-    let model_named = body
+    let model = body
         .get("model")
         .and_then(Value::as_str)
-        .is_some_and(|m| !m.is_empty());
+        .filter(|m| !m.is_empty())
+        .map(Arc::from);
     // A named model is forwarded as is, so only an empty or null `model` may be replaced.
     let replaces_field = ROUTER_FIELDS.iter().any(|k| body.contains_key(*k))
-        || (!model_named && body.contains_key("model"));
+        || (model.is_none() && body.contains_key("model"));
     let object = replaces_field.then_some(body);
     Ok(ParsedRequest {
         endpoint,
         raw,
         object,
-        model_named,
-        model_fill: None,
+        model,
         stream,
         text,
         batch,
@@ -467,15 +461,19 @@ mod tests {
     }
 
     #[test]
-    fn model_fill_is_added_once() {
-        let mut r = ok(Endpoint::Completions, br#"{"prompt":"x","model":null}"#);
-        assert!(!r.model_named);
-        r.model_fill = Some("m".into());
-        let b = r.body_with(&[]);
+    fn a_filled_in_model_is_added_once() {
+        let r = ok(Endpoint::Completions, br#"{"prompt":"x","model":null}"#);
+        assert!(r.model.is_none());
+        let b = r.body_with(&[("model", Value::from("m"))]);
         assert_eq!(json(&b)["model"], "m");
         assert_eq!(String::from_utf8_lossy(&b).matches("model").count(), 1);
-        assert!(ok(Endpoint::Completions, br#"{"prompt":"x","model":"a"}"#).model_named);
-        assert!(!ok(Endpoint::Completions, br#"{"prompt":"x","model":""}"#).model_named);
+        let named = ok(Endpoint::Completions, br#"{"prompt":"x","model":"a"}"#);
+        assert_eq!(named.model.as_deref(), Some("a"));
+        assert!(
+            ok(Endpoint::Completions, br#"{"prompt":"x","model":""}"#)
+                .model
+                .is_none()
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! [`Candidates`] is the per-request selector. It re-reads the registry snapshot on every call
 //! (so a waiter sees the worker set as it is when it is served), keeps only routable workers of
-//! the wanted type (or the strict `X-SMG-Target-Worker`), drops those without room, and asks
+//! the wanted type (or the strict `X-SMG-Target-Worker`) that serve the wanted model, drops
+//! those without room, and asks
 //! the policy for an order. The policy commits only the choice that was reserved: through
 //! [`pdrouter_admission::Selector::commit`] with admission, or right after the pick without it.
 
@@ -24,6 +25,8 @@ pub struct Wanted {
     pub routing_key: Option<Arc<str>>,
     /// `X-SMG-Target-Worker`: strict index into the workers of the type.
     pub target: Option<usize>,
+    /// Only workers that serve this model (see [`Worker::serves`]); `None`: any worker.
+    pub model: Option<Arc<str>>,
 }
 
 /// A selector for one request and one worker type.
@@ -91,9 +94,10 @@ impl Candidates {
         };
         // Borrow from the snapshot; only the workers the policy ranks are cloned out.
         let mut any_routable = false;
+        let model = self.wanted.model.as_deref();
         let with_room: Vec<&Arc<Worker>> = pool
             .iter()
-            .filter(|w| w.is_routable())
+            .filter(|w| w.is_routable() && model.is_none_or(|m| w.serves(m)))
             .inspect(|_| any_routable = true)
             .filter(|w| has_room(w))
             .collect();

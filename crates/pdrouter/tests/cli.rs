@@ -116,14 +116,6 @@ fn help_is_grouped() {
     assert!(help.contains("--prefill-max-inflight-requests-per-worker"));
 }
 
-fn sigterm(child: &Child) {
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
 #[tokio::test]
 async fn sigterm_finishes_in_flight_requests_and_the_port_is_reusable_at_once() {
     let w = mock(Role::Regular, 800).await;

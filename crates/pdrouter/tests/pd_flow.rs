@@ -293,15 +293,21 @@ async fn a_request_without_model_gets_the_canonical_model() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(d.stats().last_request.unwrap()["model"], "mock-model");
     assert_eq!(p.stats().last_request.unwrap()["model"], "mock-model");
-    // A model the client names is left alone.
+    // A model the client names is left alone (the mock echoes it back).
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["model"], "mock-model");
+    // One no worker serves is refused without reaching either worker.
+    let before = (p.stats().requests_total, d.stats().requests_total);
     let reply = post(
         r.addr(),
         "/v1/chat/completions",
         r#"{"model":"other","messages":[{"role":"user","content":"x"}]}"#,
     )
     .await;
-    assert_eq!(reply.status, 200);
-    assert_eq!(d.stats().last_request.unwrap()["model"], "other");
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.error_code(), "model_not_found");
+    assert_eq!((p.stats().requests_total, d.stats().requests_total), before);
 }
 
 #[tokio::test]

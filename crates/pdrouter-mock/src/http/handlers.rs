@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -37,22 +37,54 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/mock/controls", post(set_controls))
         .route(
             "/generate",
-            post(|s: AppState, b: Bytes| generation(s, Api::Generate, b)),
+            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Generate, h, b)),
         )
         .route(
             "/v1/chat/completions",
-            post(|s: AppState, b: Bytes| generation(s, Api::Chat, b)),
+            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Chat, h, b)),
         )
         .route(
             "/v1/completions",
-            post(|s: AppState, b: Bytes| generation(s, Api::Completion, b)),
+            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Completion, h, b)),
         )
         .route(
             "/v1/responses",
-            post(|s: AppState, b: Bytes| generation(s, Api::Responses, b)),
+            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Responses, h, b)),
         )
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            require_key,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(shared)
+}
+
+/// With `--api-key`, every route but the test hooks under `/mock/` answers 401 unless the
+/// request carries exactly one `Authorization: Bearer KEY`.
+async fn require_key(
+    State(s): AppState,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(key) = &s.api_key else {
+        return next.run(req).await;
+    };
+    if req.uri().path().starts_with("/mock/") {
+        return next.run(req).await;
+    }
+    let mut given = req
+        .headers()
+        .get_all(axum::http::header::AUTHORIZATION)
+        .iter();
+    let ok = match (given.next(), given.next()) {
+        (Some(v), None) => v.as_bytes().strip_prefix(b"Bearer ") == Some(key.as_bytes()),
+        _ => false,
+    };
+    if ok {
+        next.run(req).await
+    } else {
+        body::error(StatusCode::UNAUTHORIZED, "invalid or missing API key", None)
+    }
 }
 
 fn json_response(v: &Value) -> Response {
@@ -88,6 +120,7 @@ async fn models(State(s): AppState) -> Response {
 async fn server_info(State(s): AppState) -> Response {
     json_response(&json!({
         "model_path": s.model,
+        "served_model_name": s.model,
         "dp_size": s.dp_size,
         "disaggregation_mode": s.role.disaggregation_mode(),
         "max_running_requests": s.engine.as_ref().map_or(128, |e| e.config.max_running),
@@ -117,6 +150,7 @@ pub(crate) fn stats_fields(s: &Shared, st: &MockStats) -> serde_json::Map<String
     map.insert("inflight".to_owned(), json!(st.inflight));
     map.insert("max_inflight".to_owned(), json!(st.max_inflight));
     map.insert("last_request".to_owned(), json!(st.last_request));
+    map.insert("last_headers".to_owned(), json!(st.last_headers));
     if let Some(engine) = &s.engine {
         map.insert("engine_queue_len".to_owned(), json!(engine.queue_len()));
         map.insert(
@@ -207,9 +241,10 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
 }
 
 /// Every generation route: count, validate, inject faults, wait, answer.
-async fn generation(State(s): AppState, api: Api, body: Bytes) -> Response {
+async fn generation(State(s): AppState, api: Api, headers: HeaderMap, body: Bytes) -> Response {
     let guard = InflightGuard::begin(&s);
     let controls = &s.controls;
+    controls.record_headers(&headers);
 
     let parsed = serde_json::from_slice::<Value>(&body);
     if parsed.is_ok() {

@@ -20,7 +20,8 @@ use super::middleware::RequestId;
 use crate::config::{Mode, WorkerType};
 use crate::dispatch::{RequestCtx, upstream_error};
 use crate::error::{ApiError, Leg};
-use crate::registry::Worker;
+use crate::proxy::forward::Forwarded;
+use crate::registry::{ServedModel, Worker};
 use crate::request::{Endpoint, parse};
 
 const TARGET_WORKER: &str = "x-smg-target-worker";
@@ -154,6 +155,7 @@ fn request_ctx(state: &AppState, req: Request) -> Result<(RequestCtx, Body), Api
         request_id,
         target,
         routing_key,
+        forwarded: Forwarded::from_client(&parts.headers),
         started,
     };
     Ok((ctx, body))
@@ -198,19 +200,32 @@ fn serving_types(state: &AppState) -> &'static [WorkerType] {
     }
 }
 
-/// `GET /v1/models`: the models the ready workers serve.
+/// One OpenAI `Model` object: the engine's own card (every field it reported kept), with
+/// `id`, and `object`, `created` and `owned_by` where the engine left them out.
+fn model_object(m: &ServedModel) -> Value {
+    let mut card = m.card.clone();
+    card.insert("id".into(), Value::String(m.id.clone()));
+    card.entry("object").or_insert_with(|| "model".into());
+    card.entry("created").or_insert_with(|| m.learned_at.into());
+    card.entry("owned_by").or_insert_with(|| "pdrouter".into());
+    Value::Object(card)
+}
+
+/// `GET /v1/models`: the models the ready workers serve, once each.
 pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
-    let mut ids: Vec<String> = Vec::new();
-    let snap = state.registry.snapshot();
-    for w in snap.all() {
-        if let Some(id) = w.model_id()
-            && !ids.contains(&id)
-        {
-            ids.push(id);
+    fn collect(models: &mut Vec<Arc<ServedModel>>, ws: &[Arc<Worker>]) {
+        for m in ws.iter().filter_map(|w| w.model()) {
+            if !models.iter().any(|seen| seen.id == m.id) {
+                models.push(m);
+            }
         }
     }
-    if ids.is_empty() {
-        // Nothing learned yet (health checks off or not run): ask one worker.
+    let mut models = Vec::new();
+    for t in serving_types(&state) {
+        collect(&mut models, &ready_of(&state, *t));
+    }
+    if models.is_empty() {
+        // Nothing learned yet (the engine did not answer so far): ask one worker now.
         let t = serving_types(&state)[0];
         if let Some(w) = ready_of(&state, t).first() {
             if let Err(e) =
@@ -219,13 +234,10 @@ pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
             {
                 return upstream_error(e, Leg::Worker, w.url()).into_response();
             }
-            ids.extend(w.model_id());
+            collect(&mut models, std::slice::from_ref(w));
         }
     }
-    let data: Vec<Value> = ids
-        .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "owned_by": "pdrouter"}))
-        .collect();
+    let data: Vec<Value> = models.iter().map(|m| model_object(m)).collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Every error leaves through [`crate::error::ApiError`], so clients always get the JSON error
 //! body (`{"error":{type,code,message,param}}`) and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
-//! stay open when `--api-key` is set; inference and admin routes require it.
+//! and model information (`/v1/models`, `/get_model_info`, `/get_server_info`) stay open when
+//! `--api-key` is set, as in SMG; inference and admin routes require it.
 
 mod conn;
 mod handlers;
@@ -45,9 +46,6 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", infer(Endpoint::ChatCompletions))
         .route("/v1/completions", infer(Endpoint::Completions))
         .route("/v1/responses", infer(Endpoint::Responses))
-        .route("/v1/models", get(handlers::models))
-        .route("/get_server_info", get(handlers::server_info))
-        .route("/get_model_info", get(handlers::model_info))
         .route("/workers", post(workers::add).get(workers::list))
         .route(
             "/workers/{id}",
@@ -64,7 +62,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/health", get(handlers::health))
         .route("/liveness", get(handlers::liveness))
         .route("/readiness", get(handlers::readiness))
-        .route("/health_generate", get(handlers::health_generate));
+        .route("/health_generate", get(handlers::health_generate))
+        .route("/v1/models", get(handlers::models))
+        .route("/get_server_info", get(handlers::server_info))
+        .route("/get_model_info", get(handlers::model_info));
     protected
         .merge(open)
         .fallback(handlers::not_found)

@@ -15,18 +15,34 @@ use super::AppState;
 use super::handlers::read_body;
 use crate::config::{Mode, WorkerSpec, WorkerType, parse_worker_url};
 use crate::error::ApiError;
-use crate::registry::{RegisterError, Worker, WorkerStatus};
+use crate::proxy::forward::bearer;
+use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus};
 
-fn describe(w: &Worker) -> Value {
+/// A worker as `/workers` shows it: SMG's fields (`is_healthy`, `models`, `connection_mode`,
+/// `dp_*`) and pdrouter's (status, breaker, admission). Never its key.
+fn describe(w: &Worker, snap: &Snapshot) -> Value {
+    let ranks = w.dp_rank().map(|_| {
+        snap.all()
+            .iter()
+            .filter(|o| o.base_url() == w.base_url() && o.worker_type() == w.worker_type())
+            .count()
+    });
+    let models: Vec<Value> = w.model().map(|m| json!({"id": m.id})).into_iter().collect();
     json!({
         "id": w.id(),
         "url": w.url(),
+        "model_id": w.model_id(),
+        "models": models,
         "worker_type": w.worker_type().as_str(),
+        "connection_mode": "http",
+        "is_healthy": w.status() == WorkerStatus::Ready,
         "status": w.status().as_str(),
         "load": w.load(),
         "bootstrap_port": w.bootstrap_port(),
+        "dp_rank": w.dp_rank(),
+        "dp_size": ranks,
+        "dp_base_url": w.dp_rank().map(|_| w.base_url()),
         "circuit_breaker": w.breaker().state().as_str(),
-        "model_id": w.model_id(),
         "admission_inflight": w.slot().map(|s| s.inflight()),
     })
 }
@@ -49,11 +65,15 @@ fn bootstrap_port_field(v: Option<&Value>, t: WorkerType) -> Result<Option<u16>,
     }
 }
 
-/// `api_key`: a non-empty string, or null.
+/// `api_key`: a non-empty string that can be sent as `Authorization: Bearer <key>`, or null.
 fn api_key_field(v: Option<&Value>) -> Result<Option<String>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(k)) if !k.is_empty() => Ok(Some(k.clone())),
+        Some(Value::String(k)) if !k.is_empty() && bearer(k).is_some() => Ok(Some(k.clone())),
+        Some(Value::String(k)) if !k.is_empty() => Err(ApiError::invalid_field(
+            "api_key",
+            "must be usable in an HTTP header: visible ASCII and spaces, no control characters",
+        )),
         Some(_) => Err(ApiError::invalid_field(
             "api_key",
             "must be a non-empty string or null",
@@ -182,6 +202,9 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
                     ApiError::conflict(format!("worker '{url}' is already registered"))
                 }
             })?;
+        if !state.cfg.health.enabled {
+            crate::app::learn_models(&state.client, &added, state.cfg.health.timeout).await;
+        }
         tracing::info!(url = %spec.url, worker_type = spec.worker_type.as_str(), "worker added");
         let ids: Vec<&str> = added.iter().map(|w| w.id()).collect();
         Ok::<_, ApiError>(
@@ -204,8 +227,12 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
 /// `GET /workers`.
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
     let snap = state.registry.snapshot();
-    let workers: Vec<Value> = snap.all().iter().map(|w| describe(w)).collect();
+    let all = snap.all();
+    let workers: Vec<Value> = all.iter().map(|w| describe(w, &snap)).collect();
     let count = |t| snap.of_type(t).len();
+    let mut models: Vec<String> = all.iter().filter_map(|w| w.model_id()).collect();
+    models.sort_unstable();
+    models.dedup();
     Json(json!({
         "workers": workers,
         "total": workers.len(),
@@ -213,6 +240,15 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
             "prefill_count": count(WorkerType::Prefill),
             "decode_count": count(WorkerType::Decode),
             "regular_count": count(WorkerType::Regular),
+            "total_workers": all.len(),
+            "healthy_workers": all.iter().filter(|w| w.status() == WorkerStatus::Ready).count(),
+            "total_models": models.len(),
+            "total_load": all.iter().map(|w| w.load()).sum::<u64>(),
+            "by_type": {
+                "regular": count(WorkerType::Regular),
+                "prefill": count(WorkerType::Prefill),
+                "decode": count(WorkerType::Decode),
+            },
         }
     }))
     .into_response()
@@ -262,7 +298,7 @@ pub(crate) async fn update(
             return Err(ApiError::no_such("worker", &id));
         };
         tracing::info!(url = %spec.url, "worker updated");
-        Ok(Json(describe(new)).into_response())
+        Ok(Json(describe(new, &state.registry.snapshot())).into_response())
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -273,8 +309,9 @@ pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Response {
-    match state.registry.snapshot().find(&id) {
-        Some(w) => Json(describe(w)).into_response(),
+    let snap = state.registry.snapshot();
+    match snap.find(&id) {
+        Some(w) => Json(describe(w, &snap)).into_response(),
         None => ApiError::no_such("worker", &id).into_response(),
     }
 }

@@ -35,7 +35,15 @@ pub fn bodies(req: &ParsedRequest, prefill: &Worker, decode: &Worker) -> (Bytes,
     (req.body_with(&p), req.body_with(&d))
 }
 
+/// The bootstrap fields, plus the Prefill worker's model when the client named none (the
+/// Decode worker was chosen to serve the same one).
 fn ticket(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str, Value)> {
+    let mut fields = bootstrap_fields(req, prefill);
+    fields.extend(crate::dispatch::model_fill(req, prefill));
+    fields
+}
+
+fn bootstrap_fields(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str, Value)> {
     let host = Value::String(prefill.bootstrap_host().to_string());
     let port = prefill.bootstrap_port().map_or(Value::Null, Value::from);
     if req.is_batched() {

@@ -23,6 +23,7 @@ pub mod bootstrap;
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -213,6 +214,11 @@ impl Dispatcher {
             WorkerType::Decode,
             Wanted {
                 target: None,
+                // Without a named model, Decode serves what the chosen Prefill serves.
+                model: req
+                    .model
+                    .clone()
+                    .or_else(|| prefill.model().map(|m| Arc::from(m.id.as_str()))),
                 ..Self::wanted(req, ctx)
             },
         )
@@ -258,7 +264,7 @@ impl Dispatcher {
             let registry = self.registry.clone();
             let metrics = self.metrics.clone();
             let worker = prefill.clone();
-            let request_id = ctx.request_id.clone();
+            let ctx = ctx.clone();
             let grace = self.cfg.prefill_grace_after_decode;
             async move {
                 let started = Instant::now();
@@ -268,7 +274,7 @@ impl Dispatcher {
                     Leg::Prefill,
                     path,
                     prefill_body,
-                    &request_id,
+                    &ctx,
                     timeout,
                 );
                 let holds = PrefillHolds {
@@ -309,7 +315,7 @@ impl Dispatcher {
             Leg::Decode,
             path,
             decode_body,
-            &ctx.request_id,
+            ctx,
             timeout,
         );
         tokio::pin!(decode_head);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
-use super::{Event, Registry, Worker, WorkerStatus};
+use super::{Event, Registry, ServedModel, Worker, WorkerStatus};
 use crate::config::HealthConfig;
 use crate::proxy::client::{UpstreamClient, UpstreamError};
 
@@ -204,41 +204,82 @@ async fn probe_loop(
     }
 }
 
-/// Reads the worker's model id from `/v1/models` (falls back to `/get_model_info`). Returns
-/// the transport failure (e.g. an over-long body) when neither answered; an answer without a
-/// model id is not an error.
+/// GETs `path` on the worker (with its key) and parses a 2xx JSON answer. A transport failure
+/// (unreachable, over-long body) is kept in `failure` (the first one) and reads as no answer.
+async fn get_json(
+    client: &UpstreamClient,
+    worker: &Worker,
+    path: &str,
+    timeout: Duration,
+    failure: &mut Option<UpstreamError>,
+) -> Option<serde_json::Value> {
+    let url = format!("{}{path}", worker.base_url());
+    match client.get(&url, worker.api_key(), timeout).await {
+        Ok((s, body)) if s.is_success() => serde_json::from_slice(&body).ok(),
+        Ok(_) => None,
+        Err(e) => {
+            failure.get_or_insert(e);
+            None
+        }
+    }
+}
+
+/// Asks the worker's engine which model it serves and records it (see [`served_model`]).
+/// Returns the transport failure (e.g. an over-long body) when nothing was learned and a call
+/// failed; answers that name no model are not an error.
 pub(crate) async fn learn_model(
     client: &UpstreamClient,
     worker: &Worker,
     timeout: Duration,
 ) -> Result<(), UpstreamError> {
-    let base = worker.base_url();
-    type IdOf = fn(&serde_json::Value) -> Option<&str>;
-    let sources: [(&str, IdOf); 2] = [
-        ("/v1/models", |v| v["data"][0]["id"].as_str()),
-        ("/get_model_info", |v| v["model_path"].as_str()),
-    ];
     let mut failure = None;
-    for (path, id_of) in sources {
-        match client
-            .get(&format!("{base}{path}"), worker.api_key(), timeout)
-            .await
-        {
-            Ok((s, body)) if s.is_success() => {
-                if let Some(id) = serde_json::from_slice::<serde_json::Value>(&body)
-                    .ok()
-                    .as_ref()
-                    .and_then(id_of)
-                {
-                    *worker.model_id.lock() = Some(id.to_string());
-                    return Ok(());
-                }
-            }
-            Ok(_) => {}
-            Err(e) => failure = Some(e),
-        }
+    let server_info = get_json(client, worker, "/get_server_info", timeout, &mut failure).await;
+    let named = server_info.as_ref().is_some_and(|v| {
+        text_field(v, "served_model_name").is_some() || text_field(v, "model_path").is_some()
+    });
+    let model_info = if named {
+        None
+    } else {
+        get_json(client, worker, "/get_model_info", timeout, &mut failure).await
+    };
+    let models = get_json(client, worker, "/v1/models", timeout, &mut failure).await;
+    if let Some(m) = served_model(server_info.as_ref(), model_info.as_ref(), models.as_ref()) {
+        worker.set_model(m);
+        return Ok(());
     }
     failure.map_or(Ok(()), Err)
+}
+
+fn text_field<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+    v.get(key)
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The model a worker serves, from what its engine reported: `served_model_name`, else
+/// `model_path` (from `/get_server_info`, or `/get_model_info`), else the first `/v1/models`
+/// entry. The card is the `/v1/models` entry of that id, when there is one.
+pub(crate) fn served_model(
+    server_info: Option<&serde_json::Value>,
+    model_info: Option<&serde_json::Value>,
+    models: Option<&serde_json::Value>,
+) -> Option<ServedModel> {
+    let cards: &[serde_json::Value] = models
+        .and_then(|m| m.get("data"))
+        .and_then(serde_json::Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    let id = server_info
+        .and_then(|v| text_field(v, "served_model_name"))
+        .or_else(|| server_info.and_then(|v| text_field(v, "model_path")))
+        .or_else(|| model_info.and_then(|v| text_field(v, "model_path")))
+        .or_else(|| cards.first().and_then(|c| text_field(c, "id")))?;
+    let mut model = ServedModel::named(id);
+    if let Some(serde_json::Value::Object(card)) =
+        cards.iter().find(|c| text_field(c, "id") == Some(id))
+    {
+        model.card = card.clone();
+    }
+    Some(model)
 }
 
 #[cfg(test)]
@@ -254,6 +295,32 @@ mod tests {
             success_threshold: 2,
             endpoint: "/health".into(),
         }
+    }
+
+    #[test]
+    fn the_model_comes_from_served_name_then_path_then_the_model_list() {
+        use serde_json::json;
+        let list = json!({"data": [
+            {"id": "first", "object": "model", "root": "r1"},
+            {"id": "served", "object": "model", "max_model_len": 4096},
+        ]});
+        let info = json!({"served_model_name": "served", "model_path": "/models/x"});
+        let m = served_model(Some(&info), None, Some(&list)).unwrap();
+        assert_eq!(m.id, "served");
+        assert_eq!(
+            m.card["max_model_len"], 4096,
+            "the engine's own card is kept"
+        );
+        let info = json!({"served_model_name": "", "model_path": "/models/x"});
+        let m = served_model(Some(&info), None, Some(&list)).unwrap();
+        assert_eq!(m.id, "/models/x");
+        assert!(m.card.is_empty(), "no card of that id");
+        let m = served_model(None, Some(&json!({"model_path": "/p"})), Some(&list)).unwrap();
+        assert_eq!(m.id, "/p");
+        let m = served_model(Some(&json!({})), None, Some(&list)).unwrap();
+        assert_eq!((m.id.as_str(), &m.card["root"]), ("first", &json!("r1")));
+        assert!(served_model(Some(&json!({"model_path": 3})), None, None).is_none());
+        assert!(served_model(None, None, Some(&json!({"data": []}))).is_none());
     }
 
     #[test]

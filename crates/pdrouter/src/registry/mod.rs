@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use pdrouter_admission::Admission;
 
 pub use breaker::{Breaker, BreakerState, Transition};
-pub use worker::{LoadCounter, LoadGuard, LoadHook, Worker, WorkerStatus};
+pub use worker::{LoadCounter, LoadGuard, LoadHook, ServedModel, Worker, WorkerStatus};
 
 use crate::config::{BreakerConfig, WorkerSpec, WorkerType};
 
@@ -214,7 +214,7 @@ impl Registry {
             load,
             breaker: Breaker::new(self.breaker),
             slot,
-            model_id: Mutex::new(None),
+            model: Default::default(),
             probed: std::sync::atomic::AtomicBool::new(false),
             load_hook: self.load_hook.lock().clone(),
         })
@@ -268,7 +268,7 @@ impl Registry {
                 .filter(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)
             {
                 let new = self.build(spec, entry.dp_rank, entry.status());
-                *new.model_id.lock() = entry.model_id();
+                new.model.store(entry.model());
                 pairs.push((std::mem::replace(entry, new.clone()), new));
             }
             if !pairs.is_empty() {
@@ -468,7 +468,7 @@ mod tests {
         let mut old = spec("http://a:1", WorkerType::Prefill);
         let ranks = reg.register(&old, Some(2), WorkerStatus::Ready).unwrap();
         reg.set_status(&ranks[1], WorkerStatus::NotReady);
-        *ranks[0].model_id.lock() = Some("m".into());
+        ranks[0].set_model(ServedModel::named("m"));
         let _g = LoadGuard::new(ranks[1].clone(), 3);
         old.bootstrap_port = Some(9100);
         let new = reg.replace(&old);

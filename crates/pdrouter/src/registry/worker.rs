@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use arc_swap::ArcSwapOption;
 use pdrouter_admission::Slot;
 use serde::Serialize;
 
@@ -94,6 +94,30 @@ impl Drop for LoadGuard {
     }
 }
 
+/// The model a worker's engine said it serves, and the engine's own description of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedModel {
+    /// The name clients use (`model` in requests, `id` in `/v1/models`).
+    pub id: String,
+    /// The engine's `/v1/models` entry for `id`, as reported (empty when it had none).
+    pub card: serde_json::Map<String, serde_json::Value>,
+    /// When the router learned it (Unix seconds): the `created` of a card without one.
+    pub learned_at: u64,
+}
+
+impl ServedModel {
+    /// A model known by name only, learned now.
+    pub fn named(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            card: serde_json::Map::new(),
+            learned_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
 /// Hook called whenever a worker's load changes (metrics gauge).
 pub type LoadHook = Arc<dyn Fn(&Worker) + Send + Sync>;
 
@@ -111,7 +135,7 @@ pub struct Worker {
     pub(crate) load: Arc<LoadCounter>,
     pub(crate) breaker: Breaker,
     pub(crate) slot: Option<Arc<Slot>>,
-    pub(crate) model_id: Mutex<Option<String>>,
+    pub(crate) model: ArcSwapOption<ServedModel>,
     pub(crate) probed: std::sync::atomic::AtomicBool,
     pub(crate) load_hook: Option<LoadHook>,
 }
@@ -179,7 +203,20 @@ impl Worker {
     }
     /// Model id the worker reported, if known.
     pub fn model_id(&self) -> Option<String> {
-        self.model_id.lock().clone()
+        self.model.load().as_ref().map(|m| m.id.clone())
+    }
+    /// What the worker reported about its model, if known.
+    pub fn model(&self) -> Option<Arc<ServedModel>> {
+        self.model.load_full()
+    }
+    /// Whether a request for `model` may go here: the worker serves it, or has not said what
+    /// it serves (its engine did not answer yet, or reported nothing), so it takes any.
+    pub fn serves(&self, model: &str) -> bool {
+        self.model.load().as_ref().is_none_or(|m| m.id == model)
+    }
+    /// Records what the engine reported.
+    pub(crate) fn set_model(&self, model: ServedModel) {
+        self.model.store(Some(Arc::new(model)));
     }
     /// Whether the health checker has finished at least one probe of this worker.
     pub fn probed(&self) -> bool {

@@ -236,3 +236,12 @@ pub fn launch_binary_with<S: AsRef<std::ffi::OsStr>>(
         .to_string();
     (child, addr)
 }
+
+/// Sends SIGTERM to a child started by [`launch_binary`].
+pub fn sigterm(child: &std::process::Child) {
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
