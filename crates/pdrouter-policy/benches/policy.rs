@@ -1,7 +1,17 @@
-//! rank + commit cost per policy at 8, 64 and 512 workers, and cache_aware with 10,000
-//! realistic (~200-char, prefix-sharing) prompts already cached.
+//! rank + commit cost per policy at 8, 64 and 512 workers; cache_aware with 10,000 realistic
+//! (~200-char, prefix-sharing) prompts already cached; and cache_aware shared by 1, 2 and 8
+//! threads, over a fixed candidate set and over one that changes on every call (one worker
+//! filtered out in turn, as admission does with full workers). The threaded figures are wall
+//! time divided by the operations of all threads together, so a policy that scales keeps them
+//! flat (or lower, up to the number of cores) as threads are added.
 
 use std::hint::black_box;
+use std::time::Duration;
+#[expect(
+    clippy::disallowed_types,
+    reason = "wall time of real threads; this crate has no runtime clock"
+)]
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use pdrouter_policy::{CacheAwareConfig, Policy, PolicyKind, RequestInfo, WorkerRef};
@@ -144,5 +154,76 @@ fn bench_cache_aware_warm(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_policies, bench_cache_aware_warm);
+#[expect(
+    clippy::disallowed_types,
+    reason = "wall time of real threads; this crate has no runtime clock"
+)]
+fn bench_cache_aware_threads(c: &mut Criterion) {
+    const WORKERS: usize = 64;
+    let prompts = prompts(4_000);
+    let all = workers(WORKERS);
+    // Candidate sets missing one worker each: a different set on every call.
+    let partial: Vec<Vec<Worker>> = (0..WORKERS)
+        .map(|skip| {
+            all.iter()
+                .enumerate()
+                .filter(|&(i, _)| i != skip)
+                .map(|(_, w)| Worker {
+                    url: w.url.clone(),
+                    load: w.load,
+                })
+                .collect()
+        })
+        .collect();
+    let mut group = c.benchmark_group("cache_aware_threads");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    for varying in [false, true] {
+        for threads in [1usize, 2, 8] {
+            let policy = Policy::new(PolicyKind::CacheAware, CacheAwareConfig::default());
+            let mut warm = rank_commit(&policy, &all, &prompts[..2_000]);
+            for _ in 0..2_000 {
+                warm();
+            }
+            let name = if varying { "varying_set" } else { "fixed_set" };
+            group.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    let per_thread = iters.div_ceil(threads as u64) as usize;
+                    let start = Instant::now();
+                    std::thread::scope(|s| {
+                        for t in 0..threads {
+                            let (policy, prompts, all, partial) =
+                                (&policy, &prompts, &all, &partial);
+                            s.spawn(move || {
+                                let mut out = Vec::with_capacity(WORKERS);
+                                for i in 0..per_thread {
+                                    let n = t * 7919 + i;
+                                    let ws = if varying { &partial[n % WORKERS] } else { all };
+                                    let req = RequestInfo {
+                                        text: Some(&prompts[n % prompts.len()]),
+                                        routing_key: None,
+                                    };
+                                    policy.rank(ws, &req, &mut out);
+                                    policy.commit(ws, out[0], &req);
+                                    black_box(out[0]);
+                                }
+                            });
+                        }
+                    });
+                    start.elapsed()
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_policies,
+    bench_cache_aware_warm,
+    bench_cache_aware_threads
+);
 criterion_main!(benches);

@@ -1,7 +1,7 @@
 //! cache_aware: prefix-cache affinity with load-balance thresholds.
 //!
-//! One approximate radix tree (see `radix_tree.rs`) over request text is shared by all workers;
-//! each node records which worker urls hold that prefix and when each last used it.
+//! Each worker (by url) has its own approximate radix tree (see `radix_tree.rs`) of the request
+//! text committed to it, behind its own lock.
 //!
 //! rank, in order:
 //! 1. No usable text (`None` or empty) → lowest load first.
@@ -15,47 +15,55 @@
 //! writes a full permutation.
 //!
 //! Invariants:
-//! - Only commit changes the tree (inserting the text for the chosen worker, stamping a fresh
-//!   logical tick); rank reads it. evict and remove_worker shrink it.
+//! - Only commit changes a tree (inserting the text into the chosen worker's tree); rank reads.
+//!   evict and remove_worker shrink them.
+//! - Locking: the url → tree map sits behind a read-write lock that is written only when a url
+//!   is committed for the first time or removed; rank and commit take it for reading. rank then
+//!   reads each candidate's tree under that tree's read lock, one at a time; commit writes one
+//!   tree under its write lock. No state is shared between candidate sets, so a candidate set that
+//!   differs on every call (admission filtering out full workers) costs nothing extra. Lock order
+//!   is map, then one tree; nothing takes the map while holding a tree.
 //! - Workers are identified by url: any url may appear in or vanish from the slice between calls;
-//!   urls the tree never saw match nothing and hold zero chars.
+//!   urls never committed match nothing and hold zero chars.
 //! - Only the first [`MAX_INDEXED_CHARS`] chars of a text are indexed
 //!   and matched; the match rate is computed against that truncated length.
-//! - Memory: evict trims every worker to `max_tree_size` chars; between evicts, a commit that
-//!   pushes its worker past twice that trims the worker on the spot. Shared nodes count once per
-//!   holder, so the tree holds at most `workers × 2 × max_tree_size` chars.
+//! - Memory: evict (the router's periodic tick) trims every tree to `max_tree_size` chars; a
+//!   commit that pushes its tree past twice that evicts least-recently-used leaves until it is
+//!   back within twice the limit. Each tree thus holds at most `2 × max_tree_size` chars. Eviction
+//!   pops leaves off a recency list (no scan); a commit evicts at most about as many nodes as it
+//!   inserted chars, and evict works in batches of [`EVICT_BATCH`] nodes, dropping the tree's lock
+//!   between batches so ranks and commits for that worker interleave with a long trim.
 //! - No lock is held while caller code (`WorkerRef::url`/`load`) runs: loads and urls are
 //!   snapshot first.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::hash::FnvBuildHasher;
 use crate::radix_tree::RadixTree;
-use crate::registry::{Registry, SliceCache};
 use crate::{CacheAwareConfig, MAX_INDEXED_CHARS, RequestInfo, WorkerRef, order};
+
+/// Most nodes evict removes from one tree per lock hold.
+pub(crate) const EVICT_BATCH: usize = 1024;
+
+/// One worker's tree.
+type Tree = Arc<RwLock<RadixTree>>;
 
 /// The cache_aware policy.
 pub(crate) struct CacheAware {
     config: CacheAwareConfig,
-    state: RwLock<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    registry: Registry,
-    tree: RadixTree,
-    /// Resolution of the last slice ranked (an optimisation only).
-    cache: SliceCache,
+    trees: RwLock<HashMap<Box<str>, Tree, FnvBuildHasher>>,
 }
 
 impl fmt::Debug for CacheAware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("CacheAware");
         d.field("config", &self.config);
-        if let Some(state) = self.state.try_read() {
-            d.field("workers", &state.registry.len())
-                .field("nodes", &state.tree.node_count());
+        if let Some(trees) = self.trees.try_read() {
+            d.field("workers", &trees.len());
         }
         d.finish_non_exhaustive()
     }
@@ -78,7 +86,7 @@ impl CacheAware {
     pub(crate) fn new(config: CacheAwareConfig) -> Self {
         Self {
             config,
-            state: RwLock::default(),
+            trees: RwLock::default(),
         }
     }
 
@@ -115,93 +123,65 @@ impl CacheAware {
     /// Rule 3 of the module docs; `keys` are the unsorted load keys of `workers`.
     fn choose<W: WorkerRef>(&self, workers: &[W], text: &str, chars: usize, keys: &[u64]) -> usize {
         let urls: Vec<&str> = workers.iter().map(WorkerRef::url).collect();
-        let state = self.state.read();
-        let fresh = (!state.cache.matches(&state.registry, &urls))
-            .then(|| SliceCache::build(&state.registry, &urls));
-        let slots = fresh.as_ref().unwrap_or(&state.cache);
-        let choice = state.choose(slots, text, chars, keys, self.config.cache_threshold);
-        drop(state);
-        if let Some(fresh) = fresh {
-            let mut state = self.state.write();
-            if fresh.generation() == state.registry.generation() {
-                state.cache = fresh;
+        // Per candidate: (matched chars, held chars).
+        let mut seen = Vec::with_capacity(urls.len());
+        {
+            let trees = self.trees.read();
+            for url in &urls {
+                seen.push(trees.get(*url).map_or((0, 0), |tree| {
+                    let tree = tree.read();
+                    (tree.match_len(text), tree.chars())
+                }));
             }
         }
-        choice
+        // Best match, ties to the lowest key (load, then position).
+        let best = (0..keys.len()).min_by_key(|&i| (std::cmp::Reverse(seen[i].0), keys[i]));
+        if let Some(i) = best
+            && seen[i].0 as f32 / chars as f32 > self.config.cache_threshold
+        {
+            return i;
+        }
+        (0..keys.len())
+            .min_by_key(|&i| (seen[i].1, keys[i]))
+            .unwrap_or(0)
     }
 
-    /// Inserts the request text into the tree for `url`.
+    /// Inserts the request text into `url`'s tree.
     pub(crate) fn commit(&self, url: &str, req: &RequestInfo<'_>) {
-        let Some((text, _)) = indexed(req.text) else {
+        let Some((text, chars)) = indexed(req.text) else {
             return;
         };
-        let max = self.config.max_tree_size;
-        let mut state = self.state.write();
-        let state = &mut *state;
-        let (id, _) = state.registry.intern(url);
-        state.tree.insert(text, id);
-        if state.tree.tenant_chars(id) > max.saturating_mul(2) {
-            state.tree.evict_tenant(id, max);
-        }
+        let tree = self.trees.read().get(url).cloned();
+        let tree =
+            tree.unwrap_or_else(|| Arc::clone(self.trees.write().entry(url.into()).or_default()));
+        let mut tree = tree.write();
+        tree.insert(text);
+        // Back within twice the limit: at most one node per inserted char (plus the node that
+        // crosses the line), so the work is bounded by what this commit added.
+        tree.evict(self.config.max_tree_size.saturating_mul(2), chars + 1);
     }
 
-    /// Trims every worker to `max_tree_size` chars.
+    /// Trims every tree to `max_tree_size` chars, least-recently-used leaves first.
     pub(crate) fn evict(&self) {
-        self.state.write().tree.evict(self.config.max_tree_size);
+        let trees: Vec<Tree> = self.trees.read().values().cloned().collect();
+        for tree in trees {
+            while !tree.write().evict(self.config.max_tree_size, EVICT_BATCH) {}
+        }
     }
 
     /// Forgets the url's tree.
     pub(crate) fn remove_worker(&self, url: &str) {
-        let mut state = self.state.write();
-        if let Some(id) = state.registry.remove(url) {
-            state.tree.remove_tenant(id);
-        }
+        let removed = self.trees.write().remove(url);
+        // The tree is freed outside the map lock.
+        drop(removed);
     }
 
     /// Chars held for `url`.
     pub(crate) fn cached_chars(&self, url: &str) -> usize {
-        let state = self.state.read();
-        state
-            .registry
+        self.trees
+            .read()
             .get(url)
-            .map_or(0, |id| state.tree.tenant_chars(id))
-    }
-}
-
-impl State {
-    fn choose(
-        &self,
-        slots: &SliceCache,
-        text: &str,
-        chars: usize,
-        keys: &[u64],
-        threshold: f32,
-    ) -> usize {
-        let mut path = Vec::new();
-        self.tree.match_path(text, &mut path);
-        // Tenant sets are ancestor-closed, so the deepest path node holding any candidate gives
-        // the best match; all candidates on it match equally and the lowest key (load) wins.
-        for &(node, matched) in path.iter().rev() {
-            let best = self
-                .tree
-                .tenants(node)
-                .iter()
-                .filter_map(|&(id, _)| slots.position(id))
-                .map(|i| keys[i])
-                .min();
-            if let Some(key) = best {
-                if matched as f32 / chars as f32 > threshold {
-                    return order::index_of(key);
-                }
-                break;
-            }
-        }
-        (0..keys.len())
-            .min_by_key(|&i| {
-                let held = slots.id(i).map_or(0, |id| self.tree.tenant_chars(id));
-                (held, keys[i])
-            })
-            .unwrap_or(0)
+            .map_or(0, |tree| tree.read().chars())
     }
 }
 

@@ -1,4 +1,4 @@
-//! Url interning shared by the stateful policies (cache_aware, consistent_hashing).
+//! Url interning for consistent_hashing.
 //!
 //! Workers are identified by url only; a [`Registry`] maps each url it has seen to a dense
 //! [`WorkerId`] so per-worker state can live in plain vectors. A [`SliceCache`] remembers how the
@@ -90,7 +90,6 @@ impl Registry {
 pub(crate) struct SliceCache {
     generation: u64,
     urls: Vec<Box<str>>,
-    ids: Vec<Option<WorkerId>>,
     /// By id: the first slice position holding that id, or `u32::MAX`.
     pos: Vec<u32>,
     distinct: usize,
@@ -103,23 +102,19 @@ impl SliceCache {
     pub(crate) fn build(registry: &Registry, urls: &[&str]) -> Self {
         let mut pos = vec![ABSENT; registry.capacity()];
         let mut distinct = 0;
-        let ids = urls
-            .iter()
-            .enumerate()
-            .map(|(i, url)| {
-                let id = registry.get(url)?;
-                let slot = &mut pos[id as usize];
-                if *slot == ABSENT {
-                    *slot = u32::try_from(i).unwrap_or(ABSENT);
-                    distinct += 1;
-                }
-                Some(id)
-            })
-            .collect();
+        for (i, url) in urls.iter().enumerate() {
+            let Some(id) = registry.get(url) else {
+                continue;
+            };
+            let slot = &mut pos[id as usize];
+            if *slot == ABSENT {
+                *slot = u32::try_from(i).unwrap_or(ABSENT);
+                distinct += 1;
+            }
+        }
         Self {
             generation: registry.generation(),
             urls: urls.iter().map(|&u| u.into()).collect(),
-            ids,
             pos,
             distinct,
         }
@@ -130,16 +125,6 @@ impl SliceCache {
         self.generation == registry.generation()
             && self.urls.len() == urls.len()
             && self.urls.iter().zip(urls).all(|(a, b)| **a == **b)
-    }
-
-    /// Generation of the registry this was built from.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// The id of the worker at slice position `i` (None if not interned).
-    pub(crate) fn id(&self, i: usize) -> Option<WorkerId> {
-        self.ids.get(i).copied().flatten()
     }
 
     /// The first slice position of `id`, if the slice holds it.
@@ -187,8 +172,6 @@ mod tests {
         assert!(c.matches(&r, &urls));
         assert!(!c.matches(&r, &["b", "x", "a"]));
         assert!(!c.matches(&r, &["b", "x", "a", "a"]));
-        assert_eq!(c.id(0), Some(1));
-        assert_eq!(c.id(1), None);
         assert_eq!(c.position(1), Some(0));
         assert_eq!(c.position(0), Some(2));
         assert_eq!(c.distinct(), 2);

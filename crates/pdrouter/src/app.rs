@@ -261,9 +261,14 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         background.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                for p in &ps {
-                    p.evict();
-                }
+                // Trimming big trees is plain CPU work: keep it off the request threads.
+                let ps = ps.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    for p in &ps {
+                        p.evict();
+                    }
+                })
+                .await;
             }
         }));
     }

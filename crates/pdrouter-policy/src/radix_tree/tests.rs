@@ -1,42 +1,48 @@
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
 use super::*;
 
-fn tree_with(items: &[(&str, WorkerId)]) -> RadixTree {
+fn tree_with(items: &[&str]) -> RadixTree {
     let mut t = RadixTree::default();
-    for &(text, tenant) in items {
-        t.insert(text, tenant);
+    for text in items {
+        t.insert(text);
         t.check_invariants();
     }
     t
 }
 
+fn evict_all(t: &mut RadixTree, max: usize) {
+    assert!(t.evict(max, usize::MAX));
+    t.check_invariants();
+}
+
 #[test]
 fn insert_and_match_prefixes() {
-    let t = tree_with(&[("hello world", 0), ("hello there", 1), ("help", 0)]);
-    assert_eq!(t.prefix_match("hello world!", 0), 11);
-    assert_eq!(t.prefix_match("hello thorn", 1), 8);
-    assert_eq!(t.prefix_match("hello thorn", 0), 6);
-    assert_eq!(t.prefix_match("helpless", 0), 4);
-    assert_eq!(t.prefix_match("helpless", 1), 3);
-    assert_eq!(t.prefix_match("xyz", 0), 0);
-    assert_eq!(t.prefix_match("", 0), 0);
-    // "hello world" + "p" (the help branch) for 0; "hello there" for 1.
-    assert_eq!(t.tenant_chars(0), 12);
-    assert_eq!(t.tenant_chars(1), 11);
-    assert_eq!(t.tenant_chars(7), 0);
+    let t = tree_with(&["hello world", "help"]);
+    let u = tree_with(&["hello there"]);
+    assert_eq!(t.match_len("hello world!"), 11);
+    assert_eq!(u.match_len("hello thorn"), 8);
+    assert_eq!(t.match_len("hello thorn"), 6);
+    assert_eq!(t.match_len("helpless"), 4);
+    assert_eq!(u.match_len("helpless"), 3);
+    assert_eq!(t.match_len("xyz"), 0);
+    assert_eq!(t.match_len(""), 0);
+    // "hello world" + "p" (the help branch).
+    assert_eq!(t.chars(), 12);
+    assert_eq!(u.chars(), 11);
+    assert_eq!(RadixTree::default().chars(), 0);
 }
 
 #[test]
 fn reinserting_is_idempotent_for_size() {
-    let mut t = tree_with(&[("abcdef", 0)]);
+    let mut t = tree_with(&["abcdef"]);
     let nodes = t.node_count();
-    t.insert("abcdef", 0);
-    t.insert("abc", 0);
+    t.insert("abcdef");
+    t.insert("abc");
     t.check_invariants();
-    assert_eq!(t.tenant_chars(0), 6);
+    assert_eq!(t.chars(), 6);
     assert_eq!(
         t.node_count(),
         nodes + 1,
@@ -46,107 +52,93 @@ fn reinserting_is_idempotent_for_size() {
 
 #[test]
 fn counts_chars_not_bytes_and_splits_on_char_boundaries() {
-    let t = tree_with(&[
-        ("日本語のテキスト", 0),
-        ("日本人", 1),
-        ("héllo", 2),
-        ("hèllo", 2),
-    ]);
-    assert_eq!(t.tenant_chars(0), 8);
-    assert_eq!(t.tenant_chars(1), 3);
-    assert_eq!(t.prefix_match("日本人です", 0), 2);
-    assert_eq!(t.prefix_match("日本人です", 1), 3);
+    let t = tree_with(&["日本語のテキスト"]);
+    let u = tree_with(&["日本人"]);
+    let v = tree_with(&["héllo", "hèllo"]);
+    assert_eq!(t.chars(), 8);
+    assert_eq!(u.chars(), 3);
+    assert_eq!(t.match_len("日本人です"), 2);
+    assert_eq!(u.match_len("日本人です"), 3);
     // 'é' and 'è' share their first UTF-8 byte; the split must not land inside it.
-    assert_eq!(t.prefix_match("hêllo", 2), 1);
-    assert_eq!(t.tenant_chars(2), 9);
+    assert_eq!(v.match_len("hêllo"), 1);
+    assert_eq!(v.chars(), 9);
 }
 
 #[test]
-fn match_path_reports_partial_edges() {
-    let t = tree_with(&[("abcdef", 0)]);
-    let mut path = Vec::new();
-    t.match_path("abcxyz", &mut path);
-    assert_eq!(path.len(), 1);
-    assert_eq!(path[0].1, 3);
-    assert_eq!(t.tenants(path[0].0), &[(0, 1)]);
+fn partial_edges_count_their_matched_part() {
+    let t = tree_with(&["abcdef"]);
+    assert_eq!(t.match_len("abcxyz"), 3);
 }
 
 #[test]
 fn evict_removes_least_recently_used_leaves_first() {
-    let mut t = tree_with(&[("old-aaaaaaaa", 0), ("new-bbbbbbbb", 0)]);
-    assert_eq!(t.tenant_chars(0), 24);
-    t.evict(12);
-    t.check_invariants();
-    assert_eq!(t.tenant_chars(0), 12);
-    assert_eq!(t.prefix_match("new-bbbbbbbb", 0), 12);
-    assert_eq!(t.prefix_match("old-aaaaaaaa", 0), 0);
+    let mut t = tree_with(&["old-aaaaaaaa", "new-bbbbbbbb"]);
+    assert_eq!(t.chars(), 24);
+    evict_all(&mut t, 12);
+    assert_eq!(t.chars(), 12);
+    assert_eq!(t.match_len("new-bbbbbbbb"), 12);
+    assert_eq!(t.match_len("old-aaaaaaaa"), 0);
 }
 
 #[test]
 fn insert_refreshes_recency() {
-    let mut t = tree_with(&[("first-xxxx", 0), ("second-yyyy", 0)]);
-    t.insert("first-xxxx", 0);
-    t.evict(10);
-    t.check_invariants();
-    assert_eq!(t.prefix_match("first-xxxx", 0), 10);
-    assert_eq!(t.prefix_match("second-yyyy", 0), 0);
+    let mut t = tree_with(&["first-xxxx", "second-yyyy"]);
+    t.insert("first-xxxx");
+    evict_all(&mut t, 10);
+    assert_eq!(t.match_len("first-xxxx"), 10);
+    assert_eq!(t.match_len("second-yyyy"), 0);
 }
 
 #[test]
-fn evict_trims_shared_paths_without_touching_other_tenants() {
-    let mut t = tree_with(&[
-        ("shared prefix / one", 0),
-        ("shared prefix / two", 1),
-        ("shared prefix / three", 0),
-    ]);
-    // Tenant 0: "shared prefix / " (16) + "one" (3) + "t" (1) + "hree" (4); tenant 1: 19.
-    assert_eq!(t.tenant_chars(0), 24);
-    t.evict(19);
-    t.check_invariants();
-    // "one" (oldest) then "hree" go; the "t" shared with tenant 1 stays for tenant 0.
-    assert_eq!(t.tenant_chars(0), 17);
-    assert_eq!(t.prefix_match("shared prefix / one", 0), 16);
-    assert_eq!(t.prefix_match("shared prefix / three", 0), 17);
-    assert_eq!(t.tenant_chars(1), 19);
-    assert_eq!(t.prefix_match("shared prefix / two", 1), 19);
+fn evict_trims_leaves_before_their_shared_prefix() {
+    let mut t = tree_with(&["shared prefix / one", "shared prefix / two", "other"]);
+    // "shared prefix / " (16) + "one" (3) + "two" (3) + "other" (5).
+    assert_eq!(t.chars(), 27);
+    t.insert("shared prefix / one");
+    evict_all(&mut t, 19);
+    // "two" then "other" go (oldest leaves); the refreshed path stays whole.
+    assert_eq!(t.chars(), 19);
+    assert_eq!(t.match_len("shared prefix / one"), 19);
+    assert_eq!(t.match_len("shared prefix / two"), 16);
+    assert_eq!(t.match_len("other"), 0);
 }
 
 #[test]
-fn evict_to_zero_frees_everything() {
-    let mut t = tree_with(&[("abc", 0), ("abd", 1), ("xyz", 0)]);
-    t.evict(0);
-    t.check_invariants();
+fn a_split_keeps_the_upper_half_newer() {
+    // "abcdef" is split by "abcxyz": the upper "abc" must outlive both leaves.
+    let mut t = tree_with(&["abcdef", "abcxyz"]);
+    evict_all(&mut t, 6);
+    assert_eq!(t.match_len("abcxyz"), 6);
+    assert_eq!(t.match_len("abcdef"), 3);
+    evict_all(&mut t, 3);
+    assert_eq!(t.match_len("abcq"), 3);
+}
+
+#[test]
+fn evict_to_zero_frees_everything_and_nodes_are_reused() {
+    let mut t = tree_with(&["abc", "abd", "xyz"]);
+    evict_all(&mut t, 0);
     assert_eq!(t.node_count(), 1);
-    assert_eq!(t.tenant_chars(0), 0);
-    assert_eq!(t.tenant_chars(1), 0);
+    assert_eq!(t.chars(), 0);
+    t.insert("again");
+    t.check_invariants();
+    assert_eq!(t.node_count(), 2);
+    assert_eq!(t.nodes.len(), 5, "freed nodes reused");
 }
 
 #[test]
-fn evict_tenant_only_touches_that_tenant() {
-    let mut t = tree_with(&[("abcdef", 0), ("abcdef", 1)]);
-    t.evict_tenant(0, 2);
+fn evict_work_is_bounded_by_its_budget() {
+    let mut t = tree_with(&["a1", "b2", "c3", "d4"]);
+    assert!(!t.evict(0, 1));
+    assert_eq!(t.chars(), 6);
+    assert!(!t.evict(0, 2));
+    assert_eq!(t.chars(), 2);
+    assert!(t.evict(0, 5));
+    assert!(t.evict(0, 0), "already within the limit");
     t.check_invariants();
-    assert_eq!(t.tenant_chars(0), 0, "a whole leaf edge goes at once");
-    assert_eq!(t.tenant_chars(1), 6);
 }
 
-#[test]
-fn remove_tenant_frees_private_nodes() {
-    let mut t = tree_with(&[("shared-a", 0), ("shared-b", 1), ("mine", 0)]);
-    t.remove_tenant(0);
-    t.check_invariants();
-    assert_eq!(t.tenant_chars(0), 0);
-    assert_eq!(t.prefix_match("shared-a", 0), 0);
-    assert_eq!(t.prefix_match("shared-b", 1), 8);
-    // Root + "shared-" + "a"/"b" split leftovers: only tenant 1's path remains.
-    assert_eq!(t.node_count(), 3);
-    // Freed nodes are reused.
-    t.insert("again", 0);
-    t.check_invariants();
-    assert_eq!(t.node_count(), 4);
-}
-
-/// Naive model: per tenant, the set of inserted strings.
+/// Naive model: the set of inserted strings.
 fn model_match(strings: &BTreeSet<String>, text: &str) -> usize {
     strings
         .iter()
@@ -184,45 +176,43 @@ fn text_strategy() -> impl Strategy<Value = String> {
 
 proptest! {
     #[test]
-    fn matches_naive_model(ops in proptest::collection::vec((text_strategy(), 0u32..4), 0..40),
+    fn matches_naive_model(ops in proptest::collection::vec(text_strategy(), 0..40),
                            probes in proptest::collection::vec(text_strategy(), 1..10)) {
         let mut t = RadixTree::default();
-        let mut model: BTreeMap<WorkerId, BTreeSet<String>> = BTreeMap::new();
-        for (text, tenant) in &ops {
-            t.insert(text, *tenant);
-            model.entry(*tenant).or_default().insert(text.clone());
+        let mut model = BTreeSet::new();
+        for text in &ops {
+            t.insert(text);
+            model.insert(text.clone());
         }
         t.check_invariants();
-        for tenant in 0..4 {
-            let strings = model.get(&tenant).cloned().unwrap_or_default();
-            prop_assert_eq!(t.tenant_chars(tenant), model_chars(&strings));
-            for p in &probes {
-                prop_assert_eq!(t.prefix_match(p, tenant), model_match(&strings, p));
-            }
+        prop_assert_eq!(t.chars(), model_chars(&model));
+        for p in &probes {
+            prop_assert_eq!(t.match_len(p), model_match(&model, p));
         }
     }
 
     #[test]
-    fn evict_bounds_and_keeps_latest(ops in proptest::collection::vec((text_strategy(), 0u32..3), 1..40),
-                                     max in 0usize..20, remove in proptest::option::of(0u32..3)) {
+    fn evict_bounds_and_keeps_latest(ops in proptest::collection::vec(text_strategy(), 1..40),
+                                     max in 0usize..20, budget in 1usize..4) {
         let mut t = RadixTree::default();
-        for (text, tenant) in &ops {
-            t.insert(text, *tenant);
-        }
-        if let Some(r) = remove {
-            t.remove_tenant(r);
+        for text in &ops {
+            t.insert(text);
+            // Bounded steps, as commits do: each call removes at most `budget` nodes.
+            t.evict(2 * max, budget);
             t.check_invariants();
-            prop_assert_eq!(t.tenant_chars(r), 0);
         }
-        t.evict(max);
+        while !t.evict(max, budget) {}
         t.check_invariants();
-        for tenant in 0..3 {
-            prop_assert!(t.tenant_chars(tenant) <= max);
-        }
+        prop_assert!(t.chars() <= max);
         // The most recent insert survives whole when it fits.
-        let (last, tenant) = ops.last().unwrap();
-        if remove != Some(*tenant) && last.chars().count() <= max {
-            prop_assert_eq!(t.prefix_match(last, *tenant), last.chars().count());
+        let last = ops.last().unwrap();
+        if last.chars().count() <= max {
+            prop_assert_eq!(t.match_len(last), last.chars().count());
+        }
+        // Whatever is left is a subset of what was inserted.
+        let model: BTreeSet<String> = ops.iter().cloned().collect();
+        for p in &ops {
+            prop_assert!(t.match_len(p) <= model_match(&model, p));
         }
     }
 }
