@@ -8,8 +8,11 @@
 //! 3. `release_handoff/L`: cost of one release that hands the slot to the head of a queue of
 //!    `L` waiters (L = 100 vs 10,000): it must not grow with L.
 //!    `release_past_strict_waiters/L`: the worst case for the no-head-of-line rule: `L` older
-//!    waiters pinned to another full worker sit in front; the release skips them with one bit
-//!    test each, without calling their selectors.
+//!    waiters pinned to another full worker sit in front; they form one wait class, which the
+//!    release skips with one bit test, without calling their selectors.
+//! 4. `notify/L`: one registry notification with `L` waiters (L = 100 vs 10,000; nine in ten
+//!    may use any worker, the rest are strict on one of the four), every worker full, so nobody
+//!    can be admitted: the cost of re-evaluating the queue. It must not grow with L.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -47,6 +50,9 @@ impl Selector for BenchSel {
     }
     fn commit(&mut self, choice: &usize) {
         black_box(choice);
+    }
+    fn wait_class(&self) -> Option<u64> {
+        Some(self.strict.map_or(0, |i| i as u64 + 1))
     }
 }
 
@@ -233,6 +239,43 @@ fn release_handoff(c: &mut Criterion) {
     }
 }
 
+fn notify(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    let mut g = c.benchmark_group("notify");
+    for len in [100usize, 10_000] {
+        let (adm, slots) = setup(1, len, 4);
+        let sel = |strict| BenchSel {
+            slots: Arc::clone(&slots),
+            strict,
+        };
+        let held: Vec<Permit> = (0..4)
+            .map(|i| {
+                poll_once(&mut acquire(&adm, sel(Some(i))))
+                    .unwrap()
+                    .unwrap()
+                    .permit
+            })
+            .collect();
+        let waiters: Vec<Acquire> = (0..len)
+            .map(|i| {
+                let strict = (i % 10 == 9).then_some(i / 10 % 4);
+                let mut f = acquire(&adm, sel(strict));
+                assert!(poll_once(&mut f).is_none());
+                f
+            })
+            .collect();
+        assert_eq!(adm.queued(), len);
+        g.bench_function(len.to_string(), |b| b.iter(|| adm.notify()));
+        assert_eq!(adm.queued(), len);
+        drop((waiters, held));
+    }
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(20)
@@ -243,6 +286,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = fast_path, contended, release_handoff
+    targets = fast_path, contended, release_handoff, notify
 }
 criterion_main!(benches);

@@ -9,14 +9,20 @@
 //!   fast path and the lock is not missed), then rejects (`Unavailable`, `QueueFull`) or
 //!   enqueues a waiter: the boxed selector plus a oneshot sender. The caller awaits the oneshot
 //!   with its own deadline; no other task exists per waiter.
+//! * **Waiters by class.** Waiters are grouped by [`Selector::wait_class`] (the set of workers
+//!   they may use; e.g. any Prefill worker, or one strict target). Members of a class are
+//!   interchangeable, so a class is served strictly in arrival order and only its oldest waiter
+//!   (its head) is ever re-ranked while queued: if the head cannot reserve, nobody behind it can.
 //! * **Release hands off.** When waiters exist, a release decrements under the lock and walks
-//!   the waiters oldest-first, re-ranking only those whose last ranking asked about the released
-//!   slot (a 64-bit interest filter), and grants the first that reserves. Grants are sent after
-//!   unlocking. Waiters that cannot use the slot are skipped, so there is no head-of-line
-//!   blocking, and nobody is woken just to retry.
-//! * **Notifications.** [`Admission::notify`] re-ranks every waiter oldest-first (registry
-//!   changes may affect anyone); [`Admission::notify_at`] schedules one with a timer task, so a
-//!   circuit breaker's half-open instant is seen on time without polling.
+//!   the class heads oldest-first, re-ranking only those whose class last asked about the
+//!   released slot (a 64-bit interest filter), and grants the first that reserves. Grants are
+//!   sent after unlocking. Classes that cannot use the slot are skipped, so there is no
+//!   head-of-line blocking, and nobody is woken just to retry.
+//! * **Notifications.** [`Admission::notify`] re-ranks every class head oldest-first (registry
+//!   changes may affect anyone), admitting heads and their successors while they reserve: one
+//!   ranking per class plus one per admission, however many requests wait.
+//!   [`Admission::notify_at`] schedules one with a timer task, so a circuit breaker's half-open
+//!   instant is seen on time without polling.
 //!
 //! # Why no waiter is stranded and no arrival bypasses a waiter
 //!
@@ -44,14 +50,18 @@
 //! * The fast path re-checks `contended` after its CAS and backs off through dispatch; without
 //!   it, an arrival that read `contended == 0` just before a waiter enqueued could take a unit
 //!   released after that waiter enqueued.
-//! * Release dispatch filters waiters by the slots their last ranking asked about, so a release
-//!   calls `rank` only for waiters that could use it (plus rare 1-in-64 filter collisions), even
-//!   when many strict-target waiters for a full worker sit in front. The walk itself skips the
-//!   others with one bit test each.
-//! * The wait list is a slab threaded on an intrusive list with generation-checked ids: O(1)
-//!   removal from anywhere, and walks never pass over tombstones. The links and interest bits
-//!   are kept in a dense array (16 bytes per waiter), apart from the boxed selectors, so the
-//!   walk stays in cache.
+//! * Release dispatch filters classes by the slots their last ranking asked about, so a release
+//!   calls `rank` only for class heads that could use it (plus rare 1-in-64 filter collisions),
+//!   even when many strict-target waiters for a full worker sit in front. The walk itself skips
+//!   the other classes with one bit test each.
+//! * Re-ranking only class heads makes a notification cost proportional to the classes (a
+//!   handful: "any worker" plus the strict targets in use) instead of to the waiters (a
+//!   10,000-waiter queue re-ranked in full under the lock stalled every release and arrival for
+//!   milliseconds). Selectors that name no class each form their own, which is the old
+//!   walk-everyone behaviour.
+//! * The wait list is a slab threaded on intrusive per-class lists with generation-checked ids,
+//!   plus an ordered index of class heads: O(1) removal from anywhere, and walks never pass
+//!   over tombstones or over waiters that are not heads.
 //! * A grant whose receiver is gone is released iteratively in the delivering loop, not by
 //!   recursion through `Drop`.
 //! * The ledger entry lives exactly as long as the `Arc<Slot>` (see [`crate::Slot`]'s module):
@@ -232,8 +242,9 @@ impl Admission {
         }
     }
 
-    /// The registry changed (worker registered, removed, replaced, health changed): re-ranks
-    /// every waiter oldest-first and admits those that can now reserve.
+    /// The registry changed (worker registered, removed, replaced, health changed): re-ranks the
+    /// oldest waiter of every wait class, oldest first, and admits those that can now reserve
+    /// (each admission moves on to the next waiter of its class).
     pub fn notify(&self) {
         self.inner.notify();
     }
@@ -367,6 +378,7 @@ impl Inner {
         let limit = self.limit();
         let now = Instant::now();
         let interest = Cell::new(0);
+        let class = selector.wait_class();
         let mut selector = Some(selector);
         let mut pending = Vec::new();
 
@@ -394,6 +406,7 @@ impl Inner {
                     waiter: Box::new(waiter),
                     enqueued_at: now,
                     interest: interest.get(),
+                    class,
                 });
                 let after = self.unlock(queue, before);
                 self.deliver(pending);
@@ -433,23 +446,20 @@ impl Inner {
         (len != before).then_some(len)
     }
 
-    /// Walks the waiters oldest-first and takes off the queue each one that reserves. With
-    /// `released`, only waiters interested in that slot are re-ranked, and the walk stops once the
-    /// slot is full again. Called with the queue lock held.
+    /// Walks the oldest waiter of each class, oldest first, and takes off the queue each one
+    /// that reserves (its successor is then visited in turn). With `released`, only classes
+    /// interested in that slot are re-ranked, and the walk stops once the slot is full again.
+    /// Called with the queue lock held.
     fn dispatch(&self, queue: &mut WaitQueue, released: Option<&Slot>, pending: &mut Vec<Pending>) {
         let limit = self.limit();
         let full = |slot: Option<&Slot>| slot.is_some_and(|s| s.inflight() >= limit);
         if full(released) {
             return;
         }
-        let mut cursor = queue.first();
-        while let Some(index) = cursor {
-            cursor = queue.next(index);
-            if let Some(slot) = released
-                && queue.interest(index) & slot.bit == 0
-            {
-                continue;
-            }
+        let bit = released.map(|s| s.bit);
+        let mut from = 0;
+        while let Some((generation, index)) = queue.next_head(from, bit) {
+            from = generation + 1;
             if let Some(slot) = queue.try_reserve(index, limit) {
                 let entry = queue.remove_at(index);
                 self.contended.fetch_sub(1, SeqCst);

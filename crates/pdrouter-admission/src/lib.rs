@@ -3,8 +3,9 @@
 //! [`Admission::acquire`] reserves one unit of a worker's in-flight cap `N` for a Prefill
 //! request, on the worker the request's [`Selector`] ranks best among those with room. When every
 //! matching worker is full the request waits in a router-wide queue of at most `Q` requests, for
-//! at most `T`. A waiter does not bind to a worker: it is re-ranked when capacity it could use
-//! appears and goes to whichever worker frees up first. The reservation is a [`Permit`], released
+//! at most `T`. A waiter does not bind to a worker: when capacity it could use appears and it
+//! is the oldest waiter of its [wait class](Selector::wait_class), it is re-ranked and goes to
+//! whichever worker frees up first. The reservation is a [`Permit`], released
 //! exactly once when dropped.
 //!
 //! The crate knows nothing of HTTP, metrics libraries or routing policies: the router supplies a
@@ -66,6 +67,9 @@
 //!   exactly once per admission, only for the reserved choice.
 //! - No bypass: a new request never takes a unit an existing waiter could use; waiters that
 //!   compete for the same workers are served in arrival order.
+//! - Waiters of one wait class are admitted in arrival order, and only the oldest of each class
+//!   is re-ranked while queued, so a notification costs one ranking per class (plus one per
+//!   admission), not one per waiter.
 //! - No head-of-line blocking: a waiter that cannot use free capacity does not hold back later
 //!   waiters that can.
 //! - No stranding: a waiter never stays queued while a unit it can use is free (given the

@@ -1,11 +1,25 @@
-//! The wait list: waiters in arrival order, O(1) push and O(1) removal from anywhere.
+//! The wait list: waiters grouped by wait class, each class in arrival order; O(1) push and
+//! O(1) removal from anywhere, O(log classes) to find the oldest waiter of the next class.
 //!
-//! A slab of nodes threaded on an intrusive doubly-linked list (indices, not pointers). A
-//! waiter is named by a [`WaiterId`] (index + generation), so a stale id (the waiter was
-//! already granted or removed) is detected and ignored. Walking visits live waiters only, so
-//! tombstones never accumulate behind a long-lived head.
+//! A slab of nodes, each threaded on an intrusive doubly-linked list (indices, not pointers) of
+//! its class. A waiter is named by a [`WaiterId`] (index + generation); generations are
+//! queue-wide push numbers, so they also give arrival order, and a stale id (the waiter was
+//! already granted or removed) is detected and ignored.
+//!
+//! Invariants:
+//! - A class exists exactly while it has waiters; a waiter without a class key
+//!   ([`Selector::wait_class`] is `None`) is alone in a class of its own.
+//! - `heads` maps the generation of every class's oldest waiter to that class and to the class's
+//!   interest: the bits of the slots the most recent ranking of any of its members asked about.
+//!   Walking `heads` in key order visits each class once, oldest head first.
+//! - Only heads are ever re-ranked while queued: the members of a class are interchangeable
+//!   (the [`Selector::wait_class`] contract), so when the head cannot reserve, nobody behind it
+//!   can either.
+//!
+//! [`Selector::wait_class`]: crate::Selector::wait_class
 
 use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +137,8 @@ pub(crate) struct Entry {
     pub(crate) enqueued_at: Instant,
     /// Bits of the slots its last ranking asked about (see [`Selector::rank`]).
     pub(crate) interest: u64,
+    /// Its wait class (see [`Selector::wait_class`]).
+    pub(crate) class: Option<u64>,
 }
 
 /// Names a waiter in the [`WaitQueue`].
@@ -132,30 +148,40 @@ pub(crate) struct WaiterId {
     generation: u64,
 }
 
-/// The part of a node a dispatch walk reads for every waiter, kept dense (16 bytes) so that
-/// skipping thousands of uninterested waiters stays within cache.
-#[derive(Clone, Copy)]
-struct Link {
+/// A slab node.
+struct Node {
+    /// Neighbours in the class list when occupied; `next` is the next free node when vacant.
     prev: u32,
-    /// Next in the list when occupied, next free node when vacant.
     next: u32,
-    interest: u64,
-}
-
-/// The rest of a node.
-struct Body {
+    class: u32,
     /// Queue-wide push number of the current occupant (unique, never reused).
     generation: u64,
     entry: Option<(Box<dyn Waiter>, Instant)>,
 }
 
-/// Waiters in arrival order.
-pub(crate) struct WaitQueue {
-    links: Vec<Link>,
-    bodies: Vec<Body>,
-    free: u32,
+/// The waiters of one class, oldest first.
+struct Class {
+    key: Option<u64>,
     head: u32,
     tail: u32,
+}
+
+/// What the `heads` index keeps for a class.
+#[derive(Clone, Copy)]
+struct Head {
+    index: u32,
+    interest: u64,
+}
+
+/// Waiters by class, in arrival order.
+pub(crate) struct WaitQueue {
+    nodes: Vec<Node>,
+    free: u32,
+    classes: Vec<Class>,
+    free_classes: Vec<u32>,
+    by_key: HashMap<u64, u32>,
+    /// Generation of each class's oldest waiter → its position and the class's interest.
+    heads: BTreeMap<u64, Head>,
     len: usize,
     next_generation: u64,
 }
@@ -163,11 +189,12 @@ pub(crate) struct WaitQueue {
 impl WaitQueue {
     pub(crate) fn new() -> Self {
         WaitQueue {
-            links: Vec::new(),
-            bodies: Vec::new(),
+            nodes: Vec::new(),
             free: NIL,
-            head: NIL,
-            tail: NIL,
+            classes: Vec::new(),
+            free_classes: Vec::new(),
+            by_key: HashMap::new(),
+            heads: BTreeMap::new(),
             len: 0,
             next_generation: 0,
         }
@@ -177,20 +204,51 @@ impl WaitQueue {
         self.len
     }
 
-    /// Appends a waiter (the newest).
+    /// The class for `key`, created empty if needed.
+    fn class_for(&mut self, key: Option<u64>) -> u32 {
+        if let Some(k) = key
+            && let Some(&c) = self.by_key.get(&k)
+        {
+            return c;
+        }
+        let class = Class {
+            key,
+            head: NIL,
+            tail: NIL,
+        };
+        let c = match self.free_classes.pop() {
+            Some(c) => {
+                self.classes[c as usize] = class;
+                c
+            }
+            None => {
+                let c = u32::try_from(self.classes.len()).expect("fewer than 2^32 classes");
+                self.classes.push(class);
+                c
+            }
+        };
+        if let Some(k) = key {
+            self.by_key.insert(k, c);
+        }
+        c
+    }
+
+    /// Appends a waiter (the newest of its class).
     pub(crate) fn push(&mut self, entry: Entry) -> WaiterId {
+        let c = self.class_for(entry.class);
         let index = if self.free != NIL {
             let index = self.free;
-            self.free = self.links[index as usize].next;
+            self.free = self.nodes[index as usize].next;
             index
         } else {
-            let index = u32::try_from(self.links.len()).expect("fewer than 2^32 waiters");
-            self.links.push(Link {
+            let index = u32::try_from(self.nodes.len())
+                .ok()
+                .filter(|&i| i != NIL)
+                .expect("fewer than 2^32 - 1 waiters");
+            self.nodes.push(Node {
                 prev: NIL,
                 next: NIL,
-                interest: 0,
-            });
-            self.bodies.push(Body {
+                class: 0,
                 generation: 0,
                 entry: None,
             });
@@ -198,97 +256,127 @@ impl WaitQueue {
         };
         let generation = self.next_generation;
         self.next_generation += 1;
-        let tail = self.tail;
-        self.links[index as usize] = Link {
+        let tail = self.classes[c as usize].tail;
+        self.nodes[index as usize] = Node {
             prev: tail,
             next: NIL,
-            interest: entry.interest,
-        };
-        self.bodies[index as usize] = Body {
+            class: c,
             generation,
             entry: Some((entry.waiter, entry.enqueued_at)),
         };
+        let class = &mut self.classes[c as usize];
+        class.tail = index;
         if tail == NIL {
-            self.head = index;
+            class.head = index;
+            self.heads.insert(
+                generation,
+                Head {
+                    index,
+                    interest: entry.interest,
+                },
+            );
         } else {
-            self.links[tail as usize].next = index;
+            self.nodes[tail as usize].next = index;
+            // The newest ranking speaks for the whole class.
+            let head = self.nodes[class.head as usize].generation;
+            if let Some(h) = self.heads.get_mut(&head) {
+                h.interest = entry.interest;
+            }
         }
-        self.tail = index;
         self.len += 1;
         WaiterId { index, generation }
     }
 
     /// Removes the waiter if it is still there.
     pub(crate) fn remove(&mut self, id: WaiterId) -> Option<Entry> {
-        let body = self.bodies.get(id.index as usize)?;
-        if body.generation != id.generation || body.entry.is_none() {
+        let node = self.nodes.get(id.index as usize)?;
+        if node.generation != id.generation || node.entry.is_none() {
             return None;
         }
         Some(self.remove_at(id.index))
     }
 
-    /// The oldest waiter's position.
-    pub(crate) fn first(&self) -> Option<u32> {
-        (self.head != NIL).then_some(self.head)
-    }
-
-    /// The position after `index` (which must be occupied).
-    pub(crate) fn next(&self, index: u32) -> Option<u32> {
-        let next = self.links[index as usize].next;
-        (next != NIL).then_some(next)
-    }
-
-    /// The interest bits of the waiter at an occupied position.
-    pub(crate) fn interest(&self, index: u32) -> u64 {
-        self.links[index as usize].interest
+    /// The oldest waiter, at or after arrival number `from`, of a class whose interest meets
+    /// `bit` (any class when `bit` is `None`): its arrival number and position. Only class heads
+    /// are candidates, so a walk that resumes after each returned number visits every class at
+    /// most once, and a head's successor (newer) is visited later in the same walk.
+    pub(crate) fn next_head(&self, from: u64, bit: Option<u64>) -> Option<(u64, u32)> {
+        self.heads
+            .range(from..)
+            .find(|(_, h)| bit.is_none_or(|b| h.interest & b != 0))
+            .map(|(&generation, h)| (generation, h.index))
     }
 
     /// Re-ranks the waiter at an occupied position (see [`Waiter::try_reserve`]) and records the
-    /// slots it asked about.
+    /// slots it asked about as its class's interest.
     pub(crate) fn try_reserve(&mut self, index: u32, limit: u32) -> Option<Arc<Slot>> {
-        let (waiter, _) = self.bodies[index as usize]
-            .entry
-            .as_mut()
-            .expect("position is occupied");
+        let node = &mut self.nodes[index as usize];
+        let (waiter, _) = node.entry.as_mut().expect("position is occupied");
         let interest = Cell::new(0);
         let reserved = waiter.try_reserve(limit, &interest);
-        self.links[index as usize].interest = interest.get();
+        let head = self.classes[node.class as usize].head;
+        let head = self.nodes[head as usize].generation;
+        if let Some(h) = self.heads.get_mut(&head) {
+            h.interest = interest.get();
+        }
         reserved
     }
 
     /// Unlinks the waiter at an occupied position.
     pub(crate) fn remove_at(&mut self, index: u32) -> Entry {
-        let (waiter, enqueued_at) = self.bodies[index as usize]
-            .entry
-            .take()
-            .expect("position is occupied");
-        let link = &mut self.links[index as usize];
-        let (prev, next, interest) = (link.prev, link.next, link.interest);
-        link.prev = NIL;
-        link.next = self.free;
+        let node = &mut self.nodes[index as usize];
+        let (waiter, enqueued_at) = node.entry.take().expect("position is occupied");
+        let (prev, next, c, generation) = (node.prev, node.next, node.class, node.generation);
+        node.prev = NIL;
+        node.next = self.free;
         self.free = index;
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.links[prev as usize].next = next;
-        }
+        let class = &mut self.classes[c as usize];
+        let key = class.key;
         if next == NIL {
-            self.tail = prev;
+            class.tail = prev;
         } else {
-            self.links[next as usize].prev = prev;
+            self.nodes[next as usize].prev = prev;
+        }
+        let mut interest = 0;
+        if prev == NIL {
+            class.head = next;
+            let head = self
+                .heads
+                .remove(&generation)
+                .expect("a class head is indexed");
+            interest = head.interest;
+            if next != NIL {
+                let successor = self.nodes[next as usize].generation;
+                self.heads.insert(
+                    successor,
+                    Head {
+                        index: next,
+                        interest,
+                    },
+                );
+            } else {
+                if let Some(k) = key {
+                    self.by_key.remove(&k);
+                }
+                self.free_classes.push(c);
+            }
+        } else {
+            self.nodes[prev as usize].next = next;
         }
         self.len -= 1;
-        if self.len == 0 && self.links.len() > 1024 {
+        if self.len == 0 && self.nodes.len() > 1024 {
             // Give back the memory of a burst. Generations are queue-wide and never reused, so
             // an old id cannot match a node created later.
-            self.links = Vec::new();
-            self.bodies = Vec::new();
+            self.nodes = Vec::new();
             self.free = NIL;
+            self.classes = Vec::new();
+            self.free_classes = Vec::new();
         }
         Entry {
             waiter,
             enqueued_at,
             interest,
+            class: key,
         }
     }
 }
@@ -313,20 +401,22 @@ mod tests {
         }
     }
 
-    fn entry(tag: u64) -> Entry {
+    fn entry(class: Option<u64>, interest: u64) -> Entry {
         Entry {
             waiter: Box::new(Dummy),
             enqueued_at: Instant::now(),
-            interest: tag,
+            interest,
+            class,
         }
     }
 
-    fn tags(q: &WaitQueue) -> Vec<u64> {
+    /// Arrival numbers of the class heads a walk visits, oldest first.
+    fn walk(q: &WaitQueue, bit: Option<u64>) -> Vec<u64> {
         let mut out = Vec::new();
-        let mut cur = q.first();
-        while let Some(i) = cur {
-            out.push(q.interest(i));
-            cur = q.next(i);
+        let mut from = 0;
+        while let Some((generation, _)) = q.next_head(from, bit) {
+            out.push(generation);
+            from = generation + 1;
         }
         out
     }
@@ -334,22 +424,60 @@ mod tests {
     #[test]
     fn push_remove_keeps_order_and_rejects_stale_ids() {
         let mut q = WaitQueue::new();
-        let ids: Vec<_> = (0..5).map(|t| q.push(entry(t))).collect();
-        assert_eq!(tags(&q), [0, 1, 2, 3, 4]);
+        let ids: Vec<_> = (0..5).map(|_| q.push(entry(None, 1))).collect();
+        assert_eq!(walk(&q, None), [0, 1, 2, 3, 4], "unclassed: one class each");
         assert!(q.remove(ids[2]).is_some());
         assert!(q.remove(ids[2]).is_none(), "stale id");
         assert!(q.remove(ids[0]).is_some());
         assert!(q.remove(ids[4]).is_some());
-        assert_eq!(tags(&q), [1, 3]);
+        assert_eq!(walk(&q, None), [1, 3]);
         // Reused nodes get new generations; old ids do not match them.
-        let new = q.push(entry(9));
+        let new = q.push(entry(None, 1));
         assert!(q.remove(ids[4]).is_none());
-        assert_eq!(tags(&q), [1, 3, 9]);
+        assert_eq!(walk(&q, None), [1, 3, 5]);
         assert_eq!(q.len(), 3);
         for id in [ids[1], ids[3], new] {
             assert!(q.remove(id).is_some());
         }
         assert_eq!(q.len(), 0);
-        assert!(q.first().is_none());
+        assert!(q.next_head(0, None).is_none());
+        assert!(q.classes.len() == q.free_classes.len() && q.by_key.is_empty());
+    }
+
+    #[test]
+    fn a_class_shows_only_its_oldest_waiter() {
+        let mut q = WaitQueue::new();
+        let a0 = q.push(entry(Some(7), 0b01));
+        let b0 = q.push(entry(Some(8), 0b10));
+        let a1 = q.push(entry(Some(7), 0b01));
+        let solo = q.push(entry(None, 0b10));
+        let a2 = q.push(entry(Some(7), 0b11));
+        assert_eq!(q.len(), 5);
+        assert_eq!(walk(&q, None), [0, 1, 3]);
+        // The newest ranking (a2's) speaks for class 7.
+        assert_eq!(walk(&q, Some(0b01)), [0]);
+        assert_eq!(walk(&q, Some(0b10)), [0, 1, 3]);
+        // Removing a head promotes the next of its class, keeping the class interest.
+        assert!(q.remove(a0).is_some());
+        assert_eq!(walk(&q, None), [1, 2, 3]);
+        assert_eq!(walk(&q, Some(0b10)), [1, 2, 3]);
+        // Removing from the middle or the tail does not disturb the head.
+        assert!(q.remove(a2).is_some());
+        assert_eq!(walk(&q, None), [1, 2, 3]);
+        assert!(q.remove(a1).is_some());
+        assert_eq!(walk(&q, None), [1, 3]);
+        // The class is gone once empty; the key makes a fresh one later.
+        assert!(!q.by_key.contains_key(&7));
+        let a3 = q.push(entry(Some(7), 0b100));
+        assert_eq!(walk(&q, Some(0b100)), [5]);
+        // try_reserve records the head's new interest for the class.
+        let (_, index) = q.next_head(5, None).unwrap();
+        assert!(q.try_reserve(index, 1).is_none());
+        assert_eq!(walk(&q, Some(0b100)), [] as [u64; 0]);
+        for id in [b0, solo, a3] {
+            assert!(q.remove(id).is_some());
+        }
+        assert_eq!(q.len(), 0);
+        assert!(q.heads.is_empty() && q.by_key.is_empty());
     }
 }

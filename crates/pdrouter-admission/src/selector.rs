@@ -109,12 +109,29 @@ pub trait Selector: Send + 'static {
     /// worker the request could use (all healthy matching workers, or the strict target), and let
     /// the result depend only on `has_room` answers and on state whose changes are followed by
     /// [`Admission::notify`](crate::Admission::notify) (or announced with
-    /// [`notify_at`](crate::Admission::notify_at)). A waiting request is re-ranked when a slot it
-    /// asked about is released, and on every notify.
+    /// [`notify_at`](crate::Admission::notify_at)). The oldest waiting request of each
+    /// [wait class](Selector::wait_class) is re-ranked when a slot its class asked about is
+    /// released, and on every notify.
     fn rank(&mut self, has_room: &dyn Fn(&Slot) -> bool) -> Ranking<Self::Choice>;
 
     /// Records the reserved choice (stateful policies commit here). Called exactly once per
     /// admission, only for the reserved choice. Called without locks on the fast path and with
     /// the queue lock held for a waiter, so the same rules as for `rank` apply.
     fn commit(&mut self, choice: &Self::Choice);
+
+    /// The request's wait class: a key naming the set of workers it may use (e.g. "any Prefill
+    /// worker", or "strict target 3"). `None` (the default) puts it in a class of its own.
+    ///
+    /// Contract: requests with the same key are interchangeable for admission. At any instant,
+    /// ranking either of them asks `has_room` about the same slots and yields `Unavailable` for
+    /// both or candidates over the same slots (their order may differ, e.g. by cache affinity).
+    ///
+    /// The controller relies on it to serve a class strictly in arrival order and to re-rank
+    /// only the oldest waiter of each class when capacity may have appeared: if that one cannot
+    /// reserve, nobody behind it can. A [`notify`](crate::Admission::notify) then costs one
+    /// ranking per class (plus one per admission) however many requests wait, and a release
+    /// ranks only the oldest waiter of each class that asked about the released slot.
+    fn wait_class(&self) -> Option<u64> {
+        None
+    }
 }

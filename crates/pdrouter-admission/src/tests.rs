@@ -60,6 +60,8 @@ struct World {
     workers: Vec<Worker>,
     /// (request id, committed worker key), in commit order.
     commits: Vec<(u32, String)>,
+    /// Calls to `Sel::rank` so far.
+    ranks: usize,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -80,7 +82,8 @@ impl Selector for Sel {
     type Choice = String;
 
     fn rank(&mut self, has_room: &dyn Fn(&Slot) -> bool) -> Ranking<String> {
-        let world = self.world.lock();
+        let mut world = self.world.lock();
+        world.ranks += 1;
         let now = Instant::now();
         let healthy = |w: &Worker| w.healthy && w.open_until.is_none_or(|t| now >= t);
         let matching: Vec<&Worker> = match self.target {
@@ -106,6 +109,13 @@ impl Selector for Sel {
 
     fn commit(&mut self, choice: &String) {
         self.world.lock().commits.push((self.id, choice.clone()));
+    }
+
+    fn wait_class(&self) -> Option<u64> {
+        Some(match self.target {
+            Target::Any => 0,
+            Target::Strict(k) => k as u64 + 1,
+        })
     }
 }
 
@@ -536,6 +546,48 @@ async fn notify_admits_waiters_when_capacity_appears() {
     drop((held, a));
     settle().await;
     drop(done(b).await.unwrap());
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn notify_and_release_rank_only_the_oldest_waiter_of_each_class() {
+    let f = Fixture::new(1, 100, 60, &["w0", "w1"]);
+    let h0 = f.get(Target::Strict(0)).await.unwrap();
+    let h1 = f.get(Target::Strict(1)).await.unwrap();
+    // 30 waiters in three classes, interleaved: any worker, strict w0, strict w1.
+    let targets = [Target::Any, Target::Strict(0), Target::Strict(1)];
+    let waiters: Vec<_> = (0..30).map(|i| f.spawn(targets[i % 3])).collect();
+    settle().await;
+    assert_eq!(f.adm.queued(), 30);
+
+    let before = f.world.lock().ranks;
+    f.adm.notify();
+    assert_eq!(f.world.lock().ranks - before, 3, "one ranking per class");
+
+    // A release on w0 goes to the oldest waiter that can use it (waiter 0, any worker), ranking
+    // only the heads of the classes interested in w0.
+    let before = f.world.lock().ranks;
+    drop(h0);
+    settle().await;
+    assert_eq!(f.world.lock().ranks - before, 1);
+    let mut waiters = waiters.into_iter();
+    let first = done(waiters.next().unwrap()).await.unwrap();
+    assert_eq!(first.choice, "w0");
+    // Then the strict-w0 class is the oldest that can use w0 (waiter 1 is older than waiter 3).
+    let before = f.world.lock().ranks;
+    drop(first);
+    settle().await;
+    assert_eq!(f.world.lock().ranks - before, 1);
+    let second = done(waiters.next().unwrap()).await.unwrap();
+    assert_eq!(second.choice, "w0");
+
+    // Cancelling everyone else leaves nothing behind.
+    for w in waiters {
+        w.abort();
+        let _ = w.await;
+    }
+    drop((second, h1));
+    settle().await;
     f.assert_clean();
 }
 

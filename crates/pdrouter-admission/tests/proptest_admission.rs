@@ -80,6 +80,8 @@ struct Sel {
     world: Arc<Mutex<World>>,
     target: Option<usize>,
     id: u32,
+    /// Whether it names its wait class (else every waiter is a class of its own).
+    classed: bool,
 }
 
 impl Selector for Sel {
@@ -103,6 +105,10 @@ impl Selector for Sel {
     fn commit(&mut self, choice: &String) {
         self.world.lock().commits.push((self.id, choice.clone()));
     }
+    fn wait_class(&self) -> Option<u64> {
+        self.classed
+            .then(|| self.target.map_or(0, |t| t as u64 + 1))
+    }
 }
 
 struct NoObserver;
@@ -122,6 +128,8 @@ struct Harness {
     rx: mpsc::UnboundedReceiver<(u32, Result<Admitted<String>, Rejection>)>,
     tx: mpsc::UnboundedSender<(u32, Result<Admitted<String>, Rejection>)>,
     next_id: u32,
+    /// Whether selectors name their wait class.
+    classed: bool,
     /// Waiting requests by id (ids grow with arrival order).
     waiting: BTreeMap<u32, Waiting>,
     /// Held permits (request id, permit).
@@ -135,7 +143,7 @@ fn key(k: usize) -> String {
 }
 
 impl Harness {
-    fn new(n: u32, q: usize) -> Self {
+    fn new(n: u32, q: usize, classed: bool) -> Self {
         let adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: n,
@@ -157,6 +165,7 @@ impl Harness {
             rx,
             tx,
             next_id: 0,
+            classed,
             waiting: BTreeMap::new(),
             held: Vec::new(),
             cancelled: Vec::new(),
@@ -202,6 +211,7 @@ impl Harness {
                     world: Arc::clone(&self.world),
                     target,
                     id,
+                    classed: self.classed,
                 };
                 let handle = tokio::spawn(async move {
                     let r = adm.acquire(sel).await;
@@ -430,14 +440,14 @@ impl Harness {
     }
 }
 
-fn run(n: u32, q: usize, ops: &[Op], by_timeout: bool) -> Result<(), TestCaseError> {
+fn run(n: u32, q: usize, ops: &[Op], by_timeout: bool, classed: bool) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut h = Harness::new(n, q);
+        let mut h = Harness::new(n, q, classed);
         for op in ops {
             h.step(op).await?;
         }
@@ -459,7 +469,8 @@ proptest! {
         q in 0usize..=5,
         ops in proptest::collection::vec(op(), 1..80),
         by_timeout in any::<bool>(),
+        classed in any::<bool>(),
     ) {
-        run(n, q, &ops, by_timeout)?;
+        run(n, q, &ops, by_timeout, classed)?;
     }
 }

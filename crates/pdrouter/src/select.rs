@@ -6,6 +6,9 @@
 //! those without room, and asks
 //! the policy for an order. The policy commits only the choice that was reserved: through
 //! [`pdrouter_admission::Selector::commit`] with admission, or right after the pick without it.
+//! Its wait class is (worker type, strict target): everything else that filters candidates is
+//! worker state shared by all requests, which is what lets admission re-rank only the oldest
+//! waiter of each class.
 
 use std::sync::Arc;
 
@@ -152,5 +155,12 @@ impl Selector for Candidates {
 
     fn commit(&mut self, choice: &Arc<Worker>) {
         self.policy.commit(&[&**choice], 0, &self.info());
+    }
+
+    /// Requests of one worker type with the same strict target (or none) filter the same
+    /// workers the same way; only the policy's order differs.
+    fn wait_class(&self) -> Option<u64> {
+        let target = self.wanted.target.map_or(0, |i| i as u64 + 1);
+        Some(target << 2 | self.worker_type as u64)
     }
 }
