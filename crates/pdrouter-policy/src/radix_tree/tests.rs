@@ -216,3 +216,14 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn common_bytes_matches_naive(a in proptest::collection::vec(0u8..3, 0..40),
+                                  b in proptest::collection::vec(0u8..3, 0..40)) {
+        let naive = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        prop_assert_eq!(common_bytes(&a, &b), naive);
+        let same = [a.as_slice(), &[9]].concat();
+        prop_assert_eq!(common_bytes(&a, &same), a.len());
+    }
+}
