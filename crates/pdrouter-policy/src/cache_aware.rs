@@ -38,24 +38,21 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::hash::FnvBuildHasher;
+use crate::hash::WordBuildHasher;
 use crate::radix_tree::RadixTree;
 use crate::{CacheAwareConfig, MAX_INDEXED_CHARS, RequestInfo, WorkerRef, order};
 
 /// Most nodes evict removes from one tree per lock hold.
 pub(crate) const EVICT_BATCH: usize = 1024;
 
-/// One worker's tree.
-type Tree = Arc<RwLock<RadixTree>>;
-
 /// The cache_aware policy.
 pub(crate) struct CacheAware {
     config: CacheAwareConfig,
-    trees: RwLock<HashMap<Box<str>, Tree, FnvBuildHasher>>,
+    /// Trees sit in the map itself (no `Arc`): one pointer chase less per candidate per rank.
+    trees: RwLock<HashMap<Box<str>, RwLock<RadixTree>, WordBuildHasher>>,
 }
 
 impl fmt::Debug for CacheAware {
@@ -151,21 +148,37 @@ impl CacheAware {
         let Some((text, chars)) = indexed(req.text) else {
             return;
         };
-        let tree = self.trees.read().get(url).cloned();
-        let tree =
-            tree.unwrap_or_else(|| Arc::clone(self.trees.write().entry(url.into()).or_default()));
-        let mut tree = tree.write();
-        tree.insert(text);
-        // Back within twice the limit: at most one node per inserted char (plus the node that
-        // crosses the line), so the work is bounded by what this commit added.
-        tree.evict(self.config.max_tree_size.saturating_mul(2), chars + 1);
+        let insert = |tree: &mut RadixTree| {
+            tree.insert(text);
+            // Back within twice the limit: at most one node per inserted char (plus the node
+            // that crosses the line), so the work is bounded by what this commit added.
+            tree.evict(self.config.max_tree_size.saturating_mul(2), chars + 1);
+        };
+        {
+            let trees = self.trees.read();
+            if let Some(tree) = trees.get(url) {
+                insert(&mut tree.write());
+                return;
+            }
+        }
+        let mut trees = self.trees.write();
+        insert(trees.entry(url.into()).or_default().get_mut());
     }
 
     /// Trims every tree to `max_tree_size` chars, least-recently-used leaves first.
     pub(crate) fn evict(&self) {
-        let trees: Vec<Tree> = self.trees.read().values().cloned().collect();
-        for tree in trees {
-            while !tree.write().evict(self.config.max_tree_size, EVICT_BATCH) {}
+        let urls: Vec<Box<str>> = self.trees.read().keys().cloned().collect();
+        for url in urls {
+            // One batch per lock hold; a url removed meanwhile is simply gone.
+            loop {
+                let trees = self.trees.read();
+                let Some(tree) = trees.get(&url) else {
+                    break;
+                };
+                if tree.write().evict(self.config.max_tree_size, EVICT_BATCH) {
+                    break;
+                }
+            }
         }
     }
 
