@@ -51,8 +51,8 @@ impl Selector for BenchSel {
     fn commit(&mut self, choice: &usize) {
         black_box(choice);
     }
-    fn wait_class(&self) -> Option<u64> {
-        Some(self.strict.map_or(0, |i| i as u64 + 1))
+    fn wait_class(&self) -> Option<Box<str>> {
+        Some(format!("{:?}", self.strict).into())
     }
 }
 

@@ -137,8 +137,8 @@ pub(crate) struct Entry {
     pub(crate) enqueued_at: Instant,
     /// Bits of the slots its last ranking asked about (see [`Selector::rank`]).
     pub(crate) interest: u64,
-    /// Its wait class (see [`Selector::wait_class`]).
-    pub(crate) class: Option<u64>,
+    /// Its wait class (see [`Selector::wait_class`]). Read on push; a removed entry's is `None`.
+    pub(crate) class: Option<Box<str>>,
 }
 
 /// Names a waiter in the [`WaitQueue`].
@@ -161,7 +161,7 @@ struct Node {
 
 /// The waiters of one class, oldest first.
 struct Class {
-    key: Option<u64>,
+    key: Option<Box<str>>,
     head: u32,
     tail: u32,
 }
@@ -179,7 +179,7 @@ pub(crate) struct WaitQueue {
     free: u32,
     classes: Vec<Class>,
     free_classes: Vec<u32>,
-    by_key: HashMap<u64, u32>,
+    by_key: HashMap<Box<str>, u32>,
     /// Generation of each class's oldest waiter → its position and the class's interest.
     heads: BTreeMap<u64, Head>,
     len: usize,
@@ -205,14 +205,14 @@ impl WaitQueue {
     }
 
     /// The class for `key`, created empty if needed.
-    fn class_for(&mut self, key: Option<u64>) -> u32 {
-        if let Some(k) = key
-            && let Some(&c) = self.by_key.get(&k)
+    fn class_for(&mut self, key: Option<Box<str>>) -> u32 {
+        if let Some(k) = &key
+            && let Some(&c) = self.by_key.get(k)
         {
             return c;
         }
         let class = Class {
-            key,
+            key: key.clone(),
             head: NIL,
             tail: NIL,
         };
@@ -331,7 +331,6 @@ impl WaitQueue {
         node.next = self.free;
         self.free = index;
         let class = &mut self.classes[c as usize];
-        let key = class.key;
         if next == NIL {
             class.tail = prev;
         } else {
@@ -355,7 +354,7 @@ impl WaitQueue {
                     },
                 );
             } else {
-                if let Some(k) = key {
+                if let Some(k) = class.key.take() {
                     self.by_key.remove(&k);
                 }
                 self.free_classes.push(c);
@@ -376,7 +375,7 @@ impl WaitQueue {
             waiter,
             enqueued_at,
             interest,
-            class: key,
+            class: None,
         }
     }
 }
@@ -401,12 +400,12 @@ mod tests {
         }
     }
 
-    fn entry(class: Option<u64>, interest: u64) -> Entry {
+    fn entry(class: Option<&str>, interest: u64) -> Entry {
         Entry {
             waiter: Box::new(Dummy),
             enqueued_at: Instant::now(),
             interest,
-            class,
+            class: class.map(Into::into),
         }
     }
 
@@ -447,11 +446,11 @@ mod tests {
     #[test]
     fn a_class_shows_only_its_oldest_waiter() {
         let mut q = WaitQueue::new();
-        let a0 = q.push(entry(Some(7), 0b01));
-        let b0 = q.push(entry(Some(8), 0b10));
-        let a1 = q.push(entry(Some(7), 0b01));
+        let a0 = q.push(entry(Some("7"), 0b01));
+        let b0 = q.push(entry(Some("8"), 0b10));
+        let a1 = q.push(entry(Some("7"), 0b01));
         let solo = q.push(entry(None, 0b10));
-        let a2 = q.push(entry(Some(7), 0b11));
+        let a2 = q.push(entry(Some("7"), 0b11));
         assert_eq!(q.len(), 5);
         assert_eq!(walk(&q, None), [0, 1, 3]);
         // The newest ranking (a2's) speaks for class 7.
@@ -467,8 +466,8 @@ mod tests {
         assert!(q.remove(a1).is_some());
         assert_eq!(walk(&q, None), [1, 3]);
         // The class is gone once empty; the key makes a fresh one later.
-        assert!(!q.by_key.contains_key(&7));
-        let a3 = q.push(entry(Some(7), 0b100));
+        assert!(!q.by_key.contains_key("7"));
+        let a3 = q.push(entry(Some("7"), 0b100));
         assert_eq!(walk(&q, Some(0b100)), [5]);
         // try_reserve records the head's new interest for the class.
         let (_, index) = q.next_head(5, None).unwrap();

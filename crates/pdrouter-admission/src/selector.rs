@@ -120,7 +120,8 @@ pub trait Selector: Send + 'static {
     fn commit(&mut self, choice: &Self::Choice);
 
     /// The request's wait class: a key naming the set of workers it may use (e.g. "any Prefill
-    /// worker", or "strict target 3"). `None` (the default) puts it in a class of its own.
+    /// worker serving model m", or "strict target 3"). `None` (the default) puts it in a class
+    /// of its own. Called once per request that has to wait.
     ///
     /// Contract: requests with the same key are interchangeable for admission. At any instant,
     /// ranking either of them asks `has_room` about the same slots and yields `Unavailable` for
@@ -131,7 +132,7 @@ pub trait Selector: Send + 'static {
     /// reserve, nobody behind it can. A [`notify`](crate::Admission::notify) then costs one
     /// ranking per class (plus one per admission) however many requests wait, and a release
     /// ranks only the oldest waiter of each class that asked about the released slot.
-    fn wait_class(&self) -> Option<u64> {
+    fn wait_class(&self) -> Option<Box<str>> {
         None
     }
 }

@@ -111,10 +111,10 @@ impl Selector for Sel {
         self.world.lock().commits.push((self.id, choice.clone()));
     }
 
-    fn wait_class(&self) -> Option<u64> {
+    fn wait_class(&self) -> Option<Box<str>> {
         Some(match self.target {
-            Target::Any => 0,
-            Target::Strict(k) => k as u64 + 1,
+            Target::Any => "any".into(),
+            Target::Strict(k) => format!("strict {k}").into(),
         })
     }
 }

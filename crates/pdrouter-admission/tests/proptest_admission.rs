@@ -105,9 +105,8 @@ impl Selector for Sel {
     fn commit(&mut self, choice: &String) {
         self.world.lock().commits.push((self.id, choice.clone()));
     }
-    fn wait_class(&self) -> Option<u64> {
-        self.classed
-            .then(|| self.target.map_or(0, |t| t as u64 + 1))
+    fn wait_class(&self) -> Option<Box<str>> {
+        self.classed.then(|| format!("{:?}", self.target).into())
     }
 }
 

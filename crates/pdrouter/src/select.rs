@@ -6,9 +6,9 @@
 //! those without room, and asks
 //! the policy for an order. The policy commits only the choice that was reserved: through
 //! [`pdrouter_admission::Selector::commit`] with admission, or right after the pick without it.
-//! Its wait class is (worker type, strict target): everything else that filters candidates is
-//! worker state shared by all requests, which is what lets admission re-rank only the oldest
-//! waiter of each class.
+//! Its wait class is (worker type, strict target, model): everything else that filters
+//! candidates is worker state shared by all requests, which is what lets admission re-rank only
+//! the oldest waiter of each class.
 
 use std::sync::Arc;
 
@@ -157,10 +157,75 @@ impl Selector for Candidates {
         self.policy.commit(&[&**choice], 0, &self.info());
     }
 
-    /// Requests of one worker type with the same strict target (or none) filter the same
-    /// workers the same way; only the policy's order differs.
-    fn wait_class(&self) -> Option<u64> {
-        let target = self.wanted.target.map_or(0, |i| i as u64 + 1);
-        Some(target << 2 | self.worker_type as u64)
+    /// Requests of one worker type with the same strict target (or none) and the same model
+    /// (or none) filter the same workers the same way; only the policy's order differs.
+    fn wait_class(&self) -> Option<Box<str>> {
+        let target = self
+            .wanted
+            .target
+            .map_or(String::from("any"), |i| i.to_string());
+        // The model goes last and marked, so no model name can make two keys collide.
+        let model = self.wanted.model.as_deref().map(|m| format!("model={m}"));
+        let class = format!(
+            "{} {target} {}",
+            self.worker_type.as_str(),
+            model.as_deref().unwrap_or("any-model")
+        );
+        Some(class.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pdrouter_policy::{CacheAwareConfig, PolicyKind};
+
+    use super::*;
+    use crate::config::BreakerConfig;
+
+    fn class(worker_type: WorkerType, target: Option<usize>, model: Option<&str>) -> Box<str> {
+        let registry = Registry::new(
+            BreakerConfig {
+                enabled: false,
+                failure_threshold: 1,
+                success_threshold: 1,
+                timeout: std::time::Duration::from_secs(1),
+            },
+            None,
+        );
+        let policy = Arc::new(Policy::new(
+            PolicyKind::RoundRobin,
+            CacheAwareConfig::default(),
+        ));
+        let wanted = Wanted {
+            text: "some text".into(),
+            routing_key: None,
+            target,
+            model: model.map(Into::into),
+        };
+        Candidates::new(registry, policy, worker_type, wanted)
+            .wait_class()
+            .expect("the router always names a class")
+    }
+
+    #[test]
+    fn wait_class_is_exactly_what_filters_candidates() {
+        use WorkerType::{Decode, Prefill};
+        let base = class(Prefill, None, Some("m"));
+        // Text and routing key only change the order, never the class.
+        assert_eq!(base, class(Prefill, None, Some("m")));
+        let others = [
+            class(Decode, None, Some("m")),
+            class(Prefill, Some(0), Some("m")),
+            class(Prefill, None, Some("n")),
+            class(Prefill, None, None),
+            class(Prefill, None, Some("any-model")),
+            class(Prefill, None, Some("")),
+        ];
+        for (i, a) in others.iter().enumerate() {
+            assert_ne!(*a, base);
+            for b in &others[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 }
