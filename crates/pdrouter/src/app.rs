@@ -34,6 +34,9 @@ pub enum StartError {
     /// A startup worker could not be registered.
     #[error("{0}")]
     Worker(String),
+    /// No tokenizer for gRPC workers could be loaded.
+    #[error("{0}")]
+    Tokenizer(String),
 }
 
 /// A running router.
@@ -253,6 +256,17 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         health.first_round(&registry, deadline).await;
     }
 
+    let tokenizer = if cfg.mode == crate::config::Mode::PdGrpc {
+        let workers = registry.snapshot().all().to_vec();
+        let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &workers, cfg.health.timeout)
+            .await
+            .map_err(StartError::Tokenizer)?;
+        tracing::info!(origin = %t.origin, "tokenizer loaded");
+        Some(Arc::new(t))
+    } else {
+        None
+    };
+
     let mut background = Vec::new();
     {
         let ps = policies.clone();
@@ -282,6 +296,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         policy,
         prefill_policy,
         decode_policy,
+        tokenizer,
     });
     let state = Arc::new(AppState {
         cfg: cfg.clone(),

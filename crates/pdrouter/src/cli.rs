@@ -12,7 +12,7 @@ use pdrouter_policy::{CacheAwareConfig, PolicyKind};
 use crate::config::{
     AdmissionSettings, BreakerConfig, Config, ConfigError, DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_MAX_CONNECTIONS, HealthConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission,
-    RetryConfig, WorkerSpec, WorkerType, flag_range, parse_worker_url, range,
+    RetryConfig, TokenizerSource, WorkerSpec, WorkerType, flag_range, parse_worker_url, range,
 };
 
 /// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
@@ -107,6 +107,26 @@ pub struct LaunchArgs {
     /// Register each DP rank of a worker reporting dp_size > 1 as its own worker.
     #[arg(long, help_heading = "Workers")]
     pub dp_aware: bool,
+
+    // ---- Tokenizer (grpc:// workers) ----
+    /// Tokenizer for grpc:// workers: a tokenizer.json file or the directory holding it
+    /// (default: from --model-path, else the workers' own).
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = "Tokenizer (grpc:// workers)"
+    )]
+    pub tokenizer_path: Option<std::path::PathBuf>,
+    /// Model directory whose tokenizer files the router uses for grpc:// workers.
+    #[arg(long, value_name = "DIR", help_heading = "Tokenizer (grpc:// workers)")]
+    pub model_path: Option<std::path::PathBuf>,
+    /// Jinja chat template file overriding the tokenizer's own (grpc:// workers).
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Tokenizer (grpc:// workers)"
+    )]
+    pub chat_template: Option<std::path::PathBuf>,
 
     // ---- Policies ----
     /// Routing policy: random, round_robin, power_of_two, cache_aware, consistent_hashing.
@@ -340,7 +360,14 @@ impl LaunchArgs {
         }
         // EPD is a disaggregated mode like PD: the admission rules are checked as for PD (so
         // the operator learns about every mistake), then the mode itself is refused below.
-        let mode = if self.pd_disaggregation || self.epd_disaggregation {
+        let grpc_pd = self
+            .prefill
+            .iter()
+            .chain(&self.decode)
+            .any(|u| crate::config::is_grpc_url(u.trim()));
+        let mode = if self.pd_disaggregation && grpc_pd {
+            Mode::PdGrpc
+        } else if self.pd_disaggregation || self.epd_disaggregation {
             Mode::PdHttp
         } else {
             Mode::Regular
@@ -467,6 +494,11 @@ impl LaunchArgs {
             priority_scheduler: self.priority_scheduler_enabled,
             admission,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
+            tokenizer: TokenizerSource {
+                tokenizer_path: self.tokenizer_path,
+                model_path: self.model_path,
+                chat_template: self.chat_template,
+            },
         };
         config.validate()?;
         Ok(config)
@@ -676,6 +708,9 @@ mod tests {
             "health_check_endpoint",
             "prometheus_host",
             "log_level",
+            "tokenizer_path",
+            "model_path",
+            "chat_template",
         ];
         let mut seen = 0;
         for arg in launch.get_arguments() {

@@ -223,6 +223,26 @@ pub enum Mode {
     Regular,
     /// Prefill + Decode workers over HTTP.
     PdHttp,
+    /// Prefill + Decode workers over gRPC: the router tokenizes and detokenizes.
+    PdGrpc,
+}
+
+impl Mode {
+    /// Whether requests go to a Prefill and a Decode worker.
+    pub fn is_pd(self) -> bool {
+        matches!(self, Self::PdHttp | Self::PdGrpc)
+    }
+}
+
+/// Where the router gets its tokenizer when workers take token ids (gRPC).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenizerSource {
+    /// `--tokenizer-path`: a `tokenizer.json` or the directory holding it.
+    pub tokenizer_path: Option<std::path::PathBuf>,
+    /// `--model-path`: the model directory.
+    pub model_path: Option<std::path::PathBuf>,
+    /// `--chat-template`: a Jinja file overriding the tokenizer's template.
+    pub chat_template: Option<std::path::PathBuf>,
 }
 
 /// The role a worker plays.
@@ -261,18 +281,22 @@ pub struct WorkerSpec {
     pub api_key: Option<String>,
 }
 
-/// Checks and normalises a worker URL: `http://` or `https://` with a host and optional port.
+/// Whether a (normalised) worker URL speaks gRPC.
+pub fn is_grpc_url(url: &str) -> bool {
+    url.starts_with("grpc://")
+}
+
+/// Checks and normalises a worker URL: `http://`, `https://` or `grpc://` with a host and
+/// optional port (required for `grpc://`, which has no default).
 pub fn parse_worker_url(raw: &str) -> Result<String, String> {
     let trimmed = raw.trim().trim_end_matches('/');
-    if trimmed.starts_with("grpc://") {
-        return Err(format!(
-            "worker URL '{raw}' uses grpc://, which this build does not serve yet; use http:// or https://"
-        ));
-    }
     let rest = trimmed
         .strip_prefix("http://")
         .or_else(|| trimmed.strip_prefix("https://"))
-        .ok_or_else(|| format!("worker URL '{raw}' must start with http:// or https://"))?;
+        .or_else(|| trimmed.strip_prefix("grpc://"))
+        .ok_or_else(|| {
+            format!("worker URL '{raw}' must start with http://, https:// or grpc://")
+        })?;
     if rest.is_empty() {
         return Err(format!("worker URL '{raw}' has no host"));
     }
@@ -301,6 +325,8 @@ pub fn parse_worker_url(raw: &str) -> Result<String, String> {
         && !authority.as_str().ends_with(']')
     {
         return Err(format!("worker URL '{raw}' has an invalid port '{p}'"));
+    } else if is_grpc_url(trimmed) {
+        return Err(format!("worker URL '{raw}' needs a port: grpc://host:port"));
     }
     Ok(trimmed.to_string())
 }
@@ -412,6 +438,8 @@ pub struct Config {
     /// How long a Prefill leg still open after Decode delivered the whole answer may go on
     /// (without its slot) before it is aborted.
     pub prefill_grace_after_decode: Duration,
+    /// Tokenizer source for gRPC workers.
+    pub tokenizer: TokenizerSource,
 }
 
 /// Default [`Config::prefill_grace_after_decode`]: a Prefill answer normally ends before
@@ -462,7 +490,7 @@ impl RawAdmission {
             }
             return Ok(None);
         }
-        if mode != Mode::PdHttp {
+        if !mode.is_pd() {
             return Err(bad(
                 "--prefill-max-inflight-requests-per-worker needs PD mode \
                  (--pd-disaggregation with --prefill and --decode workers)",
@@ -502,8 +530,30 @@ impl Config {
     /// Cross-field rules that do not depend on how the values were given.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let count = |t: WorkerType| self.workers.iter().filter(|w| w.worker_type == t).count();
+        let grpc = self.workers.iter().filter(|w| is_grpc_url(&w.url)).count();
         match self.mode {
-            Mode::PdHttp => {
+            Mode::PdHttp | Mode::PdGrpc if grpc != 0 && grpc != self.workers.len() => {
+                return Err(bad(
+                    "PD workers mix http(s):// and grpc:// URLs; give every --prefill and --decode \
+                     worker the same transport",
+                ));
+            }
+            Mode::PdHttp | Mode::PdGrpc if (grpc != 0) != (self.mode == Mode::PdGrpc) => {
+                return Err(bad(
+                    "the routing mode does not match the workers' transport (gRPC PD needs \
+                     grpc:// Prefill and Decode workers)",
+                ));
+            }
+            Mode::Regular if grpc != 0 => {
+                return Err(bad(
+                    "grpc:// regular workers (--worker-urls) are not served yet; gRPC workers \
+                     are served in PD mode (--pd-disaggregation --prefill grpc://... --decode grpc://...)",
+                ));
+            }
+            _ => {}
+        }
+        match self.mode {
+            Mode::PdHttp | Mode::PdGrpc => {
                 if count(WorkerType::Prefill) == 0 {
                     return Err(bad(
                         "--pd-disaggregation needs at least one --prefill URL [BOOTSTRAP_PORT|none]",
@@ -538,7 +588,18 @@ impl Config {
         if !self.health.endpoint.starts_with('/') {
             return Err(bad("--health-check-endpoint must start with '/'"));
         }
-        if self.admission.is_some() && self.mode != Mode::PdHttp {
+        if self.mode != Mode::PdGrpc && self.tokenizer != TokenizerSource::default() {
+            return Err(bad(
+                "--tokenizer-path, --model-path and --chat-template are for grpc:// PD workers \
+                 (the router tokenizes for them); http:// workers tokenize themselves",
+            ));
+        }
+        if self.mode == Mode::PdGrpc && self.dp_aware {
+            return Err(bad(
+                "--dp-aware is not served with grpc:// workers yet; drop it or use http:// workers",
+            ));
+        }
+        if self.admission.is_some() && !self.mode.is_pd() {
             return Err(bad(
                 "--prefill-max-inflight-requests-per-worker needs PD mode",
             ));
@@ -629,6 +690,7 @@ impl Config {
             priority_scheduler: false,
             admission: None,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
+            tokenizer: TokenizerSource::default(),
         }
     }
 }
@@ -698,10 +760,11 @@ mod tests {
         assert!(parse_worker_url("http://h:99999").is_err());
         assert!(parse_worker_url("http://h:0").is_err());
         assert!(parse_worker_url("http://h:80/v1").is_err());
-        assert!(
-            parse_worker_url("grpc://h:80")
-                .unwrap_err()
-                .contains("grpc")
-        );
+        assert_eq!(parse_worker_url("grpc://h:80/").unwrap(), "grpc://h:80");
+        assert!(parse_worker_url("grpc://h").unwrap_err().contains("port"));
+        assert!(parse_worker_url("grpc://").is_err());
+        assert!(parse_worker_url("grpc://h:0").is_err());
+        assert!(parse_worker_url("grpc://h:80/x").is_err());
+        assert!(parse_worker_url("grpc://u@h:80").is_err());
     }
 }

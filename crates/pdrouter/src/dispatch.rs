@@ -52,6 +52,8 @@ pub struct Dispatcher {
     pub(crate) policy: Arc<Policy>,
     pub(crate) prefill_policy: Arc<Policy>,
     pub(crate) decode_policy: Arc<Policy>,
+    /// The router's tokenizer, for gRPC workers.
+    pub(crate) tokenizer: Option<Arc<crate::grpc::tokenizer::RouterTokenizer>>,
 }
 
 impl Dispatcher {
@@ -66,13 +68,26 @@ impl Dispatcher {
     ) -> Result<Response, ApiError> {
         let route = req.endpoint.path();
         self.metrics.routed(route);
+        // gRPC workers take token ids: the request is translated once, for every attempt.
+        // Boxed, like the attempts below: an HTTP request parked in the admission queue
+        // holds this future, which must not grow by the translation's state.
+        let grpc = match self.cfg.mode {
+            Mode::PdGrpc => match Box::pin(self.grpc_plan(req)).await {
+                Ok(plan) => Some(plan),
+                Err(e) => {
+                    self.metrics.route_error(route, e.code);
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let mut attempt = 1;
         let result = loop {
             if let Err(e) = self.check_model(req) {
                 break Err(e);
             }
             let outcome = match self.cfg.mode {
-                Mode::PdHttp => self.pd_attempt(req, ctx).await,
+                Mode::PdHttp | Mode::PdGrpc => self.pd_attempt(req, ctx, grpc.as_deref()).await,
                 // Boxed: regular requests never wait for admission, and inline their attempt
                 // would size every PD request's future (a parked waiter's) to it.
                 Mode::Regular => Box::pin(self.regular_attempt(req, ctx)).await,
@@ -101,7 +116,7 @@ impl Dispatcher {
             return Ok(());
         };
         let types: &[WorkerType] = match self.cfg.mode {
-            Mode::PdHttp => &[WorkerType::Prefill, WorkerType::Decode],
+            Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
             Mode::Regular => &[WorkerType::Regular],
         };
         let snap = self.registry.snapshot();

@@ -292,14 +292,7 @@ impl ApiError {
         } else {
             StatusCode::BAD_GATEWAY
         };
-        let mut detail = detail.trim().to_string();
-        if detail.len() > 512 {
-            let mut cut = 512;
-            while !detail.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            detail.truncate(cut);
-        }
+        let detail = clip(detail);
         Self {
             retryable,
             ..Self::new(
@@ -328,6 +321,55 @@ impl ApiError {
                  (--client-header-timeout-secs); send the whole head at once"
             ),
         )
+    }
+
+    /// A feature this router does not serve for the request's workers (501, never retried).
+    pub fn not_implemented(what: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            what.to_string(),
+        )
+    }
+
+    /// A gRPC worker's status: mapped to the HTTP status a client can act on, with the same
+    /// codes as the HTTP legs (Unavailable is a connect failure, DeadlineExceeded a timeout).
+    pub fn grpc_status(leg: Leg, url: &str, code: tonic::Code, detail: &str) -> Self {
+        use tonic::Code;
+        let status = match code {
+            Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
+                StatusCode::BAD_REQUEST
+            }
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        let base = match code {
+            Code::Unavailable => Self::connect_failed(leg, url),
+            Code::DeadlineExceeded => Self::upstream_timeout(leg, url),
+            _ => Self::upstream_status(leg, url, status, detail),
+        };
+        let detail = clip(detail);
+        Self {
+            status,
+            retryable: matches!(
+                code,
+                Code::Unavailable
+                    | Code::DeadlineExceeded
+                    | Code::ResourceExhausted
+                    | Code::Internal
+                    | Code::Unknown
+                    | Code::Aborted
+            ),
+            message: format!(
+                "{} worker {url} answered gRPC {code:?}: {detail}",
+                leg.as_str()
+            ),
+            ..base
+        }
     }
 
     /// The router is shutting down.
@@ -407,6 +449,19 @@ impl IntoResponse for ApiError {
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorCode(pub &'static str);
 
+/// A worker's error detail, trimmed and cut to 512 bytes on a character boundary.
+fn clip(detail: &str) -> String {
+    let mut detail = detail.trim().to_string();
+    if detail.len() > 512 {
+        let mut cut = 512;
+        while !detail.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        detail.truncate(cut);
+    }
+    detail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,6 +499,35 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["code"], "client_header_timeout");
         assert!(v["error"]["message"].as_str().unwrap().contains("7s"));
+    }
+
+    #[test]
+    fn grpc_statuses_map_to_http() {
+        use tonic::Code;
+        let cases = [
+            (Code::InvalidArgument, 400, false),
+            (Code::OutOfRange, 400, false),
+            (Code::FailedPrecondition, 400, false),
+            (Code::ResourceExhausted, 429, true),
+            (Code::Unavailable, 503, true),
+            (Code::DeadlineExceeded, 504, true),
+            (Code::Unimplemented, 501, false),
+            (Code::NotFound, 404, false),
+            (Code::Internal, 502, true),
+            (Code::PermissionDenied, 502, false),
+        ];
+        for (code, status, retryable) in cases {
+            let e = ApiError::grpc_status(Leg::Decode, "grpc://h:1", code, "why");
+            assert_eq!(e.status.as_u16(), status, "{code:?}");
+            assert_eq!(e.retryable, retryable, "{code:?}");
+            assert!(e.message.contains("why"), "{}", e.message);
+        }
+        let e = ApiError::grpc_status(Leg::Prefill, "grpc://h:1", Code::Unavailable, "");
+        assert_eq!(e.code, "prefill_connect_failed");
+        let e = ApiError::grpc_status(Leg::Decode, "grpc://h:1", Code::DeadlineExceeded, "");
+        assert_eq!(e.code, "decode_timeout");
+        let e = ApiError::grpc_status(Leg::Decode, "grpc://h:1", Code::InvalidArgument, "");
+        assert_eq!(e.code, "decode_worker_error");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod error;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod pd;

@@ -195,7 +195,7 @@ fn ready_of(state: &AppState, t: WorkerType) -> Vec<Arc<Worker>> {
 
 fn serving_types(state: &AppState) -> &'static [WorkerType] {
     match state.cfg.mode {
-        Mode::PdHttp => &[WorkerType::Prefill, WorkerType::Decode],
+        Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
         Mode::Regular => &[WorkerType::Regular],
     }
 }

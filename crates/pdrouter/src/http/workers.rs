@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::handlers::read_body;
-use crate::config::{Mode, WorkerSpec, WorkerType, parse_worker_url};
+use crate::config::{Mode, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url};
 use crate::error::ApiError;
 use crate::proxy::forward::bearer;
 use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus};
@@ -125,7 +125,7 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
     let worker_type = match obj.get("worker_type") {
         None | Some(Value::Null) => match state.cfg.mode {
             Mode::Regular => WorkerType::Regular,
-            Mode::PdHttp => {
+            Mode::PdHttp | Mode::PdGrpc => {
                 return Err(ApiError::invalid_field(
                     "worker_type",
                     "is required in PD mode: prefill or decode",
@@ -147,7 +147,7 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
     };
     let fits = match state.cfg.mode {
         Mode::Regular => worker_type == WorkerType::Regular,
-        Mode::PdHttp => worker_type != WorkerType::Regular,
+        Mode::PdHttp | Mode::PdGrpc => worker_type != WorkerType::Regular,
     };
     if !fits {
         return Err(ApiError::invalid_field(
@@ -157,9 +157,20 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
                 worker_type.as_str(),
                 match state.cfg.mode {
                     Mode::Regular => "regular: use regular",
-                    Mode::PdHttp => "PD: use prefill or decode",
+                    Mode::PdHttp | Mode::PdGrpc => "PD: use prefill or decode",
                 }
             ),
+        ));
+    }
+    if is_grpc_url(&url) != (state.cfg.mode == Mode::PdGrpc) {
+        return Err(ApiError::invalid_field(
+            "url",
+            if state.cfg.mode == Mode::PdGrpc {
+                "must be a grpc:// URL: this router's workers speak gRPC"
+            } else {
+                "must be an http:// or https:// URL: this router's workers speak HTTP \
+                 (grpc:// workers are served only by a router started with grpc:// PD workers)"
+            },
         ));
     }
     let bootstrap_port = bootstrap_port_field(obj.get("bootstrap_port"), worker_type)?;

@@ -20,6 +20,7 @@
 //! [`Config::prefill_grace_after_decode`]: crate::config::Config::prefill_grace_after_decode
 
 pub mod bootstrap;
+pub mod grpc;
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -171,20 +172,23 @@ async fn run_prefill_leg(
     }
 }
 
-/// What a PD attempt holds once its workers are chosen.
-struct Holds {
-    prefill: std::sync::Arc<crate::registry::Worker>,
-    permit: Option<pdrouter_admission::Permit>,
-    prefill_load: LoadGuard,
-    decode: std::sync::Arc<crate::registry::Worker>,
-    decode_load: LoadGuard,
+/// What a PD attempt holds once its workers are chosen (either transport).
+pub(crate) struct Holds {
+    pub(crate) prefill: std::sync::Arc<crate::registry::Worker>,
+    pub(crate) permit: Option<pdrouter_admission::Permit>,
+    pub(crate) prefill_load: LoadGuard,
+    pub(crate) decode: std::sync::Arc<crate::registry::Worker>,
+    pub(crate) decode_load: LoadGuard,
 }
 
 impl Dispatcher {
+    /// One PD attempt over either transport: `grpc` is the request translated for gRPC
+    /// workers, `None` for HTTP ones. Selection and admission are the same for both.
     pub(crate) async fn pd_attempt(
         &self,
         req: &ParsedRequest,
         ctx: &RequestCtx,
+        grpc: Option<&grpc::GrpcPlan>,
     ) -> Result<Response, ApiError> {
         let units = req.sub_requests() as u64;
         let prefill_sel = || {
@@ -224,21 +228,20 @@ impl Dispatcher {
         )
         .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
+        let holds = Holds {
+            prefill,
+            permit,
+            prefill_load,
+            decode,
+            decode_load,
+        };
         // The sending half is boxed so that a request parked in the admission queue above
         // holds only the small selection state, not room for every later stage (this future
         // lives, per waiter, for as long as it waits).
-        Box::pin(self.pd_send(
-            req,
-            ctx,
-            Holds {
-                prefill,
-                permit,
-                prefill_load,
-                decode,
-                decode_load,
-            },
-        ))
-        .await
+        match grpc {
+            None => Box::pin(self.pd_send(req, ctx, holds)).await,
+            Some(plan) => Box::pin(self.grpc_pd_send(ctx, plan, holds)).await,
+        }
     }
 
     async fn pd_send(

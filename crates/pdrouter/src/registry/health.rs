@@ -170,12 +170,15 @@ async fn probe_loop(
     let mut counts = ProbeCounts::default();
     let mut ever_ready = worker.status() == WorkerStatus::Ready;
     loop {
-        let ok = match client.get(&url, worker.api_key(), cfg.timeout).await {
-            Ok((status, _)) => status.is_success(),
-            Err(e) => {
-                tracing::debug!(worker = worker.url(), error = %e, "health probe failed");
-                false
-            }
+        let ok = match worker.grpc() {
+            Some(ch) => ch.healthy(cfg.timeout).await,
+            None => match client.get(&url, worker.api_key(), cfg.timeout).await {
+                Ok((status, _)) => status.is_success(),
+                Err(e) => {
+                    tracing::debug!(worker = worker.url(), error = %e, "health probe failed");
+                    false
+                }
+            },
         };
         let Some(registry) = reg.upgrade() else {
             return;
@@ -224,7 +227,8 @@ async fn get_json(
     }
 }
 
-/// Asks the worker's engine which model it serves and records it (see [`served_model`]).
+/// Asks the worker's engine which model it serves and records it (see [`served_model`]; a
+/// gRPC worker through `GetModelInfo`).
 /// Returns the transport failure (e.g. an over-long body) when nothing was learned and a call
 /// failed; answers that name no model are not an error.
 pub(crate) async fn learn_model(
@@ -232,6 +236,20 @@ pub(crate) async fn learn_model(
     worker: &Worker,
     timeout: Duration,
 ) -> Result<(), UpstreamError> {
+    if let Some(ch) = worker.grpc() {
+        // gRPC engines name their model through `GetModelInfo`.
+        if let Some(info) = ch.model_info(timeout).await {
+            let id = if info.served_model_name.is_empty() {
+                info.model_path
+            } else {
+                info.served_model_name
+            };
+            if !id.is_empty() {
+                worker.set_model(ServedModel::named(&id));
+            }
+        }
+        return Ok(());
+    }
     let mut failure = None;
     let server_info = get_json(client, worker, "/get_server_info", timeout, &mut failure).await;
     let named = server_info.as_ref().is_some_and(|v| {

@@ -217,6 +217,9 @@ impl Registry {
             model: Default::default(),
             probed: std::sync::atomic::AtomicBool::new(false),
             load_hook: self.load_hook.lock().clone(),
+            grpc: crate::config::is_grpc_url(&spec.url).then(|| {
+                crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref())
+            }),
         })
     }
 

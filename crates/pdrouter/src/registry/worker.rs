@@ -138,6 +138,8 @@ pub struct Worker {
     pub(crate) model: ArcSwapOption<ServedModel>,
     pub(crate) probed: std::sync::atomic::AtomicBool,
     pub(crate) load_hook: Option<LoadHook>,
+    /// The gRPC channel of a `grpc://` worker.
+    pub(crate) grpc: Option<crate::grpc::client::WorkerChannel>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -217,6 +219,10 @@ impl Worker {
     /// Records what the engine reported.
     pub(crate) fn set_model(&self, model: ServedModel) {
         self.model.store(Some(Arc::new(model)));
+    }
+    /// The gRPC channel, for a `grpc://` worker.
+    pub fn grpc(&self) -> Option<&crate::grpc::client::WorkerChannel> {
+        self.grpc.as_ref()
     }
     /// Whether the health checker has finished at least one probe of this worker.
     pub fn probed(&self) -> bool {

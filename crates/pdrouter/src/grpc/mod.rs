@@ -1,0 +1,15 @@
+//! gRPC workers (SGLang's scheduler protocol): the per-worker channel, the router-side
+//! tokenizer, and the translation between OpenAI/SGLang JSON and token-id generation.
+//!
+//! - [`client`]: one lazily connected tonic channel per worker, `HealthCheck`, `GetModelInfo`,
+//!   `GetTokenizer`, and [`client::LegStream`], a `Generate` stream that sends `Abort` when it
+//!   is dropped before its end.
+//! - [`tokenizer`]: where the router's tokenizer comes from, resolved once at startup.
+//! - [`translate`]: request bodies to a `GenerateRequest`, token ids back to response bodies.
+//!
+//! The PD flow itself (selection, admission, both legs) lives beside the HTTP one in
+//! `pd::grpc`.
+
+pub mod client;
+pub mod tokenizer;
+pub mod translate;

@@ -1,0 +1,502 @@
+//! gRPC PD over real gRPC mock workers on ephemeral ports: both legs with one ticket, router-
+//! side tokenization and detokenization, stop strings, admission, aborts on disconnect, and
+//! the refusals (mixed pools, bad URLs, unreachable workers, endpoints not served yet).
+
+mod support;
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use pdrouter::config::{Config, Mode, WorkerType};
+use pdrouter_tokenizer::{DecodeOptions, Tokenizer, bytelevel};
+use serde_json::Value;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn grpc_mock(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
+    let mut cfg = MockConfig::new(role);
+    cfg.grpc = true;
+    tune(&mut cfg);
+    MockWorker::start(cfg).await.expect("gRPC mock starts")
+}
+
+/// A Prefill mock, a Decode mock producing `tokens` tokens, and a gRPC PD config over them
+/// whose Prefill bootstrap port is the Prefill mock's own (the Decode mock waits for its room
+/// there).
+async fn pair(tokens: u32) -> (MockWorker, MockWorker, Config) {
+    let p = grpc_mock(Role::Prefill, |_| {}).await;
+    let d = grpc_mock(Role::Decode, |c| c.output_tokens = tokens).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.mode = Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    (p, d, cfg)
+}
+
+fn tokenizer_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, data) in bytelevel::files() {
+        std::fs::write(dir.path().join(name), data).unwrap();
+    }
+    dir
+}
+
+/// What the router should have made of the Decode mock's last generation.
+fn detokenized(d: &MockWorker) -> String {
+    let dir = tokenizer_dir();
+    let t = Tokenizer::load(dir.path(), None).unwrap();
+    let ids = d.stats().last_output_ids.expect("a finished generation");
+    t.decode(&ids, DecodeOptions::default()).unwrap()
+}
+
+fn sse_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+const CHAT_USAGE: &str = r#"{"messages":[{"role":"user","content":"hello there"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+#[tokio::test]
+async fn both_legs_get_one_request_concurrently_with_the_same_ticket() {
+    let (p, d, cfg) = pair(60).await;
+    let r = router(cfg).await;
+    p.controls().set_hang(true);
+    let addr = r.addr();
+    let call = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
+    // Decode has the request while Prefill is still held: the legs were sent together.
+    assert!(
+        eventually(WAIT, || p.stats().inflight == 1
+            && d.stats().requests_total == 1)
+        .await,
+        "both legs in flight at once"
+    );
+    p.controls().set_hang(false);
+    let reply = call.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let pl = p.stats().last_request.unwrap();
+    let dl = d.stats().last_request.unwrap();
+    assert_eq!(pl["request_id"], dl["request_id"]);
+    assert_eq!(pl["disaggregated_params"], dl["disaggregated_params"]);
+    assert_eq!(pl["input_ids"], dl["input_ids"]);
+    let ticket = &dl["disaggregated_params"];
+    assert_eq!(ticket["bootstrap_host"], "127.0.0.1");
+    assert_eq!(ticket["bootstrap_port"], p.addr().port());
+    let room = ticket["bootstrap_room"].as_i64().unwrap();
+    assert!((0..1 << 31).contains(&room));
+    // Unset sampling fields go out as the engines' defaults; no limit stays unset.
+    let sp = &dl["sampling_params"];
+    assert_eq!(sp["temperature"], 1.0);
+    assert_eq!(sp["top_p"], 1.0);
+    assert_eq!(sp["top_k"], -1);
+    assert_eq!(sp["min_p"], 0.0);
+    assert_eq!(sp["repetition_penalty"], 1.0);
+    assert_eq!(sp["n"], 1);
+    assert_eq!(sp["skip_special_tokens"], true);
+    assert_eq!(sp["spaces_between_special_tokens"], true);
+    assert!(sp["max_new_tokens"].is_null());
+    // The chat template was applied with the generation prompt.
+    let prompt = dl["original_text"].as_str().unwrap();
+    assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt}");
+
+    let v = reply.json();
+    assert_eq!(v["object"], "chat.completion");
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(text, detokenized(&d));
+    assert!(text.contains("dög"), "multibyte text intact: {text}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let inputs = dl["input_ids"].as_array().unwrap().len() as u64;
+    assert_eq!(v["usage"]["prompt_tokens"], inputs);
+    assert_eq!(v["usage"]["completion_tokens"], 60);
+    assert_eq!(v["usage"]["total_tokens"], inputs + 60);
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn streaming_chat_text_is_the_detokenized_output() {
+    let (_p, d, cfg) = pair(60).await;
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT_USAGE).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+    assert!(reply.text().ends_with("data: [DONE]\n\n"));
+    let events = sse_events(&reply.text());
+    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, detokenized(&d));
+    assert!(text.contains("dög"));
+    let finishes: Vec<&Value> = events
+        .iter()
+        .map(|e| &e["choices"][0]["finish_reason"])
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finishes, [&Value::from("stop")]);
+    let usage = &events.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 60);
+    let inputs = d.stats().last_request.unwrap()["input_ids"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(usage["prompt_tokens"], inputs);
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn stop_strings_spanning_tokens_end_the_text() {
+    let (_p, _d, cfg) = pair(60).await;
+    let r = router(cfg).await;
+    // Every output token is one byte, so "lazy d" spans six tokens.
+    let body = r#"{"messages":[{"role":"user","content":"hi"}],"stop":["lazy d"],"max_tokens":50}"#;
+    let reply = post(r.addr(), "/v1/chat/completions", body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "The quick brown fox jumps over the "
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["choices"][0]["matched_stop"], "lazy d");
+
+    let stream = r#"{"messages":[{"role":"user","content":"hi"}],"stop":"ö","stream":true}"#;
+    let reply = post(r.addr(), "/v1/chat/completions", stream).await;
+    let text: String = sse_events(&reply.text())
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "The quick brown fox jumps over the lazy d");
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn max_tokens_becomes_max_new_tokens_and_length_finishes() {
+    let (_p, d, cfg) = pair(60).await;
+    let r = router(cfg).await;
+    let body = r#"{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":5}"#;
+    let reply = post(r.addr(), "/v1/chat/completions", body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        d.stats().last_request.unwrap()["sampling_params"]["max_new_tokens"],
+        5
+    );
+    let v = reply.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "The q");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+}
+
+#[tokio::test]
+async fn generate_takes_text_or_input_ids() {
+    let (_p, d, cfg) = pair(20).await;
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/generate", r#"{"text":"héllo"}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    assert_eq!(v["text"], detokenized(&d));
+    assert_eq!(v["meta_info"]["prompt_tokens"], 6);
+    assert_eq!(v["meta_info"]["completion_tokens"], 20);
+    assert_eq!(v["meta_info"]["finish_reason"]["type"], "stop");
+    assert_eq!(
+        d.stats().last_request.unwrap()["input_ids"],
+        serde_json::json!(bytelevel::encode_plain("héllo"))
+    );
+
+    let reply = post(
+        r.addr(),
+        "/generate",
+        r#"{"input_ids":[104,105],"sampling_params":{"max_new_tokens":3},"stream":true}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let events = sse_events(&reply.text());
+    let last = events.last().unwrap();
+    assert_eq!(last["text"], "The");
+    assert_eq!(last["meta_info"]["finish_reason"]["type"], "length");
+    assert_eq!(last["output_ids"].as_array().unwrap().len(), 3);
+
+    let reply = post(r.addr(), "/generate", r#"{"input_ids":[999999]}"#).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+}
+
+#[tokio::test]
+async fn tokenizer_from_a_path_is_used() {
+    let (_p, d, mut cfg) = pair(10).await;
+    let dir = tokenizer_dir();
+    cfg.tokenizer.tokenizer_path = Some(dir.path().join("tokenizer.json"));
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        reply.json()["choices"][0]["message"]["content"],
+        detokenized(&d)
+    );
+
+    let mut bad = pair(10).await.2;
+    bad.tokenizer.tokenizer_path = Some(dir.path().join("missing.json"));
+    let err = pdrouter::start(bad).await.unwrap_err().to_string();
+    assert!(err.contains("--tokenizer-path"), "{err}");
+}
+
+#[tokio::test]
+async fn admission_limits_grpc_prefill_and_releases_at_prefill_end() {
+    let (p, _d, mut cfg) = pair(10).await;
+    cfg.admission = admission(1, 1, 30);
+    let r = router(cfg).await;
+    p.controls().set_hang(true);
+    let addr = r.addr();
+    let first = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
+    assert!(eventually(WAIT, || p.stats().inflight == 1).await);
+    let second = tokio::spawn(async move { post(addr, "/v1/chat/completions", CHAT).await });
+    assert!(
+        eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_queued")
+            == Some(1.0))
+        .await
+    );
+    let third = post(addr, "/v1/chat/completions", CHAT).await;
+    assert_eq!(third.status, 429);
+    assert_eq!(third.error_code(), "pd_prefill_queue_full");
+    p.controls().set_hang(false);
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(second.await.unwrap().status, 200);
+    assert!(
+        eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_inflight")
+            == Some(0.0))
+        .await
+    );
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn the_prefill_slot_is_released_at_prefill_end_not_decode_end() {
+    let p = grpc_mock(Role::Prefill, |_| {}).await;
+    let d = grpc_mock(Role::Decode, |c| {
+        c.output_tokens = 10_000;
+        c.token_interval = Duration::from_millis(20);
+    })
+    .await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.mode = Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    cfg.admission = admission(1, 0, 30);
+    let r = router(cfg).await;
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", r.addr()))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(CHAT_STREAM)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body();
+    // Decode keeps streaming; the Prefill slot is free again and a second request gets it.
+    assert!(
+        eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_inflight")
+            == Some(0.0))
+        .await
+    );
+    assert_eq!(d.stats().inflight, 1);
+    let second = post(
+        r.addr(),
+        "/generate",
+        r#"{"text":"x","sampling_params":{"max_new_tokens":2}}"#,
+    )
+    .await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    drop(body);
+    assert!(eventually(WAIT, || d.stats().inflight == 0 && total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn a_failing_decode_is_retried_on_another_pair() {
+    let p = grpc_mock(Role::Prefill, |_| {}).await;
+    let bad = grpc_mock(Role::Decode, |c| c.fail_rate = 1.0).await;
+    let good = grpc_mock(Role::Decode, |c| c.output_tokens = 5).await;
+    let mut cfg = pd_config(&[&p], &[&bad, &good]);
+    cfg.mode = Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    cfg.decode_policy = pdrouter_policy::PolicyKind::RoundRobin;
+    cfg.retry.max_attempts = 3;
+    cfg.retry.initial_backoff = Duration::from_millis(1);
+    let r = router(cfg).await;
+    for _ in 0..4 {
+        let reply = post(r.addr(), "/generate", r#"{"text":"x"}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    assert!(
+        bad.stats().requests_total >= 1,
+        "the failing worker was tried"
+    );
+    assert!(eventually(WAIT, || total_load(&r) == 0 && p.stats().inflight == 0).await);
+}
+
+#[tokio::test]
+async fn client_disconnect_aborts_the_running_legs() {
+    let p = grpc_mock(Role::Prefill, |_| {}).await;
+    let d = grpc_mock(Role::Decode, |c| {
+        c.output_tokens = 10_000;
+        c.token_interval = Duration::from_millis(20);
+    })
+    .await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.mode = Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    cfg.admission = admission(4, 4, 30);
+    let r = router(cfg).await;
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", r.addr()))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(CHAT_STREAM)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    // Two frames: the role event, then text.
+    for _ in 0..2 {
+        tokio::time::timeout(WAIT, body.frame()).await.unwrap();
+    }
+    assert_eq!(d.stats().inflight, 1);
+    drop(body);
+    assert!(
+        eventually(WAIT, || d.stats().aborts_total >= 1).await,
+        "Decode aborted"
+    );
+    assert!(eventually(WAIT, || d.stats().inflight == 0 && p.stats().inflight == 0).await);
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+    assert!(
+        eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_inflight")
+            == Some(0.0))
+        .await
+    );
+}
+
+#[tokio::test]
+async fn endpoints_not_served_over_grpc_answer_501() {
+    let (_p, _d, cfg) = pair(5).await;
+    let r = router(cfg).await;
+    for (path, body) in [
+        ("/v1/completions", COMPLETION),
+        ("/v1/responses", r#"{"input":"x"}"#),
+        ("/generate", r#"{"text":["a","b"]}"#),
+        (
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
+        ),
+    ] {
+        let reply = post(r.addr(), path, body).await;
+        assert_eq!(reply.status, 501, "{path}: {}", reply.text());
+        assert_eq!(reply.error_code(), "not_implemented");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_grpc_workers_answer_503() {
+    // Held for the whole test, so nothing else takes the ports.
+    let (dp, dd) = (dead_url(), dead_url());
+    let workers = vec![
+        spec(&format!("grpc://{}", dp.addr()), WorkerType::Prefill),
+        spec(&format!("grpc://{}", dd.addr()), WorkerType::Decode),
+    ];
+    let mut cfg = Config::with_workers(Mode::PdGrpc, workers);
+    cfg.health.enabled = false;
+    cfg.retry.max_attempts = 1;
+    cfg.health.timeout = Duration::from_secs(1);
+    // Without a tokenizer flag the tokenizer must come from a worker: none answers.
+    let err = pdrouter::start(cfg.clone()).await.unwrap_err().to_string();
+    assert!(err.contains("--tokenizer-path"), "{err}");
+    let dir = tokenizer_dir();
+    cfg.tokenizer.tokenizer_path = Some(dir.path().to_owned());
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert!(reply.error_code().ends_with("_connect_failed"));
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn health_checks_and_model_id_go_through_grpc() {
+    let (p, d, mut cfg) = pair(5).await;
+    cfg.health.enabled = true;
+    let r = router(cfg).await;
+    let ready = |r: &pdrouter::RouterHandle| {
+        r.registry()
+            .snapshot()
+            .all()
+            .iter()
+            .all(|w| w.is_routable() && w.model_id().is_some())
+    };
+    assert!(eventually(WAIT, || ready(&r)).await);
+    drop((p, d));
+}
+
+#[tokio::test]
+async fn workers_api_keeps_one_transport() {
+    let (_p, _d, cfg) = pair(5).await;
+    let r = router(cfg).await;
+    let reply = post(
+        r.addr(),
+        "/workers",
+        r#"{"url":"http://127.0.0.1:9","worker_type":"decode"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let reply = post(
+        r.addr(),
+        "/workers",
+        r#"{"url":"grpc://127.0.0.1","worker_type":"decode"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let extra = grpc_mock(Role::Decode, |c| c.output_tokens = 3).await;
+    let body = format!(r#"{{"url":"{}","worker_type":"decode"}}"#, extra.url());
+    let reply = post(r.addr(), "/workers", &body).await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+    assert_eq!(r.registry().snapshot().of_type(WorkerType::Decode).len(), 2);
+
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let http = router(pd_config(&[&p], &[&d])).await;
+    let reply = post(
+        http.addr(),
+        "/workers",
+        r#"{"url":"grpc://127.0.0.1:9","worker_type":"decode"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+}
+
+#[test]
+fn mixed_pools_and_grpc_regular_mode_exit_2() {
+    for args in [
+        &[
+            "--pd-disaggregation",
+            "--prefill",
+            "http://127.0.0.1:1",
+            "--decode",
+            "grpc://127.0.0.1:2",
+        ][..],
+        &["--worker-urls", "grpc://127.0.0.1:1"][..],
+        &[
+            "--pd-disaggregation",
+            "--prefill",
+            "grpc://127.0.0.1",
+            "--decode",
+            "grpc://127.0.0.1:2",
+        ][..],
+        &[
+            "--worker-urls",
+            "http://127.0.0.1:1",
+            "--tokenizer-path",
+            "/x",
+        ][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pdrouter"))
+            .arg("launch")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
