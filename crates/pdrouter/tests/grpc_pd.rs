@@ -332,6 +332,26 @@ async fn a_failing_decode_is_retried_on_another_pair() {
 }
 
 #[tokio::test]
+async fn a_prefill_failing_to_start_aborts_the_decode_leg() {
+    let p = grpc_mock(Role::Prefill, |c| c.fail_rate = 1.0).await;
+    let d = grpc_mock(Role::Decode, |_| {}).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.mode = Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    cfg.admission = admission(2, 2, 30);
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(reply.error_code(), "prefill_worker_error");
+    assert!(
+        eventually(WAIT, || d.stats().aborts_total >= 1).await,
+        "Decode aborted"
+    );
+    assert!(eventually(WAIT, || d.stats().inflight == 0 && total_load(&r) == 0).await);
+    assert_eq!(metric(&r, "smg_pd_prefill_admission_inflight"), Some(0.0));
+}
+
+#[tokio::test]
 async fn client_disconnect_aborts_the_running_legs() {
     let p = grpc_mock(Role::Prefill, |_| {}).await;
     let d = grpc_mock(Role::Decode, |c| {
@@ -448,6 +468,12 @@ async fn workers_api_keeps_one_transport() {
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
     let extra = grpc_mock(Role::Decode, |c| c.output_tokens = 3).await;
+    let body = format!(
+        r#"{{"url":"{}","worker_type":"decode","dp_aware":true}}"#,
+        extra.url()
+    );
+    let reply = post(r.addr(), "/workers", &body).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
     let body = format!(r#"{{"url":"{}","worker_type":"decode"}}"#, extra.url());
     let reply = post(r.addr(), "/workers", &body).await;
     assert_eq!(reply.status, 202, "{}", reply.text());

@@ -180,6 +180,12 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::invalid_field("dp_aware", "must be true or false")),
     };
+    if dp_aware && is_grpc_url(&url) {
+        return Err(ApiError::invalid_field(
+            "dp_aware",
+            "is not served for grpc:// workers yet; leave it out",
+        ));
+    }
     Ok((
         WorkerSpec {
             url,

@@ -193,38 +193,31 @@ impl Dispatcher {
         let timeout = self.cfg.request_timeout;
         let deadline = crate::config::deadline_after(Instant::now(), timeout);
         let started = Instant::now();
+        // A leg that fails to start is charged to its worker and ends the attempt at once:
+        // the other leg's call is dropped, which aborts it.
         let start = |leg: Leg, w: &Arc<Worker>, out| {
-            let url = w.url().to_owned();
+            let (w, registry) = (w.clone(), self.registry.clone());
             async move {
-                match tokio::time::timeout_at(deadline, out).await {
+                let r = match tokio::time::timeout_at(deadline, out).await {
                     Ok(Ok(s)) => Ok(s),
-                    Ok(Err(s)) => Err(status_error(leg, &url, &s)),
-                    Err(_) => Err(ApiError::upstream_timeout(leg, &url)),
+                    Ok(Err(s)) => Err(status_error(leg, w.url(), &s)),
+                    Err(_) => Err(ApiError::upstream_timeout(leg, w.url())),
+                };
+                if let Err(e) = &r {
+                    registry.record_outcome(&w, worker_ok(&r));
+                    tracing::warn!(
+                        code = e.code,
+                        leg = leg.as_str(),
+                        "gRPC leg failed to start"
+                    );
                 }
+                r
             }
         };
-        let (p, d) = tokio::join!(
+        let (mut p, mut d): (LegStream, LegStream) = tokio::try_join!(
             start(Leg::Prefill, &prefill, pch.generate(greq.clone())),
             start(Leg::Decode, &decode, dch.generate(greq)),
-        );
-        // A leg that failed to start drops the other here, which aborts it.
-        let (mut p, mut d): (LegStream, LegStream) = match (p, d) {
-            (Ok(p), Ok(d)) => (p, d),
-            (p, d) => {
-                if let Err(e) = &p {
-                    self.registry.record_outcome(&prefill, worker_ok(&p));
-                    tracing::warn!(code = e.code, "gRPC prefill leg failed to start");
-                }
-                if let Err(e) = &d {
-                    self.registry.record_outcome(&decode, worker_ok(&d));
-                    tracing::warn!(code = e.code, "gRPC decode leg failed to start");
-                }
-                return Err(p
-                    .err()
-                    .or(d.err())
-                    .unwrap_or_else(|| ApiError::internal("a gRPC leg failed without an error")));
-            }
-        };
+        )?;
         let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
         let leg_task = {
             let registry = self.registry.clone();
