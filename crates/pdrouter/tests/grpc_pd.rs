@@ -143,6 +143,7 @@ async fn streaming_chat_text_is_the_detokenized_output() {
         .unwrap()
         .len();
     assert_eq!(usage["prompt_tokens"], inputs);
+    assert_eq!(metric(&r, "smg_pd_ttft_seconds_count"), Some(1.0));
     assert!(eventually(WAIT, || total_load(&r) == 0).await);
 }
 

@@ -284,6 +284,8 @@ impl Dispatcher {
         });
         self.registry.record_outcome(&decode, worker_ok(&first));
         let first = first?;
+        // Decode's first message carries its first token: the time to first token.
+        self.metrics.ttft(ctx.started.elapsed());
         let model = match plan.model.as_str() {
             "" => decode.model().map(|m| m.id.clone()).unwrap_or_default(),
             named => named.to_owned(),
