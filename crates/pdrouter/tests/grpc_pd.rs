@@ -243,6 +243,40 @@ async fn tokenizer_from_a_path_is_used() {
 }
 
 #[tokio::test]
+async fn chat_template_file_and_bad_chat_input_are_client_errors() {
+    let (p, d, mut cfg) = pair(5).await;
+    let dir = tokenizer_dir();
+    let template = dir.path().join("strict.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}\
+         {% endif %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}>{% endif %}",
+    )
+    .unwrap();
+    cfg.tokenizer.tokenizer_path = Some(dir.path().to_owned());
+    cfg.tokenizer.chat_template = Some(template);
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        d.stats().last_request.unwrap()["original_text"],
+        "[user]hello there>"
+    );
+    let before = p.stats().requests_total;
+    for body in [
+        r#"{"messages":[{"role":"tool","content":"x"}]}"#,
+        r#"{"messages":"hi"}"#,
+        r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
+    ] {
+        let reply = post(r.addr(), "/v1/chat/completions", body).await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text());
+        assert_eq!(reply.error_code(), "invalid_request");
+    }
+    assert_eq!(p.stats().requests_total, before, "nothing was sent");
+    assert_eq!(total_load(&r), 0);
+}
+
+#[tokio::test]
 async fn admission_limits_grpc_prefill_and_releases_at_prefill_end() {
     let (p, _d, mut cfg) = pair(10).await;
     cfg.admission = admission(1, 1, 30);
