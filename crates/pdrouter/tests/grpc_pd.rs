@@ -216,6 +216,11 @@ async fn generate_takes_text_or_input_ids() {
     let events = sse_events(&reply.text());
     let last = events.last().unwrap();
     assert_eq!(last["text"], "The");
+    let counts: Vec<&Value> = events
+        .iter()
+        .map(|e| &e["meta_info"]["completion_tokens"])
+        .collect();
+    assert_eq!(counts.first(), Some(&&Value::from(1)), "{events:?}");
     assert_eq!(last["meta_info"]["finish_reason"]["type"], "length");
     assert_eq!(last["output_ids"].as_array().unwrap().len(), 3);
 

@@ -436,6 +436,7 @@ pub fn stream_event(
             let mut body = generate_body(id, so_far.0, so_far.1, &f, u);
             if finish.is_none() {
                 body["meta_info"]["finish_reason"] = Value::Null;
+                body["meta_info"]["completion_tokens"] = json!(so_far.1.len());
             }
             vec![body]
         }
