@@ -76,10 +76,10 @@ async fn generate_single() {
     assert_eq!(v["text"], toks(8));
     let meta = &v["meta_info"];
     assert!(meta["id"].as_str().is_some_and(|s| !s.is_empty()));
-    assert_eq!(
-        meta["finish_reason"],
-        json!({"type": "length", "length": 8})
-    );
+    // The worker's own output length is a natural end: the EOS id.
+    assert_eq!(meta["finish_reason"]["type"], "stop");
+    assert!(meta["finish_reason"]["matched"].is_u64());
+    assert!(meta.get("input_token_logprobs").is_none());
     assert_eq!(meta["completion_tokens"], 8);
     assert!(meta["prompt_tokens"].as_u64().unwrap() > 0);
     w.shutdown().await;
@@ -336,16 +336,214 @@ async fn responses_minimal() {
     assert_eq!(v["output"][0]["content"][0]["text"], toks(2));
     assert_eq!(v["usage"]["output_tokens"], 2);
 
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn responses_stream_has_the_full_event_sequence() {
+    let w = worker(Role::Regular).await;
     let r = post(
         w.addr(),
         "/v1/responses",
-        &json!({"input": "hi", "stream": true}),
+        &json!({"input": "hi", "stream": true, "max_output_tokens": 2}),
+    )
+    .await;
+    let body = r.text();
+    assert!(!body.contains("[DONE]"), "{body}");
+    let events: Vec<Value> = r
+        .sse_data()
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("JSON event"))
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    // Every data line has its own `event:` line naming the same type.
+    let named: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(named, kinds);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], i);
+    }
+    assert_eq!(events[0]["response"]["status"], "in_progress");
+    let item_id = events[2]["item"]["id"].clone();
+    assert_eq!(events[2]["item"]["status"], "in_progress");
+    for e in &events[3..9] {
+        if e["type"] != "response.output_item.done" {
+            assert_eq!(e["item_id"], item_id);
+            assert_eq!(
+                (e["output_index"].clone(), e["content_index"].clone()),
+                (json!(0), json!(0))
+            );
+        }
+    }
+    assert_eq!(
+        events[3]["part"],
+        json!({"type": "output_text", "text": "", "annotations": []})
+    );
+    assert_eq!(events[6]["text"], toks(2));
+    assert_eq!(events[7]["part"]["text"], toks(2));
+    assert_eq!(events[8]["item"]["content"][0]["text"], toks(2));
+    assert_eq!(events[8]["item"]["status"], "completed");
+    let done = &events[9]["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"][0]["id"], item_id);
+    assert_eq!(done["usage"]["output_tokens"], 2);
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_strings_and_ids_end_generation_with_stop() {
+    let w = worker(Role::Regular).await;
+    let chat = post(
+        w.addr(),
+        "/v1/chat/completions",
+        &json!({"stop": "tok3", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await
+    .json();
+    assert_eq!(chat["choices"][0]["message"]["content"], " tok0 tok1 tok2 ");
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chat["usage"]["completion_tokens"], 4);
+
+    let r = post(
+        w.addr(),
+        "/v1/completions",
+        &json!({"prompt": "p", "stream": true, "stop": ["nope", "tok1"]}),
     )
     .await;
     let events = r.sse_json();
-    let text: String = events.iter().filter_map(|e| e["delta"].as_str()).collect();
-    assert_eq!(text, toks(8));
-    assert_eq!(events.last().unwrap()["type"], "response.completed");
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, " tok0 ");
+    assert_eq!(
+        events.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+
+    let g = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "x", "sampling_params": {"stop_token_ids": [1002], "max_new_tokens": 6}}),
+    )
+    .await
+    .json();
+    assert_eq!(g["text"], toks(2));
+    assert_eq!(g["meta_info"]["completion_tokens"], 3);
+    assert_eq!(
+        g["meta_info"]["finish_reason"],
+        json!({"type": "stop", "matched": 1002})
+    );
+    let g = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": "x", "sampling_params": {"stop": "tok1"}}),
+    )
+    .await
+    .json();
+    assert_eq!(
+        g["meta_info"]["finish_reason"],
+        json!({"type": "stop", "matched": "tok1"})
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn json_schema_answers_are_json() {
+    let w = worker(Role::Regular).await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+                        "required": ["city", "n"], "additionalProperties": false});
+    let v = post(
+        w.addr(),
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "C", "schema": schema}}}),
+    )
+    .await
+    .json();
+    let content = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let doc: Value = serde_json::from_str(content).unwrap();
+    assert_eq!(doc, json!({"city": "tok", "n": 0}));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn generate_logprobs_when_asked() {
+    let ids = json!([5, 6, 7, 8]);
+    let mut lists = Vec::new();
+    for role in [Role::Regular, Role::Prefill, Role::Decode] {
+        let w = worker(role).await;
+        let v = post(
+            w.addr(),
+            "/generate",
+            &json!({"input_ids": ids, "return_logprob": true, "bootstrap_room": 1,
+                    "sampling_params": {"max_new_tokens": 2}}),
+        )
+        .await
+        .json();
+        let meta = &v["meta_info"];
+        lists.push(meta["input_token_logprobs"].as_array().unwrap().clone());
+        let out = meta["output_token_logprobs"].as_array().unwrap();
+        assert_eq!(
+            out.len(),
+            meta["completion_tokens"].as_u64().unwrap() as usize
+        );
+        assert_eq!(out[0], json!([-0.125, 1000, null]));
+        w.shutdown().await;
+    }
+    assert_eq!(lists[0][0], json!([null, 5, null]));
+    assert_eq!(lists[0][3], json!([-0.25, 8, null]));
+    assert_eq!((lists[1].len(), lists[2].len()), (3, 1));
+    let mut pd = lists[1].clone();
+    pd.extend(lists[2].clone());
+    assert_eq!(pd, lists[0]);
+
+    // Streamed: every event carries them, output logprobs so far.
+    let w = worker(Role::Regular).await;
+    let r = post(
+        w.addr(),
+        "/generate",
+        &json!({"text": ["abcdefgh", "abcd"], "return_logprob": true, "stream": true,
+                "sampling_params": {"max_new_tokens": 2}}),
+    )
+    .await;
+    let events = r.sse_json();
+    assert_eq!(events.len(), 4);
+    for e in &events {
+        let prompt = e["meta_info"]["prompt_tokens"].as_u64().unwrap() as usize;
+        assert_eq!(
+            e["meta_info"]["input_token_logprobs"]
+                .as_array()
+                .unwrap()
+                .len(),
+            prompt
+        );
+        assert_eq!(
+            e["meta_info"]["output_token_logprobs"]
+                .as_array()
+                .unwrap()
+                .len(),
+            e["meta_info"]["completion_tokens"].as_u64().unwrap() as usize
+        );
+    }
     w.shutdown().await;
 }
 
@@ -382,6 +580,7 @@ async fn prefill_answers_first_token_and_single_chunk_stream() {
     let events = r.sse_json();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["object"], "chat.completion.chunk");
+    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(events[0]["choices"][0]["finish_reason"], "length");
     w.shutdown().await;
 }

@@ -2,6 +2,7 @@
 
 mod body;
 pub(crate) mod handlers;
+mod output;
 mod render;
 
 pub(crate) use handlers::router;

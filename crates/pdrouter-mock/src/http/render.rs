@@ -1,13 +1,13 @@
 //! Request interpretation and SGLang/OpenAI-shaped response rendering.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::Stream;
 use serde_json::{Map, Value, json};
 
+use super::output::{self, Output, Stops};
 use crate::config::Role;
 use crate::state::InflightGuard;
 
@@ -24,10 +24,12 @@ pub(crate) enum Api {
     Responses,
 }
 
-/// One generated output (a batch item or a choice).
+/// One sample of the answer (a batch item or a choice).
 #[derive(Debug)]
-struct Output {
+struct Sample {
     prompt_tokens: u64,
+    /// The prompt's token ids, when the request gave ids.
+    prompt_ids: Option<Vec<Value>>,
     rid: String,
 }
 
@@ -35,18 +37,23 @@ struct Output {
 #[derive(Debug)]
 pub(crate) struct Plan {
     api: Api,
+    role: Role,
     /// Whether the client asked for server-sent events.
     pub(crate) stream: bool,
     model: String,
     id: String,
     created: u64,
-    outputs: Vec<Output>,
+    samples: Vec<Sample>,
     usage_prompt_tokens: u64,
-    /// Tokens generated per output.
+    /// What every sample generates.
+    out: Output,
+    /// Tokens generated per sample.
     pub(crate) tokens: u32,
     /// `/generate` answers a JSON array.
     batch: bool,
     include_usage: bool,
+    /// `/generate` reports logprobs in `meta_info`.
+    logprobs: bool,
 }
 
 fn random_hex() -> String {
@@ -101,17 +108,29 @@ fn samples(v: Option<&Value>) -> usize {
         .map_or(1, |n| n.clamp(1, 256) as usize)
 }
 
-/// Appends the text of tokens `from..to` (`" tok{k}"`).
-fn push_tokens(s: &mut String, from: u32, to: u32) {
-    for k in from..to {
-        let _ = write!(s, " tok{k}");
+/// The JSON schema a request asks its answer to fit, if any.
+fn answer_schema(api: Api, req: &Map<String, Value>) -> Option<Value> {
+    let format = match api {
+        Api::Generate => {
+            let s = req.get("sampling_params")?.get("json_schema")?;
+            return match s {
+                Value::String(text) => serde_json::from_str(text).ok(),
+                other => Some(other.clone()),
+            };
+        }
+        Api::Chat => req.get("response_format")?,
+        Api::Responses => req.get("text")?.get("format")?,
+        Api::Completion => return None,
+    };
+    if format.get("type")?.as_str()? != "json_schema" {
+        return None;
     }
-}
-
-fn tokens_text(n: u32) -> String {
-    let mut s = String::with_capacity(n as usize * 7);
-    push_tokens(&mut s, 0, n);
-    s
+    // Chat nests the schema under `json_schema`, Responses puts it beside `type`.
+    format
+        .get("json_schema")
+        .unwrap_or(format)
+        .get("schema")
+        .cloned()
 }
 
 fn push_sse(out: &mut Vec<u8>, v: &Value) {
@@ -143,29 +162,35 @@ impl Plan {
             .and_then(Value::as_bool)
             .unwrap_or(false);
 
-        // (prompt tokens per prompt, batch?, token cap, samples per prompt)
-        let (prompts, batch, limit, n): (Vec<u64>, bool, Option<u32>, usize) = match api {
+        // (prompt tokens and ids per prompt, batch?, samples per prompt)
+        type Prompt = (u64, Option<Vec<Value>>);
+        let (prompts, batch, n): (Vec<Prompt>, bool, usize) = match api {
             Api::Generate => {
                 let (prompts, batch) = match (req.get("text"), req.get("input_ids")) {
-                    (Some(Value::String(s)), _) => (vec![text_tokens(s)], false),
+                    (Some(Value::String(s)), _) => (vec![(text_tokens(s), None)], false),
                     (Some(Value::Array(items)), _) => (
                         items
                             .iter()
-                            .map(|v| v.as_str().map_or(0, text_tokens))
+                            .map(|v| (v.as_str().map_or(0, text_tokens), None))
                             .collect(),
                         true,
                     ),
                     (_, Some(Value::Array(ids))) if ids.first().is_some_and(Value::is_array) => (
                         ids.iter()
-                            .map(|v| v.as_array().map_or(0, |a| len_u64(a)))
+                            .map(|v| {
+                                let ids = v.as_array().cloned().unwrap_or_default();
+                                (len_u64(&ids), Some(ids))
+                            })
                             .collect(),
                         true,
                     ),
-                    (_, Some(Value::Array(ids))) => (vec![len_u64(ids)], false),
-                    _ => (vec![0], false),
+                    (_, Some(Value::Array(ids))) => {
+                        (vec![(len_u64(ids), Some(ids.clone()))], false)
+                    }
+                    _ => (vec![(0, None)], false),
                 };
                 let n = samples(req.get("sampling_params").and_then(|p| p.get("n")));
-                (prompts, batch || n > 1, requested_tokens(api, req), n)
+                (prompts, batch || n > 1, n)
             }
             Api::Chat => {
                 let prompt = match req.get("messages") {
@@ -175,12 +200,7 @@ impl Plan {
                         .sum(),
                     _ => return Err("messages must be an array".to_owned()),
                 };
-                (
-                    vec![prompt],
-                    false,
-                    requested_tokens(api, req),
-                    samples(req.get("n")),
-                )
+                (vec![(prompt, None)], false, samples(req.get("n")))
             }
             Api::Completion => {
                 let prompts = match req.get("prompt") {
@@ -200,9 +220,8 @@ impl Plan {
                     _ => return Err("prompt must be a string or an array".to_owned()),
                 };
                 (
-                    prompts,
+                    prompts.into_iter().map(|p| (p, None)).collect(),
                     false,
-                    requested_tokens(api, req),
                     samples(req.get("n")),
                 )
             }
@@ -218,20 +237,29 @@ impl Plan {
                         .sum(),
                     _ => 0,
                 };
-                (vec![prompt], false, requested_tokens(api, req), 1)
+                (vec![(prompt, None)], false, 1)
             }
         };
         if prompts.is_empty() {
             return Err("empty batch".to_owned());
         }
 
-        let mut tokens = output_tokens;
-        if let Some(limit) = limit {
-            tokens = tokens.min(limit);
-        }
+        let mut limit = requested_tokens(api, req);
         if role == Role::Prefill {
-            tokens = tokens.min(1);
+            // A prefill engine computes the prompt and samples one token.
+            limit = Some(limit.map_or(1, |c| c.min(1)));
         }
+        let stops = match api {
+            Api::Generate => Stops::from(req.get("sampling_params").and_then(Value::as_object)),
+            Api::Chat | Api::Completion => Stops::from(Some(req)),
+            Api::Responses => Stops::default(),
+        };
+        let out = output::generate(
+            output_tokens,
+            limit,
+            &stops,
+            answer_schema(api, req).as_ref(),
+        );
 
         let rids: Vec<String> = match (api, req.get("rid")) {
             (Api::Generate, Some(Value::String(r))) if prompts.len() == 1 => vec![r.clone()],
@@ -242,16 +270,18 @@ impl Plan {
             (Api::Generate, _) => prompts.iter().map(|_| random_hex()).collect(),
             _ => Vec::new(),
         };
-        let mut outputs = Vec::with_capacity(prompts.len() * n);
-        for (i, &p) in prompts.iter().enumerate() {
+        let usage_prompt_tokens = prompts.iter().map(|p| p.0).sum();
+        let mut all = Vec::with_capacity(prompts.len() * n);
+        for (i, (p, ids)) in prompts.into_iter().enumerate() {
             for j in 0..n {
                 let rid = match rids.get(i) {
                     Some(r) if n > 1 => format!("{r}-{j}"),
                     Some(r) => r.clone(),
                     None => String::new(),
                 };
-                outputs.push(Output {
+                all.push(Sample {
                     prompt_tokens: p,
+                    prompt_ids: ids.clone(),
                     rid,
                 });
             }
@@ -266,20 +296,23 @@ impl Plan {
         };
         Ok(Plan {
             api,
+            role,
             stream,
             model,
             id,
             created: now_secs(),
-            outputs,
-            usage_prompt_tokens: prompts.iter().sum(),
-            tokens,
+            samples: all,
+            usage_prompt_tokens,
+            tokens: out.tokens(),
+            out,
             batch,
             include_usage,
+            logprobs: api == Api::Generate && output::wants_logprobs(req),
         })
     }
 
     fn usage(&self) -> Value {
-        let completion = u64::from(self.tokens) * self.outputs.len() as u64;
+        let completion = u64::from(self.tokens) * self.samples.len() as u64;
         json!({
             "prompt_tokens": self.usage_prompt_tokens,
             "completion_tokens": completion,
@@ -288,50 +321,84 @@ impl Plan {
     }
 
     /// A `/generate` result object after `done` tokens.
-    fn generate_item(&self, i: usize, text: &str, done: u32, finished: bool) -> Value {
-        let out = &self.outputs[i];
+    fn generate_item(&self, i: usize, done: u32, finished: bool) -> Value {
+        let sample = &self.samples[i];
         let finish = if finished {
-            json!({ "type": "length", "length": done })
+            self.out.finish.sglang(done)
         } else {
             Value::Null
         };
         let mut v = json!({
-            "text": text,
+            "text": self.out.text(done as usize),
             "meta_info": {
-                "id": out.rid,
+                "id": sample.rid,
                 "finish_reason": finish,
-                "prompt_tokens": out.prompt_tokens,
+                "prompt_tokens": sample.prompt_tokens,
                 "completion_tokens": done,
             },
         });
+        if self.logprobs {
+            let prompt = usize::try_from(sample.prompt_tokens).unwrap_or(usize::MAX);
+            v["meta_info"]["input_token_logprobs"] =
+                output::input_token_logprobs(self.role, prompt, sample.prompt_ids.as_deref());
+            v["meta_info"]["output_token_logprobs"] = output::output_token_logprobs(done);
+        }
         if self.batch {
             v["index"] = json!(i);
         }
         v
     }
 
-    fn chat_chunk(&self, choices: Vec<Value>) -> Value {
+    /// A streamed chat or completion chunk.
+    fn choice_chunk(&self, choices: Vec<Value>) -> Value {
+        let object = match self.api {
+            Api::Chat => "chat.completion.chunk",
+            _ => "text_completion",
+        };
         json!({
             "id": self.id,
-            "object": "chat.completion.chunk",
+            "object": object,
             "created": self.created,
             "model": self.model,
             "choices": choices,
         })
     }
 
-    fn completion_chunk(&self, choices: Vec<Value>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        })
+    /// One streamed choice: `text` as a chat delta or a completion's text.
+    fn stream_choice(&self, i: usize, text: Option<&str>, finish: Option<&str>) -> Value {
+        let mut c = json!({ "index": i, "logprobs": null, "finish_reason": finish });
+        if self.api == Api::Chat {
+            c["delta"] = match text {
+                Some(t) => json!({ "content": t }),
+                None => json!({}),
+            };
+        } else {
+            c["text"] = json!(text.unwrap_or(""));
+        }
+        c
     }
 
     fn message_id(&self) -> String {
         format!("msg_{}", self.id.trim_start_matches("resp_"))
+    }
+
+    fn output_text_part(text: &str) -> Value {
+        json!({ "type": "output_text", "text": text, "annotations": [] })
+    }
+
+    /// The message item of a Responses answer; `text` is `None` while it is being generated.
+    fn message_item(&self, text: Option<&str>) -> Value {
+        let (status, content) = match text {
+            Some(t) => ("completed", json!([Self::output_text_part(t)])),
+            None => ("in_progress", json!([])),
+        };
+        json!({
+            "type": "message",
+            "id": self.message_id(),
+            "status": status,
+            "role": "assistant",
+            "content": content,
+        })
     }
 
     fn response_object(&self, text: Option<&str>) -> Value {
@@ -341,14 +408,14 @@ impl Plan {
                 let c = u64::from(self.tokens);
                 (
                     "completed",
-                    json!([{
-                        "type": "message",
-                        "id": self.message_id(),
-                        "status": "completed",
-                        "role": "assistant",
-                        "content": [{ "type": "output_text", "text": text, "annotations": [] }],
-                    }]),
-                    json!({ "input_tokens": p, "output_tokens": c, "total_tokens": p + c }),
+                    json!([self.message_item(Some(text))]),
+                    json!({
+                        "input_tokens": p,
+                        "input_tokens_details": { "cached_tokens": 0 },
+                        "output_tokens": c,
+                        "output_tokens_details": { "reasoning_tokens": 0 },
+                        "total_tokens": p + c,
+                    }),
                 )
             }
             None => ("in_progress", json!([]), Value::Null),
@@ -358,25 +425,32 @@ impl Plan {
             "object": "response",
             "created_at": self.created,
             "status": status,
+            "error": null,
+            "incomplete_details": null,
+            "instructions": null,
             "model": self.model,
             "output": output,
+            "parallel_tool_calls": true,
+            "tool_choice": "auto",
+            "tools": [],
             "usage": usage,
         })
     }
 
     /// The complete non-streaming JSON body.
     pub(crate) fn full_body(&self) -> Vec<u8> {
-        let text = tokens_text(self.tokens);
+        let text = self.out.text(self.tokens as usize);
+        let finish = self.out.finish.openai();
         let v = match self.api {
             Api::Generate => {
                 if self.batch {
                     Value::Array(
-                        (0..self.outputs.len())
-                            .map(|i| self.generate_item(i, &text, self.tokens, true))
+                        (0..self.samples.len())
+                            .map(|i| self.generate_item(i, self.tokens, true))
                             .collect(),
                     )
                 } else {
-                    self.generate_item(0, &text, self.tokens, true)
+                    self.generate_item(0, self.tokens, true)
                 }
             }
             Api::Chat => json!({
@@ -384,11 +458,11 @@ impl Plan {
                 "object": "chat.completion",
                 "created": self.created,
                 "model": self.model,
-                "choices": (0..self.outputs.len()).map(|i| json!({
+                "choices": (0..self.samples.len()).map(|i| json!({
                     "index": i,
                     "message": { "role": "assistant", "content": text },
                     "logprobs": null,
-                    "finish_reason": "length",
+                    "finish_reason": finish,
                 })).collect::<Vec<_>>(),
                 "usage": self.usage(),
             }),
@@ -397,11 +471,11 @@ impl Plan {
                 "object": "text_completion",
                 "created": self.created,
                 "model": self.model,
-                "choices": (0..self.outputs.len()).map(|i| json!({
+                "choices": (0..self.samples.len()).map(|i| json!({
                     "index": i,
                     "text": text,
                     "logprobs": null,
-                    "finish_reason": "length",
+                    "finish_reason": finish,
                 })).collect::<Vec<_>>(),
                 "usage": self.usage(),
             }),
@@ -413,56 +487,40 @@ impl Plan {
     /// The whole answer as one SSE data chunk (per output for `/generate`)
     /// followed by `[DONE]` — what a prefill worker streams.
     pub(crate) fn single_chunk_sse(&self) -> Vec<u8> {
-        let text = tokens_text(self.tokens);
+        let text = self.out.text(self.tokens as usize);
         let mut out = Vec::with_capacity(256);
         match self.api {
             Api::Generate => {
-                for i in 0..self.outputs.len() {
-                    push_sse(&mut out, &self.generate_item(i, &text, self.tokens, true));
+                for i in 0..self.samples.len() {
+                    push_sse(&mut out, &self.generate_item(i, self.tokens, true));
                 }
             }
-            Api::Chat => {
-                let choices = (0..self.outputs.len())
+            Api::Chat | Api::Completion => {
+                let finish = Some(self.out.finish.openai());
+                let choices = (0..self.samples.len())
                     .map(|i| {
-                        json!({
-                            "index": i,
-                            "delta": { "role": "assistant", "content": text },
-                            "logprobs": null,
-                            "finish_reason": "length",
-                        })
+                        let mut c = self.stream_choice(i, Some(&text), finish);
+                        if self.api == Api::Chat {
+                            c["delta"]["role"] = json!("assistant");
+                        }
+                        c
                     })
                     .collect();
-                let mut chunk = self.chat_chunk(choices);
-                if self.include_usage {
-                    chunk["usage"] = self.usage();
-                }
-                push_sse(&mut out, &chunk);
-            }
-            Api::Completion => {
-                let choices = (0..self.outputs.len())
-                    .map(|i| {
-                        json!({
-                            "index": i,
-                            "text": text,
-                            "logprobs": null,
-                            "finish_reason": "length",
-                        })
-                    })
-                    .collect();
-                let mut chunk = self.completion_chunk(choices);
+                let mut chunk = self.choice_chunk(choices);
                 if self.include_usage {
                     chunk["usage"] = self.usage();
                 }
                 push_sse(&mut out, &chunk);
             }
             Api::Responses => {
-                push_sse(
+                let mut seq = 0;
+                push_response_event(
                     &mut out,
-                    &json!({
-                        "type": "response.completed",
-                        "response": self.response_object(Some(&text)),
-                    }),
+                    &mut seq,
+                    "response.completed",
+                    json!({ "response": self.response_object(Some(&text)) }),
                 );
+                return out;
             }
         }
         out.extend_from_slice(DONE);
@@ -477,10 +535,10 @@ impl Plan {
         guard: InflightGuard,
     ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
         let state = TokenStream {
-            texts: vec![String::new(); self.outputs.len()],
             plan: self,
             interval,
             step: 0,
+            sequence: 0,
             phase: Phase::Head,
             _guard: guard,
         };
@@ -489,6 +547,18 @@ impl Plan {
             Some((Ok(chunk), st))
         })
     }
+}
+
+/// Appends one Responses-API event (`event:` line and data with its `type` and
+/// `sequence_number`).
+fn push_response_event(out: &mut Vec<u8>, seq: &mut u64, kind: &str, mut fields: Value) {
+    fields["type"] = json!(kind);
+    fields["sequence_number"] = json!(*seq);
+    *seq += 1;
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.push(b'\n');
+    push_sse(out, &fields);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,9 +574,9 @@ enum Phase {
 struct TokenStream {
     plan: Plan,
     interval: Duration,
-    /// Cumulative text per output (used by `/generate` and `/v1/responses`).
-    texts: Vec<String>,
     step: u32,
+    /// Next Responses-API `sequence_number`.
+    sequence: u64,
     phase: Phase,
     _guard: InflightGuard,
 }
@@ -542,135 +612,142 @@ impl TokenStream {
         }
     }
 
-    fn head(&self) -> Option<Bytes> {
+    fn head(&mut self) -> Option<Bytes> {
         let plan = &self.plan;
         let mut out = Vec::new();
         match plan.api {
             Api::Generate | Api::Completion => return None,
             Api::Chat => {
-                for i in 0..plan.outputs.len() {
-                    push_sse(
-                        &mut out,
-                        &plan.chat_chunk(vec![json!({
-                            "index": i,
-                            "delta": { "role": "assistant", "content": "" },
-                            "logprobs": null,
-                            "finish_reason": null,
-                        })]),
-                    );
+                for i in 0..plan.samples.len() {
+                    let mut c = plan.stream_choice(i, Some(""), None);
+                    c["delta"]["role"] = json!("assistant");
+                    push_sse(&mut out, &plan.choice_chunk(vec![c]));
                 }
             }
-            Api::Responses => push_sse(
-                &mut out,
-                &json!({ "type": "response.created", "response": plan.response_object(None) }),
-            ),
+            Api::Responses => {
+                let seq = &mut self.sequence;
+                let response = plan.response_object(None);
+                push_response_event(
+                    &mut out,
+                    seq,
+                    "response.created",
+                    json!({ "response": response }),
+                );
+                push_response_event(
+                    &mut out,
+                    seq,
+                    "response.in_progress",
+                    json!({ "response": response }),
+                );
+                push_response_event(
+                    &mut out,
+                    seq,
+                    "response.output_item.added",
+                    json!({ "output_index": 0, "item": plan.message_item(None) }),
+                );
+                push_response_event(
+                    &mut out,
+                    seq,
+                    "response.content_part.added",
+                    json!({
+                        "item_id": plan.message_id(),
+                        "output_index": 0,
+                        "content_index": 0,
+                        "part": Plan::output_text_part(""),
+                    }),
+                );
+            }
         }
         Some(out.into())
     }
 
     fn token(&mut self, k: u32) -> Bytes {
         let plan = &self.plan;
-        let mut tok = String::with_capacity(8);
-        push_tokens(&mut tok, k, k + 1);
-        let mut out = Vec::with_capacity(160 * plan.outputs.len());
+        let piece = plan.out.pieces[k as usize].as_str();
+        let mut out = Vec::with_capacity(160 * plan.samples.len());
         match plan.api {
             Api::Generate => {
                 let last = k + 1 == plan.tokens;
-                for (i, text) in self.texts.iter_mut().enumerate() {
-                    text.push_str(&tok);
-                    push_sse(&mut out, &plan.generate_item(i, text, k + 1, last));
+                for i in 0..plan.samples.len() {
+                    push_sse(&mut out, &plan.generate_item(i, k + 1, last));
                 }
             }
-            Api::Chat => {
-                for i in 0..plan.outputs.len() {
-                    push_sse(
-                        &mut out,
-                        &plan.chat_chunk(vec![json!({
-                            "index": i,
-                            "delta": { "content": tok },
-                            "logprobs": null,
-                            "finish_reason": null,
-                        })]),
-                    );
+            Api::Chat | Api::Completion => {
+                for i in 0..plan.samples.len() {
+                    let c = plan.stream_choice(i, Some(piece), None);
+                    push_sse(&mut out, &plan.choice_chunk(vec![c]));
                 }
             }
-            Api::Completion => {
-                for i in 0..plan.outputs.len() {
-                    push_sse(
-                        &mut out,
-                        &plan.completion_chunk(vec![json!({
-                            "index": i,
-                            "text": tok,
-                            "logprobs": null,
-                            "finish_reason": null,
-                        })]),
-                    );
-                }
-            }
-            Api::Responses => {
-                self.texts[0].push_str(&tok);
-                push_sse(
-                    &mut out,
-                    &json!({
-                        "type": "response.output_text.delta",
-                        "item_id": plan.message_id(),
-                        "output_index": 0,
-                        "content_index": 0,
-                        "delta": tok,
-                    }),
-                );
-            }
+            Api::Responses => push_response_event(
+                &mut out,
+                &mut self.sequence,
+                "response.output_text.delta",
+                json!({
+                    "item_id": plan.message_id(),
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": piece,
+                    "logprobs": [],
+                }),
+            ),
         }
         out.into()
     }
 
-    fn tail(&self) -> Bytes {
+    fn tail(&mut self) -> Bytes {
         let plan = &self.plan;
         let mut out = Vec::new();
         match plan.api {
             Api::Generate => {
                 if plan.tokens == 0 {
-                    for i in 0..plan.outputs.len() {
-                        push_sse(&mut out, &plan.generate_item(i, "", 0, true));
+                    for i in 0..plan.samples.len() {
+                        push_sse(&mut out, &plan.generate_item(i, 0, true));
                     }
                 }
             }
             Api::Chat | Api::Completion => {
-                for i in 0..plan.outputs.len() {
-                    let chunk = if plan.api == Api::Chat {
-                        plan.chat_chunk(vec![json!({
-                            "index": i,
-                            "delta": {},
-                            "logprobs": null,
-                            "finish_reason": "length",
-                        })])
-                    } else {
-                        plan.completion_chunk(vec![json!({
-                            "index": i,
-                            "text": "",
-                            "logprobs": null,
-                            "finish_reason": "length",
-                        })])
-                    };
-                    push_sse(&mut out, &chunk);
+                let finish = Some(plan.out.finish.openai());
+                for i in 0..plan.samples.len() {
+                    let c = plan.stream_choice(i, None, finish);
+                    push_sse(&mut out, &plan.choice_chunk(vec![c]));
                 }
                 if plan.include_usage {
-                    let mut chunk = if plan.api == Api::Chat {
-                        plan.chat_chunk(Vec::new())
-                    } else {
-                        plan.completion_chunk(Vec::new())
-                    };
+                    let mut chunk = plan.choice_chunk(Vec::new());
                     chunk["usage"] = plan.usage();
                     push_sse(&mut out, &chunk);
                 }
             }
-            Api::Responses => push_sse(
-                &mut out,
-                &json!({
-                    "type": "response.completed",
-                    "response": plan.response_object(Some(&self.texts[0])),
-                }),
-            ),
+            Api::Responses => {
+                let text = plan.out.text(plan.tokens as usize);
+                let seq = &mut self.sequence;
+                let at = |key: &str, v: Value| {
+                    let mut e = json!({
+                        "item_id": plan.message_id(),
+                        "output_index": 0,
+                        "content_index": 0,
+                    });
+                    e[key] = v;
+                    e
+                };
+                let mut done = at("text", json!(text));
+                done["logprobs"] = json!([]);
+                push_response_event(&mut out, seq, "response.output_text.done", done);
+                let part = at("part", Plan::output_text_part(&text));
+                push_response_event(&mut out, seq, "response.content_part.done", part);
+                push_response_event(
+                    &mut out,
+                    seq,
+                    "response.output_item.done",
+                    json!({ "output_index": 0, "item": plan.message_item(Some(&text)) }),
+                );
+                push_response_event(
+                    &mut out,
+                    seq,
+                    "response.completed",
+                    json!({ "response": plan.response_object(Some(&text)) }),
+                );
+                return out.into();
+            }
         }
         out.extend_from_slice(DONE);
         out.into()
