@@ -73,6 +73,8 @@ pub struct ParsedRequest {
     pub batch: Option<usize>,
     /// Parallel samples per prompt.
     pub n: usize,
+    /// `/generate` asks for logprobs (`return_logprob` true, for the request or any prompt).
+    pub logprobs: bool,
 }
 
 impl ParsedRequest {
@@ -386,6 +388,12 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
             (None, text, 1)
         }
     };
+    let logprobs = endpoint == Endpoint::Generate
+        && match body.get("return_logprob") {
+            Some(Value::Bool(b)) => *b,
+            Some(Value::Array(each)) => each.iter().any(|v| v.as_bool() == Some(true)),
+            _ => false,
+        };
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -404,6 +412,7 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
         text,
         batch,
         n,
+        logprobs,
     })
 }
 

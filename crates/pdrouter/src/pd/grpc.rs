@@ -247,7 +247,7 @@ impl Dispatcher {
                 drop(p);
                 drop(holds.permit);
                 drop(holds.prefill_load);
-                let _ = outcome_tx.send(result.clone());
+                let _ = outcome_tx.send(result.clone().map(|()| None));
                 metrics.prefill_duration(started.elapsed());
                 registry.record_outcome(&worker, worker_ok(&result));
             }
@@ -258,6 +258,7 @@ impl Dispatcher {
             handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
             outcome: Some(outcome),
             decode_done: None,
+            logprobs: None,
         };
 
         // The response head waits for Decode's first message, so a failure before it (of

@@ -16,11 +16,17 @@
 //!    is over as above or (streaming only) Decode produced its first frame; a Prefill failure
 //!    before that is answered with its real status, after it as an SSE error event. A client
 //!    disconnect aborts both legs.
+//! 5. A `/generate` request with `return_logprob` keeps the Prefill answer (bounded) to put its
+//!    prompt logprobs in front of Decode's ([`logprobs`]): the leg's outcome then waits for
+//!    the Prefill body's end (the grace bounds it after Decode is done), a non-streaming answer
+//!    is read whole and merged, and streamed events carrying the list wait for the outcome.
+//!    The slot and load are released exactly as in 3.
 //!
 //! [`Config::prefill_grace_after_decode`]: crate::config::Config::prefill_grace_after_decode
 
 pub mod bootstrap;
 pub mod grpc;
+pub mod logprobs;
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -45,6 +51,19 @@ use crate::proxy::relay::{FirstByte, RelayBody};
 use crate::registry::{LoadGuard, Worker};
 use crate::request::ParsedRequest;
 use crate::select::{Candidates, Wanted};
+use logprobs::{PromptLogprobs, SseMerge};
+
+/// What the Prefill leg reports when the Prefill phase is over: success with the Prefill's
+/// prompt logprobs (when the request asked for them and the answer carried them), or the
+/// leg's error.
+pub(crate) type PrefillOutcome = Result<Option<PromptLogprobs>, ApiError>;
+
+/// Most bytes of a Prefill answer kept to read its prompt logprobs (the cap on every worker
+/// body the router reads whole).
+const PREFILL_CAPTURE_LIMIT: usize = crate::proxy::client::INFO_BODY_LIMIT;
+
+/// Most bytes of a non-streaming Decode answer read whole to merge prompt logprobs into it.
+const DECODE_MERGE_LIMIT: usize = SseMerge::EVENT_LIMIT;
 
 /// The Prefill leg running in its own task, seen from the request.
 ///
@@ -55,8 +74,10 @@ use crate::select::{Candidates, Wanted};
 #[derive(Debug)]
 pub struct PrefillLeg {
     handle: Option<JoinHandle<()>>,
-    outcome: Option<oneshot::Receiver<Result<(), ApiError>>>,
+    outcome: Option<oneshot::Receiver<PrefillOutcome>>,
     decode_done: Option<oneshot::Sender<()>>,
+    /// The Prefill's prompt logprobs, once the outcome brought them.
+    logprobs: Option<PromptLogprobs>,
 }
 
 impl PrefillLeg {
@@ -68,7 +89,19 @@ impl PrefillLeg {
         let out = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
         self.outcome = None;
         self.handle = None;
-        Poll::Ready(out.unwrap_or_else(|_| Err(ApiError::internal("prefill task ended early"))))
+        Poll::Ready(match out {
+            Ok(Ok(logprobs)) => {
+                self.logprobs = logprobs;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ApiError::internal("prefill task ended early")),
+        })
+    }
+
+    /// The Prefill's prompt logprobs, after a successful outcome that carried them.
+    pub fn take_logprobs(&mut self) -> Option<PromptLogprobs> {
+        self.logprobs.take()
     }
 
     /// Tells the leg that Decode has delivered its whole answer: the KV has moved, so once the
@@ -104,13 +137,18 @@ struct PrefillHolds {
 /// The Prefill leg task's side of [`PrefillLeg`].
 struct LegSignals {
     decode_done: oneshot::Receiver<()>,
-    outcome: oneshot::Sender<Result<(), ApiError>>,
+    outcome: oneshot::Sender<PrefillOutcome>,
+    /// Keep the body to read its prompt logprobs: the outcome then waits for the body's
+    /// end, also after Decode is done (the slot and load are released as without it).
+    capture: bool,
 }
 
 /// Runs the Prefill leg: `send` gets the response head, then its body is drained, all before
 /// `deadline`. The holds are dropped and the outcome reported when the body ends or the leg
 /// fails — or, once the worker has answered, when Decode is done (the KV has moved); the rest
-/// of the body then gets `grace` to end before it is dropped, which aborts the request.
+/// of the body then gets `grace` to end before it is dropped, which aborts the request. A
+/// capturing leg reports its outcome only when its body has ended (or the grace ran out: an
+/// error, since the prompt logprobs are then missing), though it drops the holds as early.
 /// Returns the leg's own result, `None` when it was aborted that way.
 async fn run_prefill_leg(
     send: impl Future<Output = Result<http::Response<Incoming>, ApiError>>,
@@ -124,6 +162,7 @@ async fn run_prefill_leg(
     let LegSignals {
         mut decode_done,
         outcome,
+        capture,
     } = signals;
     let timed_out = || ApiError::upstream_timeout(Leg::Prefill, url);
     let head = tokio::time::timeout_at(deadline, send)
@@ -138,10 +177,21 @@ async fn run_prefill_leg(
         }
     };
     let drain = async {
+        let mut kept = Vec::new();
         while let Some(frame) = body.frame().await {
-            frame.map_err(|_| ApiError::upstream_broken(Leg::Prefill, url))?;
+            let frame = frame.map_err(|_| ApiError::upstream_broken(Leg::Prefill, url))?;
+            if let (true, Some(data)) = (capture, frame.data_ref()) {
+                if kept.len() + data.len() > PREFILL_CAPTURE_LIMIT {
+                    return Err(ApiError::upstream_too_large(
+                        Leg::Prefill,
+                        url,
+                        PREFILL_CAPTURE_LIMIT,
+                    ));
+                }
+                kept.extend_from_slice(data);
+            }
         }
-        Ok(())
+        Ok(capture.then(|| PromptLogprobs::from_body(&kept)))
     };
     let drain = async {
         tokio::time::timeout_at(deadline, drain)
@@ -155,21 +205,34 @@ async fn run_prefill_leg(
         // A dropped sender (the request is being torn down) disables this branch.
         Ok(()) = &mut decode_done => {
             drop(holds);
-            let _ = outcome.send(Ok(()));
+            let mut outcome = Some(outcome);
+            if !capture && let Some(tx) = outcome.take() {
+                let _ = tx.send(Ok(None));
+            }
             let r = tokio::time::timeout(grace, &mut drain).await.ok();
             metrics.prefill_after_decode(match &r {
-                Some(Ok(())) => AfterDecode::Drained,
+                Some(Ok(_)) => AfterDecode::Drained,
                 Some(Err(_)) => AfterDecode::Failed,
                 None => AfterDecode::Aborted,
             });
-            r
+            let status = r.as_ref().map(leg_status);
+            if let Some(tx) = outcome {
+                let _ = tx.send(r.unwrap_or_else(|| Err(timed_out())));
+            }
+            status
         }
         r = &mut drain => {
             drop(holds);
-            let _ = outcome.send(r.clone());
-            Some(r)
+            let status = leg_status(&r);
+            let _ = outcome.send(r);
+            Some(status)
         }
     }
+}
+
+/// The leg's own result, without what it read.
+fn leg_status(r: &PrefillOutcome) -> Result<(), ApiError> {
+    r.as_ref().map(|_| ()).map_err(Clone::clone)
 }
 
 /// What a PD attempt holds once its workers are chosen (either transport).
@@ -258,6 +321,7 @@ impl Dispatcher {
             decode_load,
         } = holds;
         let (prefill_body, decode_body) = bootstrap::bodies(req, &prefill, &decode);
+        let capture = req.logprobs;
         let path = req.endpoint.path();
         let timeout = self.cfg.request_timeout;
         let (decode_done, decode_done_rx) = oneshot::channel();
@@ -287,6 +351,7 @@ impl Dispatcher {
                 let signals = LegSignals {
                     decode_done: decode_done_rx,
                     outcome: outcome_tx,
+                    capture,
                 };
                 let ended = run_prefill_leg(
                     send,
@@ -310,6 +375,7 @@ impl Dispatcher {
             handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
             outcome: Some(outcome),
             decode_done: Some(decode_done),
+            logprobs: None,
         };
 
         let decode_head = exchange(
@@ -344,25 +410,77 @@ impl Dispatcher {
                 Err(_) => return Err(ApiError::upstream_timeout(Leg::Decode, decode.url())),
             };
         }
-        let (inner, leg) = if decode_complete {
-            leg.decode_finished();
-            (None, None)
-        } else {
-            (Some(body), Some(leg))
+        let first_byte = Some(FirstByte {
+            started: ctx.started,
+            metrics: self.metrics.clone(),
+        });
+        if capture && !req.stream {
+            // The Prefill phase is over (a non-streaming answer waits for it): merge its
+            // prompt logprobs into Decode's whole answer.
+            let rest = (!decode_complete).then_some(body);
+            let whole = read_whole(read, rest, timeout, &decode).await?;
+            let merged = match leg.take_logprobs() {
+                Some(lp) => lp.merge_body(whole),
+                None => whole,
+            };
+            let mut parts = parts;
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            let read = VecDeque::from([Frame::data(merged)]);
+            let relay = RelayBody::new(None, read, None, false, decode_load, first_byte);
+            return Ok(relay_response(parts, Body::new(relay)));
+        }
+        let (inner, leg) = match (decode_complete, capture) {
+            (true, false) => {
+                leg.decode_finished();
+                (None, None)
+            }
+            // Decode's events wait for the Prefill's logprobs; Decode is done already.
+            (true, true) => (None, Some(leg)),
+            (false, _) => (Some(body), Some(leg)),
         };
-        let relay = RelayBody::new(
-            inner,
-            read,
-            leg,
-            req.stream,
-            decode_load,
-            Some(FirstByte {
-                started: ctx.started,
-                metrics: self.metrics.clone(),
-            }),
-        );
+        let mut relay = RelayBody::new(inner, read, leg, req.stream, decode_load, first_byte);
+        if capture {
+            relay = relay.merging_logprobs(decode.url());
+        }
         Ok(relay_response(parts, Body::new(relay)))
     }
+}
+
+/// Decode's whole answer: the frames `read` so far, then the rest of `body` (at most
+/// [`DECODE_MERGE_LIMIT`] bytes in all, within `timeout`).
+async fn read_whole(
+    read: VecDeque<Frame<Bytes>>,
+    body: Option<Incoming>,
+    timeout: std::time::Duration,
+    decode: &Worker,
+) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::upstream_too_large(Leg::Decode, decode.url(), DECODE_MERGE_LIMIT);
+    let mut whole = bytes::BytesMut::new();
+    for f in read {
+        if let Some(d) = f.data_ref() {
+            whole.extend_from_slice(d);
+        }
+    }
+    let Some(mut body) = body else {
+        return Ok(whole.freeze());
+    };
+    let rest = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| ApiError::upstream_broken(Leg::Decode, decode.url()))?;
+            if let Some(d) = frame.data_ref() {
+                if whole.len() + d.len() > DECODE_MERGE_LIMIT {
+                    return Err(too_large());
+                }
+                whole.extend_from_slice(d);
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, rest).await {
+        Ok(r) => r?,
+        Err(_) => return Err(ApiError::upstream_timeout(Leg::Decode, decode.url())),
+    }
+    Ok(whole.freeze())
 }
 
 /// Most Decode bytes a non-streaming request reads ahead while it waits for Prefill to end;

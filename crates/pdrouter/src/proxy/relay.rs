@@ -6,6 +6,8 @@
 //! a Prefill failure after the head was sent ends the stream with an SSE error event, a
 //! client disconnect before the body finished cancels the Prefill leg too, and the end of the
 //! Decode answer tells a Prefill leg still open that Decode is done (it frees its slot then).
+//! A request that asked for logprobs has Decode's events pass through an [`SseMerge`]: events
+//! carrying prompt logprobs wait for the Prefill's outcome, which brings the Prefill's list.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pd::PrefillLeg;
+use crate::pd::logprobs::SseMerge;
 use crate::registry::LoadGuard;
 
 /// Error type of the relayed body (the worker's connection broke mid-body).
@@ -44,6 +47,8 @@ pub struct RelayBody {
     _load: LoadGuard,
     ttft: Option<FirstByte>,
     finished: bool,
+    /// Merging the Prefill's prompt logprobs into Decode's events, with Decode's url.
+    merge: Option<(SseMerge, Arc<str>)>,
 }
 
 impl RelayBody {
@@ -65,7 +70,14 @@ impl RelayBody {
             _load: load,
             ttft,
             finished: false,
+            merge: None,
         }
+    }
+
+    /// Merges the Prefill's prompt logprobs into the relayed events (see the module docs).
+    pub fn merging_logprobs(mut self, decode_url: &str) -> Self {
+        self.merge = Some((SseMerge::default(), Arc::from(decode_url)));
+        self
     }
 
     fn saw_data(&mut self) {
@@ -78,6 +90,7 @@ impl RelayBody {
     fn complete(&mut self) -> Poll<Option<Result<Frame<Bytes>, RelayError>>> {
         self.finished = true;
         self.inner = None;
+        self.merge = None;
         if let Some(p) = self.prefill.take() {
             p.decode_finished();
         }
@@ -87,10 +100,96 @@ impl RelayBody {
     fn fail(&mut self, err: ApiError) -> Poll<Option<Result<Frame<Bytes>, RelayError>>> {
         self.inner = None;
         self.finished = true;
+        // Nothing read but not yet sent follows the error.
+        self.read.clear();
+        self.merge = None;
         if self.streaming {
             Poll::Ready(Some(Ok(Frame::data(err.sse_event()))))
         } else {
             Poll::Ready(Some(Err(err.message.into())))
+        }
+    }
+}
+
+impl RelayBody {
+    /// [`Body::poll_frame`] when merging: Decode's frames go through the merger, which lets
+    /// events out once the Prefill's lists are known (or when they need none).
+    fn poll_merged(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, RelayError>>> {
+        loop {
+            let Some((merge, url)) = self.merge.as_mut() else {
+                return Poll::Ready(None);
+            };
+            if let Some(event) = merge.pop() {
+                self.saw_data();
+                return Poll::Ready(Some(Ok(Frame::data(event))));
+            }
+            if self.finished {
+                return Poll::Ready(None);
+            }
+            if let Some(p) = self.prefill.as_mut()
+                && let Poll::Ready(outcome) = p.poll_outcome(cx)
+            {
+                let logprobs = p.take_logprobs();
+                self.prefill = None;
+                match outcome {
+                    Ok(()) => merge.set_prefill(logprobs),
+                    Err(e) => return self.fail(e),
+                }
+                continue;
+            }
+            if merge.waiting() && self.prefill.is_none() {
+                // No leg to wait for (it was over before this body): nothing to merge.
+                merge.set_prefill(None);
+                continue;
+            }
+            let decode_done = self.inner.is_none() && self.read.is_empty();
+            if decode_done {
+                if merge.holding() {
+                    // Decode is done; its held events wait for the Prefill's outcome, whose
+                    // waker is registered above.
+                    if let Some(p) = self.prefill.as_mut() {
+                        p.decode_done();
+                    }
+                    return Poll::Pending;
+                }
+                return self.complete();
+            }
+            if merge.full() {
+                return Poll::Pending;
+            }
+            let frame = match self.read.pop_front() {
+                Some(f) => Some(Ok(f)),
+                None => match self.inner.as_mut() {
+                    Some(inner) => ready!(Pin::new(inner).poll_frame(cx)),
+                    None => None,
+                },
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref()
+                        && merge.push(data).is_err()
+                    {
+                        let url = url.clone();
+                        return self.fail(ApiError::upstream_too_large(
+                            crate::error::Leg::Decode,
+                            &url,
+                            SseMerge::EVENT_LIMIT,
+                        ));
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "worker body broke mid-stream");
+                    let url = url.clone();
+                    return self.fail(ApiError::upstream_broken(crate::error::Leg::Decode, &url));
+                }
+                None => {
+                    merge.finish();
+                    self.inner = None;
+                }
+            }
         }
     }
 }
@@ -104,6 +203,9 @@ impl Body for RelayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
+        if this.merge.is_some() {
+            return this.poll_merged(cx);
+        }
         if let Some(f) = this.read.pop_front() {
             if f.is_data() {
                 this.saw_data();
