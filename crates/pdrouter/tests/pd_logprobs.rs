@@ -197,3 +197,26 @@ async fn a_prefill_body_outliving_decode_frees_its_slot_before_the_merge() {
     }
     r.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_prefill_answer_over_the_capture_limit_is_a_bad_response() {
+    let s = pd().await;
+    // About 20 bytes of logprobs per prompt id: 80,000 ids answer well over 1 MiB.
+    let ids: Vec<String> = (0..80_000).map(|i| (i % 50_000).to_string()).collect();
+    let body = format!(
+        r#"{{"input_ids":[{}],"return_logprob":true,"sampling_params":{{"max_new_tokens":1}}}}"#,
+        ids.join(",")
+    );
+    let reply = post(s.r.addr(), "/generate", &body).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(reply.error_code(), "prefill_bad_response");
+    assert!(
+        reply.text().contains("1048576-byte limit"),
+        "{}",
+        reply.text()
+    );
+    assert!(eventually(PATIENCE, || total_load(&s.r) == 0).await);
+    // Without logprobs the same prompt is relayed as usual.
+    let body = body.replace(r#""return_logprob":true,"#, "");
+    assert_eq!(post(s.r.addr(), "/generate", &body).await.status, 200);
+}
