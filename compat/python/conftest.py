@@ -176,3 +176,14 @@ def limited():
     )
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def demo():
+    """`pdrouter demo` (its own embedded mocks, admission on), without the start-up burst."""
+    p = Proc([ROUTER_BIN, "demo", "--port", "0", "--burst", "false"])
+    try:
+        url = p.wait_for("pdrouter demo: PD router on ")
+        yield url
+    finally:
+        p.stop()

@@ -226,3 +226,13 @@ def test_rate_limit_error_and_retries_honouring_retry_after(limited):
         mock_post(limited.prefill_url, "/mock/controls", {"hang": False, "release_hung": 16})
         t.join(timeout=30)
     assert held.get("content") == toks(1)
+
+
+def test_sdk_helpers_against_the_demo(demo):
+    c = openai.OpenAI(base_url=demo + "/v1", api_key="unused", max_retries=0, timeout=60)
+    with c.chat.completions.stream(model=MODEL, messages=USER) as s:
+        final = s.get_final_completion()
+    assert final.choices[0].message.content == toks(8)
+    with c.responses.stream(model=MODEL, input="Hello") as s:
+        final = s.get_final_response()
+    assert final.output_text == toks(8)
