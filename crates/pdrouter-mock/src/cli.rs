@@ -78,6 +78,18 @@ pub struct MockArgs {
     /// without it).
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
+    /// gRPC: default sampling parameters GetModelInfo reports, a JSON object
+    /// such as '{"temperature":0.6,"top_p":0.95}'.
+    #[arg(long, value_name = "JSON", requires = "grpc", value_parser = parse_json_object)]
+    pub default_sampling_params: Option<String>,
+}
+
+fn parse_json_object(s: &str) -> Result<String, String> {
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(serde_json::Value::Object(_)) => Ok(s.to_owned()),
+        Ok(_) => Err("must be a JSON object".to_owned()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -118,6 +130,7 @@ impl MockArgs {
             }),
             grpc: self.grpc,
             api_key: self.api_key.clone(),
+            default_sampling_params: self.default_sampling_params.clone(),
         }
     }
 }
@@ -203,4 +216,38 @@ async fn wait_for_signal() -> io::Result<()> {
 #[cfg(not(unix))]
 async fn wait_for_signal() -> io::Result<()> {
     tokio::signal::ctrl_c().await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn default_sampling_params_must_be_a_json_object_on_a_grpc_worker() {
+        let args = MockArgs::try_parse_from([
+            "pdrouter-mock",
+            "--role",
+            "decode",
+            "--grpc",
+            "--default-sampling-params",
+            r#"{"top_k":20}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            args.to_config().default_sampling_params.as_deref(),
+            Some(r#"{"top_k":20}"#)
+        );
+        for bad in [
+            vec!["--grpc", "--default-sampling-params", "[1]"],
+            vec!["--grpc", "--default-sampling-params", "{"],
+            vec!["--default-sampling-params", "{}"],
+        ] {
+            let argv = ["pdrouter-mock", "--role", "decode"]
+                .into_iter()
+                .chain(bad.iter().copied());
+            assert!(MockArgs::try_parse_from(argv).is_err(), "{bad:?}");
+        }
+    }
 }

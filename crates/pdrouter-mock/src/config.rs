@@ -111,11 +111,16 @@ pub struct MockConfig {
     /// Key every route but `/mock/*` requires as `Authorization: Bearer KEY` (401 without
     /// it), like an engine started with `--api-key`; `None` leaves the routes open.
     pub api_key: Option<String>,
+    /// gRPC: the default sampling parameters reported by `GetModelInfo`
+    /// (`default_sampling_params_json`, a JSON object), as an engine reports
+    /// the ones of its model's generation config; `None` reports none.
+    pub default_sampling_params: Option<String>,
 }
 
 impl MockConfig {
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
-    /// dp size 1, model `"mock-model"`, no engine mode, HTTP, no API key.
+    /// dp size 1, model `"mock-model"`, no engine mode, HTTP, no API key, no
+    /// default sampling parameters.
     pub fn new(role: Role) -> Self {
         MockConfig {
             host: "127.0.0.1".to_owned(),
@@ -130,6 +135,7 @@ impl MockConfig {
             engine: None,
             grpc: false,
             api_key: None,
+            default_sampling_params: None,
         }
     }
 }

@@ -51,7 +51,8 @@
 //! worker first waits (bounded) for that room through
 //! `GET /room/{room}` at the ticket's `bootstrap_host:bootstrap_port`, which
 //! a gRPC worker answers on its own port. `Abort`, `HealthCheck`,
-//! `GetModelInfo` and `GetServerInfo` (with `dp_size`) are served too, and
+//! `GetModelInfo` (with the configured default sampling parameters) and
+//! `GetServerInfo` (with `dp_size`) are served too, and
 //! the same port answers HTTP/1.1 `GET /health`, `GET /mock/stats` (adding
 //! `aborts_total` and `last_output_ids`, with `last_request` the decoded
 //! `GenerateRequest`) and `POST /mock/controls`. [`MockWorker::url`] is then

@@ -332,6 +332,9 @@ pub(crate) struct Shared {
     pub(crate) model: String,
     pub(crate) dp_size: u32,
     pub(crate) api_key: Option<String>,
+    /// gRPC: the default sampling parameters `GetModelInfo` reports (a JSON
+    /// object), if any.
+    pub(crate) default_sampling_params: Option<String>,
     pub(crate) controls: MockControls,
     /// Bootstrap rooms whose prefill finished (filled by the engine-mode
     /// prefill and by every gRPC prefill).
@@ -348,6 +351,7 @@ impl Shared {
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
             api_key: cfg.api_key.clone(),
+            default_sampling_params: cfg.default_sampling_params.clone(),
             controls: MockControls::new(cfg),
             engine: cfg
                 .engine

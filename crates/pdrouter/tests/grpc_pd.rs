@@ -8,54 +8,11 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use pdrouter::config::{Config, Mode, WorkerType};
-use pdrouter_tokenizer::{DecodeOptions, Tokenizer, bytelevel};
+use pdrouter_tokenizer::bytelevel;
 use serde_json::Value;
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-async fn grpc_mock(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
-    let mut cfg = MockConfig::new(role);
-    cfg.grpc = true;
-    tune(&mut cfg);
-    MockWorker::start(cfg).await.expect("gRPC mock starts")
-}
-
-/// A Prefill mock, a Decode mock producing `tokens` tokens, and a gRPC PD config over them
-/// whose Prefill bootstrap port is the Prefill mock's own (the Decode mock waits for its room
-/// there).
-async fn pair(tokens: u32) -> (MockWorker, MockWorker, Config) {
-    let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| c.output_tokens = tokens).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.mode = Mode::PdGrpc;
-    cfg.workers[0].bootstrap_port = Some(p.addr().port());
-    (p, d, cfg)
-}
-
-fn tokenizer_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, data) in bytelevel::files() {
-        std::fs::write(dir.path().join(name), data).unwrap();
-    }
-    dir
-}
-
-/// What the router should have made of the Decode mock's last generation.
-fn detokenized(d: &MockWorker) -> String {
-    let dir = tokenizer_dir();
-    let t = Tokenizer::load(dir.path(), None).unwrap();
-    let ids = d.stats().last_output_ids.expect("a finished generation");
-    t.decode(&ids, DecodeOptions::default()).unwrap()
-}
-
-fn sse_events(body: &str) -> Vec<Value> {
-    body.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
 
 const CHAT_USAGE: &str = r#"{"messages":[{"role":"user","content":"hello there"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
@@ -431,22 +388,38 @@ async fn client_disconnect_aborts_the_running_legs() {
 }
 
 #[tokio::test]
-async fn endpoints_not_served_over_grpc_answer_501() {
-    let (_p, _d, cfg) = pair(5).await;
+async fn fields_not_served_over_grpc_answer_501_naming_them() {
+    let (_p, d, cfg) = pair(5).await;
     let r = router(cfg).await;
-    for (path, body) in [
-        ("/v1/completions", COMPLETION),
-        ("/v1/responses", r#"{"input":"x"}"#),
-        ("/generate", r#"{"text":["a","b"]}"#),
+    for (path, body, field) in [
+        ("/v1/completions", r#"{"prompt":"x","echo":true}"#, "'echo'"),
         (
-            "/v1/chat/completions",
-            r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
+            "/v1/completions",
+            r#"{"prompt":"x","suffix":"y"}"#,
+            "'suffix'",
+        ),
+        (
+            "/v1/responses",
+            r#"{"input":"x","tools":[{"type":"function","name":"f"}]}"#,
+            "'tools'",
+        ),
+        (
+            "/v1/responses",
+            r#"{"input":"x","previous_response_id":"resp_1"}"#,
+            "'previous_response_id'",
+        ),
+        (
+            "/v1/responses",
+            r#"{"input":[{"type":"function_call_output","call_id":"c","output":"o"}]}"#,
+            "function_call_output",
         ),
     ] {
         let reply = post(r.addr(), path, body).await;
         assert_eq!(reply.status, 501, "{path}: {}", reply.text());
         assert_eq!(reply.error_code(), "not_implemented");
+        assert!(reply.text().contains(field), "{path}: {}", reply.text());
     }
+    assert_eq!(d.stats().requests_total, 0, "nothing was sent");
 }
 
 #[tokio::test]

@@ -217,6 +217,11 @@ impl SglangScheduler for Scheduler {
             bos_token_id: -1,
             max_req_input_len: context - 1,
             architectures: vec!["MockForCausalLM".to_owned()],
+            default_sampling_params_json: self
+                .shared
+                .default_sampling_params
+                .clone()
+                .unwrap_or_default(),
             ..Default::default()
         }))
     }

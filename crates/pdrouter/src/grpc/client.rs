@@ -8,6 +8,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use pdrouter_proto::common::GetTokenizerRequest;
 use pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient;
 use pdrouter_proto::scheduler::{
@@ -147,9 +148,11 @@ impl WorkerChannel {
             request_id: req.request_id.clone(),
             auth: self.auth.clone(),
         };
+        let samples = req.sampling_params.as_ref().map_or(1, |s| s.n.max(1));
         let stream = client.clone().generate(self.call(req)).await?.into_inner();
         Ok(LegStream {
             stream,
+            completes_left: samples,
             abort: AbortOnDrop {
                 client: guard.client.take(),
                 request_id: std::mem::take(&mut guard.request_id),
@@ -193,6 +196,8 @@ impl Drop for AbortOnDrop {
 /// error) sends `Abort` for its request.
 pub struct LegStream {
     stream: Streaming<GenerateResponse>,
+    /// Samples whose `Complete` has not come yet.
+    completes_left: u32,
     abort: AbortOnDrop,
 }
 
@@ -205,19 +210,77 @@ impl std::fmt::Debug for LegStream {
 }
 
 impl LegStream {
-    /// The next message; `None` at the stream's end. The end and any error disarm the abort
-    /// (there is nothing left running to abort).
+    /// The next message; `None` at the stream's end. The end, the last sample's `Complete`
+    /// and any error disarm the abort (there is nothing left running to abort).
     pub async fn next(&mut self) -> Result<Option<GenerateResponse>, Status> {
         use pdrouter_proto::scheduler::generate_response::Response;
         let r = self.stream.message().await;
         let finished = match &r {
-            Ok(Some(m)) => matches!(m.response, Some(Response::Complete(_) | Response::Error(_))),
+            Ok(Some(m)) => match m.response {
+                Some(Response::Complete(_)) => {
+                    self.completes_left = self.completes_left.saturating_sub(1);
+                    self.completes_left == 0
+                }
+                Some(Response::Error(_)) => true,
+                _ => false,
+            },
             _ => true,
         };
         if finished {
             self.abort.client = None;
         }
         r
+    }
+}
+
+/// The `Generate` streams of one leg of a request (one per prompt of a batch), read as one:
+/// each message is tagged with the position of the stream it came from. Dropping it drops
+/// every stream still running, which aborts them.
+pub struct Legs {
+    set: futures_util::stream::SelectAll<
+        futures_util::stream::BoxStream<'static, Result<(usize, GenerateResponse), Status>>,
+    >,
+}
+
+impl std::fmt::Debug for Legs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Legs")
+            .field("running", &self.set.len())
+            .finish()
+    }
+}
+
+impl Legs {
+    /// Starts one `Generate` per request on `channel`, all at once. If one fails to start,
+    /// the ones already started are dropped (aborted) and its status is returned.
+    pub async fn start(
+        channel: &WorkerChannel,
+        reqs: Vec<GenerateRequest>,
+    ) -> Result<Self, Status> {
+        let streams =
+            futures_util::future::try_join_all(reqs.into_iter().map(|r| channel.generate(r)))
+                .await?;
+        let mut set = futures_util::stream::SelectAll::new();
+        for (i, leg) in streams.into_iter().enumerate() {
+            set.push(
+                futures_util::stream::unfold(Some(leg), move |leg| async move {
+                    let mut leg = leg?;
+                    match leg.next().await {
+                        Ok(Some(m)) => Some((Ok((i, m)), Some(leg))),
+                        Ok(None) => None,
+                        // Nothing follows an error.
+                        Err(s) => Some((Err(s), None)),
+                    }
+                })
+                .boxed(),
+            );
+        }
+        Ok(Self { set })
+    }
+
+    /// The next message of any stream, with its stream's position; `None` once all ended.
+    pub async fn next(&mut self) -> Result<Option<(usize, GenerateResponse)>, Status> {
+        self.set.next().await.transpose()
     }
 }
 

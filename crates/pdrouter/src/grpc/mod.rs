@@ -5,11 +5,14 @@
 //!   `GetTokenizer`, and [`client::LegStream`], a `Generate` stream that sends `Abort` when it
 //!   is dropped before its end.
 //! - [`tokenizer`]: where the router's tokenizer comes from, resolved once at startup.
-//! - [`translate`]: request bodies to a `GenerateRequest`, token ids back to response bodies.
+//! - [`translate`]: request bodies to `GenerateRequest`s, the output back to response bodies
+//!   and SSE events (per endpoint).
+//! - [`output`]: the engine's messages turned into choices (text, finish, usage, logprobs).
 //!
 //! The PD flow itself (selection, admission, both legs) lives beside the HTTP one in
 //! `pd::grpc`.
 
 pub mod client;
+pub mod output;
 pub mod tokenizer;
 pub mod translate;

@@ -1,12 +1,14 @@
 //! The gRPC half of a PD attempt: after the pair selection and admission that HTTP PD uses
-//! too (`Dispatcher::pd_attempt`), one `GenerateRequest` is sent to both workers at once.
+//! too (`Dispatcher::pd_attempt`), one `GenerateRequest` per prompt is sent to both workers
+//! at once, each prompt with its own ticket.
 //!
 //! Invariants, as for HTTP PD: the Prefill stream is drained by its own task ([`PrefillLeg`])
 //! that owns the admission permit and the Prefill load and drops them at Prefill stream end,
 //! error or cancellation; Decode load lives in the response (the SSE body, or until the whole
-//! answer is built). Every `Generate` stream is a [`LegStream`], which sends `Abort` when it is
-//! dropped unfinished: a failed start of one leg aborts the other, and a client disconnect
-//! (the body dropped) aborts both. Only Decode's tokens reach the client.
+//! answer is built). Every `Generate` stream is a `LegStream` (read per leg through [`Legs`]),
+//! which sends `Abort` when it is dropped unfinished: a failed start of one leg aborts the
+//! other, and a client disconnect (the body dropped) aborts both. Only Decode's tokens reach
+//! the client; Prefill contributes only the prompt logprobs, placed ahead of Decode's.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -15,17 +17,17 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use pdrouter_proto::scheduler::generate_complete::MatchedStop;
+use pdrouter_proto::scheduler::DisaggregatedParams;
 use pdrouter_proto::scheduler::generate_response::Response as Msg;
-use pdrouter_proto::scheduler::{DisaggregatedParams, GenerateError, GenerateResponse};
-use pdrouter_tokenizer::{FinishReason, TextStream, Tokenizer};
+use pdrouter_tokenizer::Tokenizer;
 use tokio::time::Instant;
 
 use super::{Holds, PrefillLeg};
 use crate::dispatch::{Dispatcher, RequestCtx, worker_ok};
 use crate::error::{ApiError, Leg};
-use crate::grpc::client::LegStream;
-use crate::grpc::translate::{self, Plan, Usage};
+use crate::grpc::client::Legs;
+use crate::grpc::output::{self, Delta, InputLogprob, Output};
+use crate::grpc::translate::{self, Answer, Events, Plan};
 use crate::registry::{LoadGuard, Worker};
 use crate::request::ParsedRequest;
 
@@ -34,119 +36,6 @@ const MAX_ROOM: i32 = i32::MAX;
 
 fn status_error(leg: Leg, url: &str, s: &tonic::Status) -> ApiError {
     ApiError::grpc_status(leg, url, s.code(), s.message())
-}
-
-fn message_error(leg: Leg, url: &str, e: &GenerateError) -> ApiError {
-    let status = e
-        .http_status_code
-        .parse::<u16>()
-        .ok()
-        .and_then(|c| http::StatusCode::from_u16(c).ok())
-        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    ApiError::upstream_status(leg, url, status, &e.message)
-}
-
-/// Decode's output turned into text, with the router's stop conditions.
-struct Output {
-    text: TextStream,
-    ids: Vec<u32>,
-    full: String,
-    usage: Usage,
-    finish: Option<FinishReason>,
-    /// The engine sent its `Complete` (or the stream ended).
-    ended: bool,
-}
-
-impl Output {
-    fn new(tokenizer: Arc<Tokenizer>, plan: &Plan) -> Self {
-        Self {
-            text: TextStream::new(tokenizer, plan.decode, plan.stop.clone()),
-            ids: Vec::new(),
-            full: String::new(),
-            usage: Usage {
-                prompt: plan.prompt_tokens,
-                ..Usage::default()
-            },
-            finish: None,
-            ended: false,
-        }
-    }
-
-    fn push_ids(&mut self, ids: &[u32]) -> Result<String, ApiError> {
-        let mut delta = String::new();
-        for &id in ids {
-            if self.finish.is_some() {
-                break;
-            }
-            self.ids.push(id);
-            let step = self
-                .text
-                .push(id)
-                .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?;
-            delta.push_str(&step.text);
-            if let Some(f) = step.finish {
-                self.usage.completion = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
-                self.finish = Some(f);
-            }
-        }
-        Ok(delta)
-    }
-
-    /// Takes one Decode message; returns the text it adds.
-    fn absorb(&mut self, m: GenerateResponse, url: &str) -> Result<String, ApiError> {
-        match m.response {
-            Some(Msg::Chunk(c)) => {
-                if c.prompt_tokens > 0 {
-                    self.usage.prompt = c.prompt_tokens;
-                }
-                self.usage.cached = c.cached_tokens;
-                self.push_ids(&c.token_ids)
-            }
-            Some(Msg::Complete(c)) => {
-                self.ended = true;
-                // The final ids repeat what the chunks carried; they count only when no
-                // chunk came at all.
-                let mut delta = if self.ids.is_empty() {
-                    self.push_ids(&c.output_ids)?
-                } else {
-                    String::new()
-                };
-                if c.prompt_tokens > 0 {
-                    self.usage.prompt = c.prompt_tokens;
-                }
-                self.usage.cached = c.cached_tokens;
-                if self.finish.is_none() {
-                    let (tok, text) = match &c.matched_stop {
-                        Some(MatchedStop::MatchedTokenId(id)) => (Some(*id), None),
-                        Some(MatchedStop::MatchedStopStr(s)) => (None, Some(s.as_str())),
-                        None => (None, None),
-                    };
-                    let reason = translate::engine_finish(&c.finish_reason, tok, text);
-                    let step = self
-                        .text
-                        .finish(reason.clone())
-                        .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?;
-                    delta.push_str(&step.text);
-                    self.finish = Some(step.finish.unwrap_or(reason));
-                    self.usage.completion = c
-                        .completion_tokens
-                        .max(u32::try_from(self.ids.len()).unwrap_or(u32::MAX));
-                }
-                Ok(delta)
-            }
-            Some(Msg::Error(e)) => Err(message_error(Leg::Decode, url, &e)),
-            None => Err(ApiError::upstream_broken(Leg::Decode, url)),
-        }
-    }
-
-    /// The stream ended without a `Complete`.
-    fn eof(&mut self, url: &str) -> Result<String, ApiError> {
-        self.ended = true;
-        if self.finish.is_some() {
-            return Ok(String::new());
-        }
-        Err(ApiError::upstream_broken(Leg::Decode, url))
-    }
 }
 
 /// A request translated for gRPC workers, with the tokenizer that detokenizes its answer.
@@ -181,20 +70,35 @@ impl Dispatcher {
         let (Some(pch), Some(dch)) = (prefill.grpc(), decode.grpc()) else {
             return Err(ApiError::internal("a gRPC PD pair without gRPC channels"));
         };
-        let room = rand::random_range(0..=MAX_ROOM);
-        let request_id = format!("{}-{room:x}", ctx.request_id);
-        let mut greq = plan.request.clone();
-        greq.request_id.clone_from(&request_id);
-        greq.disaggregated_params = Some(DisaggregatedParams {
-            bootstrap_host: prefill.bootstrap_host().to_owned(),
-            bootstrap_port: prefill.bootstrap_port().map_or(0, i32::from),
-            bootstrap_room: room,
-        });
+        let defaults = decode
+            .model()
+            .map(|m| m.sampling_defaults.clone())
+            .unwrap_or_default();
+        let mut reqs = plan.requests_with(&defaults);
+        // The answer's id: the first prompt's request id, the only one for a single prompt.
+        let mut request_id = String::new();
+        let several = reqs.len() > 1;
+        for (i, greq) in reqs.iter_mut().enumerate() {
+            let room = rand::random_range(0..=MAX_ROOM);
+            greq.request_id = if several {
+                format!("{}-{room:x}-{i}", ctx.request_id)
+            } else {
+                format!("{}-{room:x}", ctx.request_id)
+            };
+            if i == 0 {
+                request_id = format!("{}-{room:x}", ctx.request_id);
+            }
+            greq.disaggregated_params = Some(DisaggregatedParams {
+                bootstrap_host: prefill.bootstrap_host().to_owned(),
+                bootstrap_port: prefill.bootstrap_port().map_or(0, i32::from),
+                bootstrap_room: room,
+            });
+        }
         let timeout = self.cfg.request_timeout;
         let deadline = crate::config::deadline_after(Instant::now(), timeout);
         let started = Instant::now();
         // A leg that fails to start is charged to its worker and ends the attempt at once:
-        // the other leg's call is dropped, which aborts it.
+        // the other leg's calls are dropped, which aborts them.
         let start = |leg: Leg, w: &Arc<Worker>, out| {
             let (w, registry) = (w.clone(), self.registry.clone());
             async move {
@@ -214,27 +118,42 @@ impl Dispatcher {
                 r
             }
         };
-        let (mut p, mut d): (LegStream, LegStream) = tokio::try_join!(
-            start(Leg::Prefill, &prefill, pch.generate(greq.clone())),
-            start(Leg::Decode, &decode, dch.generate(greq)),
+        let (mut p, mut d): (Legs, Legs) = tokio::try_join!(
+            start(Leg::Prefill, &prefill, Legs::start(pch, reqs.clone())),
+            start(Leg::Decode, &decode, Legs::start(dch, reqs)),
         )?;
         let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
+        // Prefill's prompt logprobs, per prompt, when the client asked for them.
+        let (input_tx, input_rx) = tokio::sync::oneshot::channel::<Vec<Vec<InputLogprob>>>();
+        let want_input = plan.logprobs.input_from.is_some();
+        let prompts = plan.requests.len();
         let leg_task = {
             let registry = self.registry.clone();
             let metrics = self.metrics.clone();
             let worker = prefill.clone();
             async move {
                 let url = worker.url().to_owned();
+                let mut inputs: Vec<Option<Vec<InputLogprob>>> = vec![None; prompts];
                 let drain = async {
                     loop {
-                        match p.next().await {
-                            Ok(Some(GenerateResponse {
-                                response: Some(Msg::Error(e)),
-                                ..
-                            })) => return Err(message_error(Leg::Prefill, &url, &e)),
-                            Ok(Some(_)) => {}
+                        let (i, m) = match p.next().await {
+                            Ok(Some(m)) => m,
                             Ok(None) => return Ok(()),
                             Err(s) => return Err(status_error(Leg::Prefill, &url, &s)),
+                        };
+                        let lps = match &m.response {
+                            Some(Msg::Error(e)) => {
+                                return Err(output::engine_error(Leg::Prefill, &url, e));
+                            }
+                            Some(Msg::Chunk(c)) => c.input_logprobs.as_ref(),
+                            Some(Msg::Complete(c)) => c.input_logprobs.as_ref(),
+                            None => None,
+                        };
+                        // The first report of a prompt's logprobs is kept (every sample
+                        // repeats it, and the `Complete` repeats the first chunk's).
+                        if want_input && let (Some(l), Some(slot @ None)) = (lps, inputs.get_mut(i))
+                        {
+                            *slot = Some(output::input_logprobs(l));
                         }
                     }
                 };
@@ -242,11 +161,16 @@ impl Dispatcher {
                     Ok(r) => r,
                     Err(_) => Err(ApiError::upstream_timeout(Leg::Prefill, &url)),
                 };
-                // The release point: the slot and the load go with the Prefill stream's end,
-                // its failure, or (the task aborted) its cancellation.
+                // The release point: the slot and the load go with the Prefill streams' end,
+                // their failure, or (the task aborted) their cancellation.
                 drop(p);
                 drop(holds.permit);
                 drop(holds.prefill_load);
+                if want_input {
+                    let _ =
+                        input_tx.send(inputs.into_iter().map(Option::unwrap_or_default).collect());
+                }
+                // gRPC prompt logprobs travel on their own channel (token ids, not JSON).
                 let _ = outcome_tx.send(result.clone().map(|()| None));
                 metrics.prefill_duration(started.elapsed());
                 registry.record_outcome(&worker, worker_ok(&result));
@@ -280,7 +204,7 @@ impl Dispatcher {
             Err(_) => Err(ApiError::upstream_timeout(Leg::Decode, &url)),
         };
         let first = first.and_then(|m| match m {
-            Some(m) => out.absorb(m, &url),
+            Some((i, m)) => out.absorb(i, m, &url).map(|d| vec![d]),
             None => out.eof(&url),
         });
         self.registry.record_outcome(&decode, worker_ok(&first));
@@ -298,6 +222,7 @@ impl Dispatcher {
             out,
             d,
             leg: Some(leg),
+            input: want_input.then_some(input_rx),
             url,
             deadline,
             _decode_load: holds.decode_load,
@@ -305,7 +230,7 @@ impl Dispatcher {
         if state.plan.stream {
             Ok(state.into_sse(first))
         } else {
-            state.into_full(first).await
+            state.into_full().await
         }
     }
 }
@@ -318,18 +243,20 @@ struct Relay {
     model: String,
     id: String,
     out: Output,
-    d: LegStream,
+    d: Legs,
     leg: Option<PrefillLeg>,
+    /// Prefill's prompt logprobs, when asked for.
+    input: Option<tokio::sync::oneshot::Receiver<Vec<Vec<InputLogprob>>>>,
     url: String,
     deadline: Instant,
     _decode_load: LoadGuard,
 }
 
 impl Relay {
-    /// The next piece of text, or `None` once Decode ended. A Prefill failure while Decode is
-    /// still running ends the answer with that error.
-    async fn next_delta(&mut self) -> Option<Result<String, ApiError>> {
-        if self.out.ended {
+    /// What the next Decode message added, or `None` once every choice ended. A Prefill
+    /// failure while Decode is still running ends the answer with that error.
+    async fn next_deltas(&mut self) -> Option<Result<Vec<Delta>, ApiError>> {
+        if self.out.done() {
             return None;
         }
         let msg = loop {
@@ -350,32 +277,45 @@ impl Relay {
             }
         };
         Some(match msg {
-            Ok(Some(m)) => self.out.absorb(m, &self.url),
+            Ok(Some((i, m))) => self.out.absorb(i, m, &self.url).map(|d| vec![d]),
             Ok(None) => self.out.eof(&self.url),
             Err(s) => Err(status_error(Leg::Decode, &self.url, &s)),
         })
     }
 
-    async fn into_full(mut self, first: String) -> Result<Response, ApiError> {
-        let mut text = first;
-        while let Some(delta) = self.next_delta().await {
-            text.push_str(&delta?);
-        }
-        // Real engines finish Decode only after Prefill did; waiting costs nothing and lets a
-        // Prefill failure surface as its status.
+    /// After Decode: waits for Prefill (real engines finish Decode only after Prefill did,
+    /// so this costs nothing) and puts its prompt logprobs ahead of Decode's. A Prefill
+    /// failure surfaces as its status.
+    async fn finish_prefill(&mut self) -> Result<(), ApiError> {
         if let Some(mut leg) = self.leg.take() {
             poll_fn(|cx| leg.poll_outcome(cx)).await?;
         }
-        let finish = self.out.finish.clone().unwrap_or(FinishReason::Stop);
-        let body = translate::full_body(
-            &self.plan,
-            &self.model,
-            &self.id,
-            &text,
-            &self.out.ids,
-            &finish,
-            self.out.usage,
-        );
+        if let Some(rx) = self.input.take()
+            && let Ok(inputs) = rx.await
+        {
+            for (i, lps) in inputs.into_iter().enumerate() {
+                self.out.prepend_input_logprobs(i, lps);
+            }
+        }
+        Ok(())
+    }
+
+    fn answer(&self, created: u64) -> Answer<'_> {
+        Answer {
+            plan: &self.plan,
+            model: &self.model,
+            id: &self.id,
+            out: &self.out,
+            created,
+        }
+    }
+
+    async fn into_full(mut self) -> Result<Response, ApiError> {
+        while let Some(deltas) = self.next_deltas().await {
+            deltas?;
+        }
+        self.finish_prefill().await?;
+        let body = translate::full_body(&self.answer(translate::now()));
         let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
@@ -384,53 +324,54 @@ impl Relay {
         Ok(resp)
     }
 
-    fn into_sse(self, first: String) -> Response {
-        let queue: VecDeque<Bytes> = translate::role_event(&self.plan, &self.model, &self.id)
-            .into_iter()
-            .map(|v| sse(&v))
-            .collect();
-        let state = (self, queue, Some(first), false);
+    fn into_sse(self, first: Vec<Delta>) -> Response {
+        let mut events = Events::new();
+        let queue: VecDeque<Bytes> = events.start(&self.answer(events.created)).into();
+        let state = (self, events, queue, Some(first), false);
         let stream = futures_util::stream::unfold(
             state,
-            |(mut relay, mut queue, mut first, mut done)| async move {
+            |(mut relay, mut events, mut queue, mut first, mut done)| async move {
                 loop {
                     if let Some(b) = queue.pop_front() {
                         return Some((
                             Ok::<_, std::convert::Infallible>(b),
-                            (relay, queue, first, done),
+                            (relay, events, queue, first, done),
                         ));
                     }
                     if done {
                         return None;
                     }
-                    let delta = match first.take() {
+                    let deltas = match first.take() {
                         Some(f) => Some(Ok(f)),
-                        None => relay.next_delta().await,
+                        None => relay.next_deltas().await,
                     };
-                    match delta {
-                        Some(Ok(delta)) => {
-                            relay.out.full.push_str(&delta);
-                            let finish = relay.out.finish.clone().filter(|_| relay.out.ended);
-                            for v in translate::stream_event(
-                                &relay.plan,
-                                &relay.model,
-                                &relay.id,
-                                &delta,
-                                (&relay.out.full, &relay.out.ids),
-                                finish.as_ref(),
-                                relay.out.usage,
-                            ) {
-                                queue.push_back(sse(&v));
-                            }
-                        }
+                    let created = events.created;
+                    let deltas = match deltas {
+                        Some(Ok(deltas)) => deltas,
                         Some(Err(e)) => {
-                            queue.push_back(e.sse_event());
+                            queue.push_back(events.error(&relay.answer(created), &e));
                             done = true;
+                            continue;
                         }
-                        None => {
-                            queue.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-                            done = true;
+                        None => Vec::new(),
+                    };
+                    // Prefill's prompt logprobs, when asked for, are in before the last
+                    // events; otherwise a Prefill stream still open is aborted with the answer.
+                    if relay.out.done() {
+                        done = true;
+                        if relay.input.is_some()
+                            && let Err(e) = relay.finish_prefill().await
+                        {
+                            queue.push_back(events.error(&relay.answer(created), &e));
+                            continue;
                         }
+                    }
+                    let answer = relay.answer(created);
+                    for d in &deltas {
+                        queue.extend(events.delta(&answer, d));
+                    }
+                    if done {
+                        queue.extend(events.end(&answer));
                     }
                 }
             },
@@ -447,8 +388,4 @@ impl Relay {
         );
         resp
     }
-}
-
-fn sse(v: &serde_json::Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
 }

@@ -239,13 +239,16 @@ pub(crate) async fn learn_model(
     if let Some(ch) = worker.grpc() {
         // gRPC engines name their model through `GetModelInfo`.
         if let Some(info) = ch.model_info(timeout).await {
+            let defaults = sampling_defaults(&info);
             let id = if info.served_model_name.is_empty() {
                 info.model_path
             } else {
                 info.served_model_name
             };
             if !id.is_empty() {
-                worker.set_model(ServedModel::named(&id));
+                let mut model = ServedModel::named(&id);
+                model.sampling_defaults = defaults;
+                worker.set_model(model);
             }
         }
         return Ok(());
@@ -266,6 +269,27 @@ pub(crate) async fn learn_model(
         return Ok(());
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// A gRPC engine's default sampling parameters: `default_sampling_params_json`, else
+/// `preferred_sampling_params`; a report that is not a JSON object is ignored.
+fn sampling_defaults(
+    info: &pdrouter_proto::scheduler::GetModelInfoResponse,
+) -> serde_json::Map<String, serde_json::Value> {
+    [
+        &info.default_sampling_params_json,
+        &info.preferred_sampling_params,
+    ]
+    .into_iter()
+    .filter(|s| !s.trim().is_empty())
+    .find_map(|s| match serde_json::from_str(s) {
+        Ok(serde_json::Value::Object(m)) => Some(m),
+        _ => {
+            tracing::warn!("ignoring default sampling parameters that are not a JSON object");
+            None
+        }
+    })
+    .unwrap_or_default()
 }
 
 fn text_field<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a str> {

@@ -103,6 +103,9 @@ pub struct ServedModel {
     pub card: serde_json::Map<String, serde_json::Value>,
     /// When the router learned it (Unix seconds): the `created` of a card without one.
     pub learned_at: u64,
+    /// The sampling parameters the engine applies to fields a request leaves unset, as it
+    /// reported them (gRPC `GetModelInfo`; empty when it reported none).
+    pub sampling_defaults: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ServedModel {
@@ -111,6 +114,7 @@ impl ServedModel {
         Self {
             id: id.into(),
             card: serde_json::Map::new(),
+            sampling_defaults: serde_json::Map::new(),
             learned_at: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

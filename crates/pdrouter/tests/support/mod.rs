@@ -245,3 +245,50 @@ pub fn sigterm(child: &std::process::Child) {
         .unwrap();
     assert!(ok.success());
 }
+
+/// A gRPC mock of `role`, tuned by `tune`.
+pub async fn grpc_mock(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
+    let mut cfg = MockConfig::new(role);
+    cfg.grpc = true;
+    tune(&mut cfg);
+    MockWorker::start(cfg).await.expect("gRPC mock starts")
+}
+
+/// A Prefill mock, a Decode mock producing `tokens` tokens, and a gRPC PD config over them
+/// whose Prefill bootstrap port is the Prefill mock's own (the Decode mock waits for its room
+/// there).
+pub async fn pair(tokens: u32) -> (MockWorker, MockWorker, Config) {
+    let p = grpc_mock(Role::Prefill, |_| {}).await;
+    let d = grpc_mock(Role::Decode, |c| c.output_tokens = tokens).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.mode = Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    (p, d, cfg)
+}
+
+/// The mock's byte-level tokenizer files in a fresh directory.
+pub fn tokenizer_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, data) in pdrouter_tokenizer::bytelevel::files() {
+        std::fs::write(dir.path().join(name), data).unwrap();
+    }
+    dir
+}
+
+/// What the router should have made of the Decode mock's last generation.
+pub fn detokenized(d: &MockWorker) -> String {
+    let dir = tokenizer_dir();
+    let t = pdrouter_tokenizer::Tokenizer::load(dir.path(), None).unwrap();
+    let ids = d.stats().last_output_ids.expect("a finished generation");
+    t.decode(&ids, pdrouter_tokenizer::DecodeOptions::default())
+        .unwrap()
+}
+
+/// The `data:` payloads of an SSE body, without the final `[DONE]`.
+pub fn sse_events(body: &str) -> Vec<serde_json::Value> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}

@@ -1,0 +1,666 @@
+//! OpenAI/SGLang JSON to token-id `GenerateRequest`s, and the engine's output back to
+//! response bodies and SSE events.
+//!
+//! Served: `/v1/chat/completions` ([`chat`]), `/v1/completions` ([`completions`]),
+//! `/generate` ([`generate`]) and `/v1/responses` ([`responses`], text only), streaming and
+//! not, with `n` samples per prompt (the engine's `n`; its messages name the sample in
+//! `index`), prompt lists (one `GenerateRequest` per prompt), and logprobs ([`logprobs`]).
+//! What a gRPC worker would need translated that is not served is refused with 501
+//! `not_implemented` naming the field, never forwarded half-translated.
+//!
+//! Sampling fields the client leaves unset are filled from the worker's reported defaults
+//! (`GetModelInfo`), then with the engines' own defaults: proto zeros would be rejected or
+//! change the sampling.
+
+pub mod chat;
+pub mod completions;
+pub mod generate;
+pub mod logprobs;
+pub mod responses;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, TokenizedInput, sampling_params};
+use pdrouter_tokenizer::{
+    ChatInput, DecodeOptions, FinishReason, OFFLOAD_THRESHOLD_BYTES, StopConditions, TemplateValue,
+    Tokenizer,
+};
+use serde_json::{Map, Value, json};
+
+use super::output::{Delta, Output};
+use crate::error::ApiError;
+use crate::request::{Endpoint, ParsedRequest};
+
+/// Most prompts one request may list.
+pub const MAX_PROMPTS: usize = 256;
+/// Most choices (prompts × `n`) one request may ask for.
+pub const MAX_CHOICES: usize = 1024;
+/// Most alternatives per logprob position.
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// Sampling fields a worker's reported defaults may fill, by their engine names.
+const WORKER_DEFAULTABLE: [&str; 8] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "max_new_tokens",
+];
+
+/// Which logprobs the client asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogprobAsk {
+    /// Logprobs of the generated tokens.
+    pub output: bool,
+    /// Alternatives per position.
+    pub top: u32,
+    /// Logprobs of the prompt from this position (`/generate`'s `logprob_start_len`).
+    pub input_from: Option<u32>,
+    /// Show each token's text in SGLang's logprob tuples (`return_text_in_logprobs`).
+    pub text: bool,
+}
+
+/// A request translated once, sent (with fresh tickets) by every attempt.
+#[derive(Debug)]
+pub struct Plan {
+    /// One request per prompt, without `request_id` and `disaggregated_params`.
+    pub requests: Vec<GenerateRequest>,
+    /// The endpoint answered.
+    pub endpoint: Endpoint,
+    /// SSE answer.
+    pub stream: bool,
+    /// The model the client named (empty: the Decode worker's, per attempt).
+    pub model: String,
+    /// Stop conditions matched in the router.
+    pub stop: StopConditions,
+    /// Detokenizer options.
+    pub decode: DecodeOptions,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// Prompt length in tokens, per prompt.
+    pub prompt_tokens: Vec<u32>,
+    /// Samples per prompt.
+    pub n: usize,
+    /// The answer is a list (`/generate` with several prompts or samples).
+    pub listed: bool,
+    /// Logprobs asked for.
+    pub logprobs: LogprobAsk,
+    /// Sampling fields the client left unset (engine names).
+    pub unset: Vec<&'static str>,
+    /// `/v1/responses`: the instructions, echoed in the answer.
+    pub instructions: Option<String>,
+}
+
+impl Plan {
+    /// The requests of one attempt: unset sampling fields filled from `defaults` (the
+    /// worker's reported default sampling parameters), where they have the right type.
+    pub fn requests_with(&self, defaults: &Map<String, Value>) -> Vec<GenerateRequest> {
+        let mut reqs = self.requests.clone();
+        if defaults.is_empty() || self.unset.is_empty() {
+            return reqs;
+        }
+        for r in &mut reqs {
+            if let Some(sp) = r.sampling_params.as_mut() {
+                apply_defaults(sp, &self.unset, defaults);
+            }
+        }
+        reqs
+    }
+}
+
+fn apply_defaults(sp: &mut SamplingParams, unset: &[&str], d: &Map<String, Value>) {
+    for &k in unset {
+        let Some(v) = d.get(k) else { continue };
+        let f = v.as_f64().filter(|f| f.is_finite()).map(|f| f as f32);
+        match (k, f) {
+            ("temperature", Some(f)) => sp.temperature = f,
+            ("top_p", Some(f)) => sp.top_p = f,
+            ("min_p", Some(f)) => sp.min_p = f,
+            ("frequency_penalty", Some(f)) => sp.frequency_penalty = f,
+            ("presence_penalty", Some(f)) => sp.presence_penalty = f,
+            ("repetition_penalty", Some(f)) => sp.repetition_penalty = f,
+            ("top_k", _) => {
+                if let Some(k) = v.as_i64().and_then(|k| i32::try_from(k).ok()) {
+                    sp.top_k = k;
+                }
+            }
+            ("max_new_tokens", _) => {
+                if let Some(m) = v.as_u64().and_then(|m| u32::try_from(m).ok()) {
+                    sp.max_new_tokens = Some(m);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A request's shape, for 501s: what is not served for gRPC workers yet.
+pub(crate) fn unsupported(what: &str) -> ApiError {
+    ApiError::not_implemented(format!(
+        "{what} is not served for gRPC workers yet; leave it out or use HTTP workers"
+    ))
+}
+
+pub(crate) fn num(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|f| f.is_finite())
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid_field(k, "must be a number")),
+    }
+}
+
+pub(crate) fn uint(o: &Map<String, Value>, k: &str) -> Result<Option<u32>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid_field(k, "must be a non-negative integer below 2^32")),
+    }
+}
+
+pub(crate) fn flag(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::invalid_field(k, "must be true or false")),
+    }
+}
+
+/// A top-logprobs count, at most [`MAX_TOP_LOGPROBS`].
+pub(crate) fn top_count(o: &Map<String, Value>, k: &str) -> Result<Option<u32>, ApiError> {
+    match uint(o, k)? {
+        Some(n) if n > MAX_TOP_LOGPROBS => Err(ApiError::invalid_field(
+            k,
+            format!("must be at most {MAX_TOP_LOGPROBS}"),
+        )),
+        n => Ok(n),
+    }
+}
+
+pub(crate) fn ids(v: &Value, k: &str) -> Result<Vec<u32>, ApiError> {
+    v.as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+                .collect::<Option<Vec<u32>>>()
+        })
+        .ok_or_else(|| ApiError::invalid_field(k, "must be an array of token ids"))
+}
+
+fn strings(o: &Map<String, Value>, k: &str) -> Result<Vec<String>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::invalid_field(k, "must be a string or an array of strings")),
+        Some(_) => Err(ApiError::invalid_field(
+            k,
+            "must be a string or an array of strings",
+        )),
+    }
+}
+
+/// Sampling fields from `o` (top level for OpenAI bodies, `sampling_params` for
+/// `/generate`), with the engine names of the fields the client left unset.
+pub(crate) fn sampling(
+    o: &Map<String, Value>,
+    max_keys: &[&str],
+) -> Result<(SamplingParams, Vec<&'static str>), ApiError> {
+    let mut unset = Vec::new();
+    let mut f = |k: &'static str, default: f32| {
+        num(o, k).map(|v| match v {
+            Some(x) => x as f32,
+            None => {
+                unset.push(k);
+                default
+            }
+        })
+    };
+    let temperature = f("temperature", 1.0)?;
+    let top_p = f("top_p", 1.0)?;
+    let min_p = f("min_p", 0.0)?;
+    let frequency_penalty = f("frequency_penalty", 0.0)?;
+    let presence_penalty = f("presence_penalty", 0.0)?;
+    let repetition_penalty = f("repetition_penalty", 1.0)?;
+    let mut max_new_tokens = None;
+    for k in max_keys {
+        if let Some(m) = uint(o, k)? {
+            max_new_tokens = Some(m);
+            break;
+        }
+    }
+    if max_new_tokens.is_none() {
+        unset.push("max_new_tokens");
+    }
+    let top_k = match o.get("top_k") {
+        None | Some(Value::Null) => {
+            unset.push("top_k");
+            -1
+        }
+        Some(v) => v
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| ApiError::invalid_field("top_k", "must be an integer"))?,
+    };
+    let constraint = match (o.get("regex"), o.get("json_schema"), o.get("ebnf")) {
+        (Some(Value::String(r)), _, _) => Some(sampling_params::Constraint::Regex(r.clone())),
+        (_, Some(Value::String(j)), _) => Some(sampling_params::Constraint::JsonSchema(j.clone())),
+        (_, _, Some(Value::String(e))) => Some(sampling_params::Constraint::EbnfGrammar(e.clone())),
+        _ => None,
+    };
+    debug_assert!(unset.iter().all(|k| WORKER_DEFAULTABLE.contains(k)));
+    let params = SamplingParams {
+        temperature,
+        top_p,
+        top_k,
+        min_p,
+        frequency_penalty,
+        presence_penalty,
+        repetition_penalty,
+        max_new_tokens,
+        stop: strings(o, "stop")?,
+        stop_token_ids: match o.get("stop_token_ids") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => ids(v, "stop_token_ids")?,
+        },
+        skip_special_tokens: flag(o, "skip_special_tokens")?.unwrap_or(true),
+        spaces_between_special_tokens: flag(o, "spaces_between_special_tokens")?.unwrap_or(true),
+        constraint,
+        n: 1,
+        min_new_tokens: uint(o, "min_new_tokens")?
+            .or(uint(o, "min_tokens")?)
+            .unwrap_or(0),
+        ignore_eos: flag(o, "ignore_eos")?.unwrap_or(false),
+        no_stop_trim: flag(o, "no_stop_trim")?.unwrap_or(false),
+        ..Default::default()
+    };
+    Ok((params, unset))
+}
+
+/// Runs `f` inline for small inputs, on the blocking pool for large ones.
+async fn offload<T: Send + 'static>(
+    size: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    if size <= OFFLOAD_THRESHOLD_BYTES {
+        return Ok(f());
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))
+}
+
+/// One prompt before tokenization.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// Messages rendered with the chat template (with the generation prompt).
+    Chat(ChatInput),
+    /// Text encoded as is.
+    Text(String),
+    /// Token ids.
+    Ids(Vec<u32>),
+}
+
+/// What an endpoint's body asks for, before tokenization.
+#[derive(Debug)]
+pub(crate) struct Input {
+    pub(crate) prompts: Vec<Source>,
+    pub(crate) params: SamplingParams,
+    pub(crate) unset: Vec<&'static str>,
+    pub(crate) logprobs: LogprobAsk,
+    pub(crate) include_usage: bool,
+    pub(crate) instructions: Option<String>,
+}
+
+/// `stream_options.include_usage`.
+pub(crate) fn include_usage(o: &Map<String, Value>) -> bool {
+    matches!(
+        o.get("stream_options"),
+        Some(Value::Object(so)) if so.get("include_usage") == Some(&Value::Bool(true))
+    )
+}
+
+/// Chat messages (with optional tools and template kwargs) for the template.
+pub(crate) fn chat_input(
+    messages: &Value,
+    tools: Option<&Value>,
+    kwargs: Option<&Value>,
+) -> ChatInput {
+    ChatInput {
+        messages: TemplateValue::from_serialize(messages),
+        tools: tools
+            .filter(|t| !t.is_null())
+            .map(TemplateValue::from_serialize),
+        add_generation_prompt: true,
+        kwargs: match kwargs {
+            Some(Value::Object(k)) => k
+                .iter()
+                .map(|(k, v)| (k.clone(), TemplateValue::from_serialize(v)))
+                .collect(),
+            _ => Vec::new(),
+        },
+    }
+}
+
+fn tokenize(t: &Tokenizer, s: Source) -> Result<(String, Vec<u32>), ApiError> {
+    let bad = |e: &dyn std::fmt::Display| ApiError::bad_request("invalid_request", e.to_string());
+    match s {
+        Source::Chat(input) => {
+            let text = t.apply_chat_template(&input).map_err(|e| bad(&e))?;
+            let ids = t.encode(&text).map_err(|e| bad(&e))?;
+            Ok((text, ids))
+        }
+        Source::Text(text) => {
+            let ids = t.encode(&text).map_err(|e| bad(&e))?;
+            Ok((text, ids))
+        }
+        Source::Ids(ids) => {
+            t.check_ids(&ids)
+                .map_err(|e| ApiError::invalid_field("input_ids", e))?;
+            Ok((String::new(), ids))
+        }
+    }
+}
+
+/// Translates a request for gRPC workers.
+pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Plan, ApiError> {
+    let body: Value = serde_json::from_slice(&req.raw).map_err(ApiError::malformed_json)?;
+    let Value::Object(o) = body else {
+        return Err(ApiError::malformed_json("expected an object"));
+    };
+    let input = match req.endpoint {
+        Endpoint::ChatCompletions => chat::input(&o)?,
+        Endpoint::Completions => completions::input(&o)?,
+        Endpoint::Generate => generate::input(&o)?,
+        Endpoint::Responses => responses::input(&o)?,
+    };
+    let Input {
+        prompts,
+        mut params,
+        unset,
+        logprobs,
+        include_usage,
+        instructions,
+    } = input;
+    let n = req.n.max(1);
+    if prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("at most {MAX_PROMPTS} prompts per request"),
+        ));
+    }
+    if prompts.len().saturating_mul(n) > MAX_CHOICES {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("prompts × n must be at most {MAX_CHOICES}"),
+        ));
+    }
+    params.n = u32::try_from(n).unwrap_or(u32::MAX);
+    let listed = req.endpoint == Endpoint::Generate && (req.batch.is_some() || n > 1);
+    let tok = tokenizer.clone();
+    let tokenized = offload(req.raw.len(), move || {
+        prompts
+            .into_iter()
+            .map(|s| tokenize(&tok, s))
+            .collect::<Result<Vec<_>, ApiError>>()
+    })
+    .await??;
+    if tokenized.iter().any(|(_, ids)| ids.is_empty()) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "the prompt is empty after tokenization",
+        ));
+    }
+    let stop = StopConditions::new(
+        tokenizer,
+        &params.stop,
+        &params.stop_token_ids,
+        params.ignore_eos,
+        params.no_stop_trim,
+    )
+    .map_err(|e| ApiError::invalid_field("stop", e))?;
+    let decode = DecodeOptions {
+        skip_special_tokens: params.skip_special_tokens,
+        spaces_between_special_tokens: false,
+    };
+    let prompt_tokens = tokenized
+        .iter()
+        .map(|(_, ids)| u32::try_from(ids.len()).unwrap_or(u32::MAX))
+        .collect();
+    let requests = tokenized
+        .into_iter()
+        .map(|(original_text, input_ids)| GenerateRequest {
+            tokenized: Some(TokenizedInput {
+                original_text,
+                input_ids,
+            }),
+            sampling_params: Some(params.clone()),
+            return_logprob: logprobs.output || logprobs.input_from.is_some(),
+            logprob_start_len: logprobs
+                .input_from
+                .map_or(-1, |s| i32::try_from(s).unwrap_or(i32::MAX)),
+            top_logprobs_num: i32::try_from(logprobs.top).unwrap_or(0),
+            stream: true,
+            ..Default::default()
+        })
+        .collect();
+    Ok(Plan {
+        requests,
+        endpoint: req.endpoint,
+        stream: req.stream,
+        model: req.model.as_deref().unwrap_or_default().to_owned(),
+        stop,
+        decode,
+        include_usage,
+        prompt_tokens,
+        n,
+        listed,
+        logprobs,
+        unset,
+        instructions,
+    })
+}
+
+/// Token counts of a finished sequence or answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt: u32,
+    /// Generated tokens.
+    pub completion: u32,
+    /// Prompt tokens served from cache.
+    pub cached: u32,
+}
+
+pub(crate) fn usage_json(u: Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt,
+        "completion_tokens": u.completion,
+        "total_tokens": u.prompt.saturating_add(u.completion),
+        "prompt_tokens_details": {"cached_tokens": u.cached},
+    })
+}
+
+pub(crate) fn matched(f: Option<&FinishReason>) -> Value {
+    match f.map(|f| (f.matched_token(), f.matched_text())) {
+        Some((Some(id), _)) => json!(id),
+        Some((_, Some(s))) => json!(s),
+        _ => Value::Null,
+    }
+}
+
+/// Final OpenAI choices: what `each` makes of a choice, with its `index`, `finish_reason`
+/// and `matched_stop`.
+pub(crate) fn final_choices(
+    a: &Answer<'_>,
+    each: impl Fn(usize, &super::output::Choice) -> Value,
+) -> Value {
+    a.out
+        .choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut v = each(i, c);
+            v["index"] = json!(i);
+            v["finish_reason"] = finish_str(c.finish.as_ref());
+            v["matched_stop"] = matched(c.finish.as_ref());
+            v
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
+pub(crate) fn finish_str(f: Option<&FinishReason>) -> Value {
+    f.map_or(Value::Null, |f| json!(f.as_str()))
+}
+
+/// Unix seconds now.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Everything an answer body is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    /// The translated request.
+    pub plan: &'a Plan,
+    /// The model named in the answer.
+    pub model: &'a str,
+    /// The request id.
+    pub id: &'a str,
+    /// The output so far.
+    pub out: &'a Output,
+    /// Unix seconds of the answer's creation.
+    pub created: u64,
+}
+
+/// The whole non-streaming body.
+pub fn full_body(a: &Answer<'_>) -> Value {
+    match a.plan.endpoint {
+        Endpoint::ChatCompletions => chat::body(a),
+        Endpoint::Completions => completions::body(a),
+        Endpoint::Responses => responses::body(a, None),
+        Endpoint::Generate => generate::body(a),
+    }
+}
+
+pub(crate) fn data(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+pub(crate) const DONE: Bytes = Bytes::from_static(b"data: [DONE]\n\n");
+
+/// The SSE events of one streaming answer, in order.
+#[derive(Debug)]
+pub struct Events {
+    /// Unix seconds of the answer's creation, the same in every event.
+    pub created: u64,
+    /// Next `/v1/responses` sequence number.
+    seq: u64,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Events {
+    /// Events of an answer created now.
+    pub fn new() -> Self {
+        Self {
+            created: now(),
+            seq: 0,
+        }
+    }
+
+    /// The events before the first token.
+    pub fn start(&mut self, a: &Answer<'_>) -> Vec<Bytes> {
+        match a.plan.endpoint {
+            Endpoint::ChatCompletions => chat::start(a),
+            Endpoint::Responses => responses::start(a, &mut self.seq),
+            Endpoint::Completions | Endpoint::Generate => Vec::new(),
+        }
+    }
+
+    /// The events of what one message added.
+    pub fn delta(&mut self, a: &Answer<'_>, d: &Delta) -> Vec<Bytes> {
+        match a.plan.endpoint {
+            Endpoint::ChatCompletions => chat::delta(a, d),
+            Endpoint::Completions => completions::delta(a, d),
+            Endpoint::Responses => responses::delta(a, d, &mut self.seq),
+            Endpoint::Generate => generate::delta(a, d),
+        }
+    }
+
+    /// The events after the last choice ended.
+    pub fn end(&mut self, a: &Answer<'_>) -> Vec<Bytes> {
+        match a.plan.endpoint {
+            Endpoint::ChatCompletions => chat::end(a),
+            Endpoint::Completions => completions::end(a),
+            Endpoint::Responses => responses::end(a, &mut self.seq),
+            Endpoint::Generate => vec![DONE],
+        }
+    }
+
+    /// A failure after the stream started.
+    pub fn error(&mut self, a: &Answer<'_>, e: &ApiError) -> Bytes {
+        match a.plan.endpoint {
+            Endpoint::Responses => responses::error(e, &mut self.seq),
+            _ => e.sse_event(),
+        }
+    }
+}
+
+/// The engine's finish reason, as the router's.
+pub fn engine_finish(
+    reason: &str,
+    matched_token: Option<u32>,
+    matched_text: Option<&str>,
+) -> FinishReason {
+    match (reason, matched_token, matched_text) {
+        (_, Some(id), _) => FinishReason::StopToken(id),
+        (_, _, Some(s)) => FinishReason::StopString(s.to_owned()),
+        ("length", ..) => FinishReason::Length,
+        ("abort", ..) => FinishReason::Abort,
+        _ => FinishReason::Stop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_defaults_fill_only_unset_fields_of_the_right_type() {
+        let o: Map<String, Value> =
+            serde_json::from_str(r#"{"temperature":0.3,"max_tokens":9}"#).unwrap();
+        let (mut sp, unset) = sampling(&o, &["max_tokens"]).unwrap();
+        assert!(!unset.contains(&"temperature") && !unset.contains(&"max_new_tokens"));
+        let d: Map<String, Value> = serde_json::from_str(
+            r#"{"temperature":0.9,"top_p":0.5,"top_k":"x","min_p":0.1,"max_new_tokens":3}"#,
+        )
+        .unwrap();
+        apply_defaults(&mut sp, &unset, &d);
+        assert_eq!(sp.temperature, 0.3);
+        assert_eq!(sp.top_p, 0.5);
+        assert_eq!(sp.top_k, -1, "a default of the wrong type is ignored");
+        assert_eq!(sp.min_p, 0.1);
+        assert_eq!(sp.max_new_tokens, Some(9));
+        assert_eq!(sp.repetition_penalty, 1.0);
+    }
+}
