@@ -456,11 +456,7 @@ async fn streaming_responses_answer_the_real_status_when_the_backend_cannot_star
     assert_eq!(first.await.unwrap().status, 200);
 
     // A Decode worker that fails before its first token: its status, not 200.
-    let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| c.fail_rate = 1.0).await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.mode = pdrouter::config::Mode::PdGrpc;
-    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    let (_p, _d, cfg) = pair_tuned(|c| c.fail_rate = 1.0).await;
     let r = router(cfg).await;
     let reply = post(r.addr(), "/v1/responses", r#"{"input":"b","stream":true}"#).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
@@ -469,16 +465,12 @@ async fn streaming_responses_answer_the_real_status_when_the_backend_cannot_star
 
 #[tokio::test]
 async fn the_workers_default_sampling_params_fill_unset_fields() {
-    let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| {
+    let (_p, d, mut cfg) = pair_tuned(|c| {
         c.output_tokens = 30;
         c.default_sampling_params =
             Some(r#"{"temperature":0.25,"top_k":7,"max_new_tokens":4}"#.to_owned());
     })
     .await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.mode = pdrouter::config::Mode::PdGrpc;
-    cfg.workers[0].bootstrap_port = Some(p.addr().port());
     cfg.health.enabled = true;
     let r = router(cfg).await;
     let learned = |r: &pdrouter::RouterHandle| {
@@ -506,25 +498,12 @@ async fn the_workers_default_sampling_params_fill_unset_fields() {
 
 #[tokio::test]
 async fn a_disconnect_aborts_every_prompts_generation() {
-    let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| {
-        c.output_tokens = 10_000;
-        c.token_interval = Duration::from_millis(20);
-    })
-    .await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.mode = pdrouter::config::Mode::PdGrpc;
-    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    let (p, d, mut cfg) = endless_pair().await;
     cfg.admission = admission(4, 4, 30);
     let r = router(cfg).await;
     let body = r#"{"prompt":["a","b"],"n":2,"stream":true}"#;
-    let req = http::Request::post(format!("http://{}/v1/completions", r.addr()))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-        .unwrap();
-    let resp = client().request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.into_body();
+    let (status, mut body) = open_stream(r.addr(), "/v1/completions", body).await;
+    assert_eq!(status, 200);
     tokio::time::timeout(WAIT, http_body_util::BodyExt::frame(&mut body))
         .await
         .unwrap();

@@ -258,8 +258,13 @@ pub async fn grpc_mock(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWo
 /// whose Prefill bootstrap port is the Prefill mock's own (the Decode mock waits for its room
 /// there).
 pub async fn pair(tokens: u32) -> (MockWorker, MockWorker, Config) {
+    pair_tuned(|c| c.output_tokens = tokens).await
+}
+
+/// [`pair`] with the Decode mock tuned by `tune`.
+pub async fn pair_tuned(tune: impl FnOnce(&mut MockConfig)) -> (MockWorker, MockWorker, Config) {
     let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| c.output_tokens = tokens).await;
+    let d = grpc_mock(Role::Decode, tune).await;
     let mut cfg = pd_config(&[&p], &[&d]);
     cfg.mode = Mode::PdGrpc;
     cfg.workers[0].bootstrap_port = Some(p.addr().port());
@@ -291,4 +296,27 @@ pub fn sse_events(body: &str) -> Vec<serde_json::Value> {
         .filter(|d| *d != "[DONE]")
         .map(|d| serde_json::from_str(d).unwrap())
         .collect()
+}
+
+/// A gRPC PD pair whose Decode mock streams (practically) without end, a token every 20 ms.
+pub async fn endless_pair() -> (MockWorker, MockWorker, Config) {
+    pair_tuned(|c| {
+        c.output_tokens = 10_000;
+        c.token_interval = Duration::from_millis(20);
+    })
+    .await
+}
+
+/// Posts `body` to `path` and returns the answer's status and body, still streaming.
+pub async fn open_stream(
+    addr: SocketAddr,
+    path: &str,
+    body: &'static str,
+) -> (http::StatusCode, hyper::body::Incoming) {
+    let req = http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    (resp.status(), resp.into_body())
 }
