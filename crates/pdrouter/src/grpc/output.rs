@@ -373,3 +373,90 @@ impl Output {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use pdrouter_proto::scheduler::{GenerateComplete, GenerateStreamChunk};
+    use pdrouter_tokenizer::bytelevel;
+
+    use super::*;
+    use crate::request::{Endpoint, parse};
+
+    async fn output(body: &str) -> (Output, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, data) in bytelevel::files() {
+            std::fs::write(dir.path().join(name), data).unwrap();
+        }
+        let tok = Arc::new(Tokenizer::load(dir.path(), None).unwrap());
+        let req = parse(Endpoint::Completions, bytes::Bytes::from(body.to_owned())).unwrap();
+        let plan = translate::plan(&req, &tok).await.unwrap();
+        (Output::new(tok, &plan), dir)
+    }
+
+    fn chunk(index: u32, ids: &[u32]) -> GenerateResponse {
+        GenerateResponse {
+            request_id: "r".to_owned(),
+            response: Some(Msg::Chunk(GenerateStreamChunk {
+                token_ids: ids.to_vec(),
+                prompt_tokens: 1,
+                index,
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn complete(index: u32, ids: &[u32], reason: &str) -> GenerateResponse {
+        GenerateResponse {
+            request_id: "r".to_owned(),
+            response: Some(Msg::Complete(GenerateComplete {
+                output_ids: ids.to_vec(),
+                finish_reason: reason.to_owned(),
+                completion_tokens: u32::try_from(ids.len()).unwrap(),
+                index,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[tokio::test]
+    async fn samples_and_prompts_land_on_their_choices() {
+        let (mut out, _dir) = output(r#"{"prompt":["a","b"],"n":2}"#).await;
+        assert_eq!(out.choices.len(), 4);
+        let d = out.absorb(1, chunk(1, &[72, 105]), "u").unwrap();
+        assert_eq!((d.index, d.text.as_str(), d.finished), (3, "Hi", false));
+        let d = out
+            .absorb(1, complete(1, &[72, 105], "length"), "u")
+            .unwrap();
+        assert!(
+            d.finished && d.text.is_empty(),
+            "the final ids repeat the chunks"
+        );
+        assert_eq!(out.choices[3].full, "Hi");
+        assert_eq!(out.choices[3].finish, Some(FinishReason::Length));
+        // No chunk at all: the Complete's ids are the text.
+        let d = out.absorb(0, complete(0, &[79, 75], "stop"), "u").unwrap();
+        assert_eq!((d.index, d.text.as_str()), (0, "OK"));
+        assert!(!out.done());
+        assert!(out.eof("u").is_err(), "two samples never ended");
+    }
+
+    #[tokio::test]
+    async fn a_misbehaving_engine_is_a_broken_answer_not_a_panic() {
+        let (mut out, _dir) = output(r#"{"prompt":"a","n":2}"#).await;
+        assert!(
+            out.absorb(0, chunk(2, &[65]), "u").is_err(),
+            "sample beyond n"
+        );
+        assert!(
+            out.absorb(5, chunk(0, &[65]), "u").is_err(),
+            "prompt beyond the list"
+        );
+        out.absorb(0, complete(0, &[65], "stop"), "u").unwrap();
+        assert!(out.absorb(0, complete(0, &[65], "stop"), "u").is_err());
+        let empty = GenerateResponse {
+            request_id: "r".to_owned(),
+            response: None,
+        };
+        assert!(out.absorb(0, empty, "u").is_err());
+    }
+}
