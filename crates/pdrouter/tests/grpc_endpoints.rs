@@ -162,6 +162,21 @@ async fn streaming_completions_with_stops_and_usage() {
 }
 
 #[tokio::test]
+async fn completions_echo_the_prompt_first() {
+    let (_p, _d, cfg) = pair(40).await;
+    let r = router(cfg).await;
+    let body = r#"{"prompt":["Say: ",[104,105]],"echo":true,"max_tokens":3}"#;
+    let v = post(r.addr(), "/v1/completions", body).await.json();
+    assert_eq!(v["choices"][0]["text"], "Say: The");
+    assert_eq!(v["choices"][1]["text"], "hiThe");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    let body = r#"{"prompt":"Say: ","echo":true,"max_tokens":3,"stream":true}"#;
+    let events = sse_events(&post(r.addr(), "/v1/completions", body).await.text());
+    assert_eq!(events[0]["choices"][0]["text"], "Say: ");
+    assert_eq!(texts_by_index(&events, "text"), ["Say: The"]);
+}
+
+#[tokio::test]
 async fn n_samples_are_the_engines_n_with_indexed_choices() {
     let (_p, d, cfg) = pair(6).await;
     let r = router(cfg).await;

@@ -392,7 +392,11 @@ async fn fields_not_served_over_grpc_answer_501_naming_them() {
     let (_p, d, cfg) = pair(5).await;
     let r = router(cfg).await;
     for (path, body, field) in [
-        ("/v1/completions", r#"{"prompt":"x","echo":true}"#, "'echo'"),
+        (
+            "/v1/completions",
+            r#"{"prompt":"x","echo":true,"logprobs":1}"#,
+            "'echo' with 'logprobs'",
+        ),
         (
             "/v1/completions",
             r#"{"prompt":"x","suffix":"y"}"#,

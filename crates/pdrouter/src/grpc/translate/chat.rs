@@ -40,6 +40,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         },
         include_usage: include_usage(o),
         instructions: None,
+        echo: false,
     })
 }
 

@@ -1,5 +1,6 @@
 //! `/v1/completions`: a prompt that is a string, token ids, or a list of either (one
-//! `GenerateRequest` per prompt); choice `i * n + j` is sample `j` of prompt `i`.
+//! `GenerateRequest` per prompt); choice `i * n + j` is sample `j` of prompt `i`. With `echo`
+//! each choice's text starts with its prompt (streamed first).
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -28,9 +29,7 @@ fn is_id_list(items: &[Value]) -> bool {
 }
 
 pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
-    if flag(o, "echo")? == Some(true) {
-        return Err(unsupported("'echo'"));
-    }
+    let echo = flag(o, "echo")?.unwrap_or(false);
     if o.get("suffix").is_some_and(|s| !s.is_null()) {
         return Err(unsupported("'suffix'"));
     }
@@ -55,6 +54,9 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         }
     };
     let top = top_count(o, "logprobs")?;
+    if echo && top.is_some() {
+        return Err(unsupported("'echo' with 'logprobs'"));
+    }
     let (params, unset) = sampling(o, &["max_tokens"])?;
     Ok(Input {
         prompts,
@@ -67,6 +69,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         },
         include_usage: include_usage(o),
         instructions: None,
+        echo,
     })
 }
 
@@ -96,12 +99,39 @@ fn envelope(a: &Answer<'_>, choices: Value, usage: Value) -> Value {
 
 pub(crate) fn body(a: &Answer<'_>) -> Value {
     let choices = final_choices(a, |i, c| {
+        let text = if a.plan.echo {
+            a.plan.prompt_text(c.prompt, &a.out.tokenizer) + &c.full
+        } else {
+            c.full.clone()
+        };
         json!({
-            "text": c.full,
+            "text": text,
             "logprobs": choice_logprobs(a, i, 0..c.logprobs.len(), 0),
         })
     });
     envelope(a, choices, usage_json(a.out.usage()))
+}
+
+/// With `echo`, each choice's prompt, before its first token.
+pub(crate) fn start(a: &Answer<'_>) -> Vec<Bytes> {
+    if !a.plan.echo {
+        return Vec::new();
+    }
+    let t = &a.out.tokenizer;
+    a.out
+        .choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let choice = json!([{
+                "index": i,
+                "text": a.plan.prompt_text(c.prompt, t),
+                "logprobs": null,
+                "finish_reason": null,
+            }]);
+            data(&envelope(a, choice, Value::Null))
+        })
+        .collect()
 }
 
 pub(crate) fn delta(a: &Answer<'_>, d: &Delta) -> Vec<Bytes> {

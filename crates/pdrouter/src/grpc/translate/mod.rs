@@ -93,6 +93,21 @@ pub struct Plan {
     pub unset: Vec<&'static str>,
     /// `/v1/responses`: the instructions, echoed in the answer.
     pub instructions: Option<String>,
+    /// `/v1/completions` `echo`: each choice's text starts with its prompt.
+    pub echo: bool,
+}
+
+impl Plan {
+    /// The text of prompt `i` (its ids decoded when it was given as ids).
+    pub fn prompt_text(&self, i: usize, t: &Tokenizer) -> String {
+        let Some(input) = self.requests.get(i).and_then(|r| r.tokenized.as_ref()) else {
+            return String::new();
+        };
+        if !input.original_text.is_empty() {
+            return input.original_text.clone();
+        }
+        t.decode(&input.input_ids, self.decode).unwrap_or_default()
+    }
 }
 
 impl Plan {
@@ -322,6 +337,7 @@ pub(crate) struct Input {
     pub(crate) logprobs: LogprobAsk,
     pub(crate) include_usage: bool,
     pub(crate) instructions: Option<String>,
+    pub(crate) echo: bool,
 }
 
 /// `stream_options.include_usage`.
@@ -393,6 +409,7 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
         logprobs,
         include_usage,
         instructions,
+        echo,
     } = input;
     let n = req.n.max(1);
     if prompts.len() > MAX_PROMPTS {
@@ -470,6 +487,7 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
         logprobs,
         unset,
         instructions,
+        echo,
     })
 }
 
@@ -593,7 +611,8 @@ impl Events {
         match a.plan.endpoint {
             Endpoint::ChatCompletions => chat::start(a),
             Endpoint::Responses => responses::start(a, &mut self.seq),
-            Endpoint::Completions | Endpoint::Generate => Vec::new(),
+            Endpoint::Completions => completions::start(a),
+            Endpoint::Generate => Vec::new(),
         }
     }
 

@@ -132,6 +132,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         logprobs: LogprobAsk::default(),
         include_usage: false,
         instructions,
+        echo: false,
     })
 }
 
