@@ -2,8 +2,9 @@
 //!
 //! Invariants: a worker's channel is created on first use and reused by every call after it
 //! (HTTP/2 multiplexes the streams); a [`LegStream`] that is dropped before its stream ended
-//! sends `Abort` for its request id, so a client disconnect or a failed sibling leg never
-//! leaves a generation running on a worker.
+//! (or before the `Complete` of its last sample) sends `Abort` for its request id, so a client
+//! disconnect or a failed sibling leg never leaves a generation running on a worker; [`Legs`]
+//! holds the streams of one leg (one per prompt) and drops them together.
 
 use std::sync::OnceLock;
 use std::time::Duration;
