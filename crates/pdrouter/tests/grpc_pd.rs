@@ -408,6 +408,11 @@ async fn fields_not_served_over_grpc_answer_501_naming_them() {
             "'tools'",
         ),
         (
+            "/generate",
+            r#"{"text":["a","b"],"return_logprob":[true,false]}"#,
+            "'return_logprob'",
+        ),
+        (
             "/v1/responses",
             r#"{"input":"x","previous_response_id":"resp_1"}"#,
             "'previous_response_id'",

@@ -5,7 +5,9 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::{Answer, Input, LogprobAsk, Source, data, flag, ids, matched, sampling, top_count};
+use super::{
+    Answer, Input, LogprobAsk, Source, data, flag, ids, matched, sampling, top_count, unsupported,
+};
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;
@@ -49,6 +51,11 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
             ));
         }
     };
+    for k in ["return_logprob", "top_logprobs_num", "logprob_start_len"] {
+        if o.get(k).is_some_and(Value::is_array) {
+            return Err(unsupported(&format!("a list of '{k}' (one per prompt)")));
+        }
+    }
     let output = flag(o, "return_logprob")?.unwrap_or(false);
     let top = top_count(o, "top_logprobs_num")?.unwrap_or(0);
     let start = match o.get("logprob_start_len") {
