@@ -326,6 +326,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let limits = crate::http::ConnLimits {
         header_timeout: cfg.client_header_timeout,
         max_connections: cfg.max_connections,
+        tls: cfg.edge.tls.as_ref().map(|t| t.config.clone()),
     };
     let server = tokio::spawn(crate::http::serve(
         listener,
@@ -334,7 +335,13 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         limits,
         metrics.clone(),
     ));
-    tracing::info!(%addr, mode = ?cfg.mode, admission = cfg.admission.is_some(), "router listening");
+    tracing::info!(
+        %addr,
+        mode = ?cfg.mode,
+        admission = cfg.admission.is_some(),
+        tls = cfg.edge.tls.is_some(),
+        "router listening"
+    );
     Ok(RouterHandle {
         addr,
         metrics_addr,

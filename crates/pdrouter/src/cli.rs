@@ -250,6 +250,14 @@ pub struct LaunchArgs {
     /// Structured JSON logs.
     #[arg(long, help_heading = "Observability")]
     pub log_json: bool,
+
+    // ---- Edge and telemetry (request ids, CORS, TLS, control-plane keys, log files, traces) ----
+    /// Request ids, CORS, server TLS, control-plane keys.
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+    /// Log files and OpenTelemetry traces.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl Cli {
@@ -440,6 +448,8 @@ impl LaunchArgs {
                 "--api-key must be usable in an HTTP header: visible ASCII and spaces".into(),
             ));
         }
+        let edge = self.edge.into_edge()?;
+        self.telemetry.check()?;
         // Not kept in the configuration (failures count consecutively), but checked like
         // every numeric flag.
         range::CB_WINDOW_SECS.check(self.cb_window_duration_secs)?;
@@ -499,9 +509,93 @@ impl LaunchArgs {
                 model_path: self.model_path,
                 chat_template: self.chat_template,
             },
+            edge,
         };
         config.validate()?;
         Ok(config)
+    }
+}
+
+// ---- Edge and telemetry flags ----
+
+/// Flags of the client-facing edge (see [`crate::edge`]).
+#[derive(Debug, Args)]
+pub struct EdgeArgs {
+    /// Headers read for the request id, in order; the first valid one wins, else a fresh id.
+    /// The id is echoed as `x-request-id` [default: x-request-id x-correlation-id x-trace-id
+    /// request-id].
+    #[arg(long, num_args = 1.., value_name = "HEADER", help_heading = "Edge")]
+    pub request_id_headers: Vec<String>,
+    /// Browser origins allowed to call the router (scheme://host[:port], or * for any);
+    /// preflights are answered and allowed origins get Access-Control-Allow-Origin.
+    #[arg(long, num_args = 1.., value_name = "ORIGIN", help_heading = "Edge")]
+    pub cors_allowed_origins: Vec<String>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key-path).
+    #[arg(long, value_name = "FILE", help_heading = "Edge")]
+    pub tls_cert_path: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert-path.
+    #[arg(long, value_name = "FILE", help_heading = "Edge")]
+    pub tls_key_path: Option<std::path::PathBuf>,
+    /// Control-plane keys 'id:name:role:key', role admin or user; when given, /workers needs
+    /// an admin key (user: 403) instead of --api-key.
+    #[arg(long, num_args = 1.., value_name = "ID:NAME:ROLE:KEY", help_heading = "Edge")]
+    pub control_plane_api_keys: Vec<String>,
+}
+
+impl EdgeArgs {
+    fn into_edge(self) -> Result<crate::edge::EdgeConfig, ConfigError> {
+        use crate::edge;
+        Ok(edge::EdgeConfig {
+            request_id_headers: edge::request_id_headers(&self.request_id_headers)?,
+            cors: edge::cors(&self.cors_allowed_origins)?,
+            tls: edge::server_tls(self.tls_cert_path.as_deref(), self.tls_key_path.as_deref())?,
+            control_plane_keys: edge::control_plane_keys(&self.control_plane_api_keys)?,
+        })
+    }
+}
+
+/// Log-file and tracing flags (see [`crate::telemetry`]).
+#[derive(Debug, Args)]
+pub struct TelemetryArgs {
+    /// Also write logs to daily-rotated files in this directory (pdrouter.log.YYYY-MM-DD;
+    /// the newest 7 are kept).
+    #[arg(long, value_name = "DIR", help_heading = "Observability")]
+    pub log_dir: Option<std::path::PathBuf>,
+    /// Export OpenTelemetry spans over OTLP/gRPC: one per request, with children for the
+    /// admission wait and each worker leg.
+    #[arg(long, help_heading = "Observability")]
+    pub enable_trace: bool,
+    /// OTLP/gRPC collector for --enable-trace, host:port or http://host:port.
+    #[arg(
+        long,
+        default_value = "localhost:4317",
+        value_name = "HOST:PORT",
+        help_heading = "Observability"
+    )]
+    pub otlp_traces_endpoint: String,
+}
+
+impl TelemetryArgs {
+    fn check(&self) -> Result<(), ConfigError> {
+        crate::telemetry::otlp_endpoint(&self.otlp_traces_endpoint)?;
+        if let Some(dir) = &self.log_dir {
+            crate::telemetry::check_log_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// What [`crate::telemetry::init`] needs.
+    pub fn settings(&self, level: &str, json: bool) -> crate::telemetry::LogSettings {
+        crate::telemetry::LogSettings {
+            level: level.to_string(),
+            json,
+            dir: self.log_dir.clone(),
+            // Checked by `into_config` already; the scheme-less form gets `http://` here.
+            otlp_endpoint: self
+                .enable_trace
+                .then(|| crate::telemetry::otlp_endpoint(&self.otlp_traces_endpoint).ok())
+                .flatten(),
+        }
     }
 }
 
@@ -711,6 +805,13 @@ mod tests {
             "tokenizer_path",
             "model_path",
             "chat_template",
+            "request_id_headers",
+            "cors_allowed_origins",
+            "tls_cert_path",
+            "tls_key_path",
+            "control_plane_api_keys",
+            "log_dir",
+            "otlp_traces_endpoint",
         ];
         let mut seen = 0;
         for arg in launch.get_arguments() {

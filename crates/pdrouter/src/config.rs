@@ -440,6 +440,8 @@ pub struct Config {
     pub prefill_grace_after_decode: Duration,
     /// Tokenizer source for gRPC workers.
     pub tokenizer: TokenizerSource,
+    /// Request-id headers, CORS, server TLS, control-plane keys.
+    pub edge: crate::edge::EdgeConfig,
 }
 
 /// Default [`Config::prefill_grace_after_decode`]: a Prefill answer normally ends before
@@ -691,6 +693,7 @@ impl Config {
             admission: None,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
             tokenizer: TokenizerSource::default(),
+            edge: crate::edge::EdgeConfig::default(),
         }
     }
 }

@@ -142,6 +142,15 @@ impl ApiError {
         )
     }
 
+    /// A valid control-plane key whose role does not cover the control plane.
+    pub fn forbidden() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this key's role may not use the control plane; use a key with role admin",
+        )
+    }
+
     /// No ready worker of the needed type.
     pub fn no_worker(kind: &str) -> Self {
         Self::new(

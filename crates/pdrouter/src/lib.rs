@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod dispatch;
+pub mod edge;
 pub mod error;
 pub mod grpc;
 pub mod http;
@@ -16,6 +17,7 @@ pub mod registry;
 mod regular;
 pub mod request;
 pub mod select;
+pub mod telemetry;
 
 pub use app::{RouterHandle, StartError, start};
 pub use config::Config;

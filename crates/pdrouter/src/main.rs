@@ -91,33 +91,6 @@ fn check_open_files(limit: Option<u64>, config: &pdrouter::Config) {
     }
 }
 
-/// Colour only for a person watching a terminal: a file, a pipe or a log collector gets plain
-/// text, and `NO_COLOR` (any non-empty value) turns colour off everywhere.
-fn use_colour() -> bool {
-    use std::io::IsTerminal;
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    !no_color && std::io::stderr().is_terminal()
-}
-
-fn init_logging(level: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level.replace("warning", "warn")))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(use_colour())
-        .with_writer(std::io::stderr);
-    if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init();
-    } else {
-        builder.init();
-    }
-}
-
 fn main() -> std::process::ExitCode {
     tune_allocator();
     let open_files = raise_open_files_limit();
@@ -134,7 +107,7 @@ fn main() -> std::process::ExitCode {
     };
     match cli.command {
         Command::Launch(args) => {
-            let (level, json) = (args.log_level.clone(), args.log_json);
+            let log = args.telemetry.settings(&args.log_level, args.log_json);
             let explicit_max_connections = args.max_connections.is_some();
             let mut config = match args.into_config() {
                 Ok(c) => c,
@@ -143,13 +116,25 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::from(2);
                 }
             };
-            init_logging(&level, json);
+            // The trace exporter's channel lives on the runtime.
+            let _guard = match runtime.block_on(async { pdrouter::telemetry::init(&log) }) {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
             fit_connections_to_open_files(open_files, &mut config, explicit_max_connections);
             check_open_files(open_files, &config);
+            let scheme = if config.edge.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
             runtime.block_on(async move {
                 match pdrouter::start(config).await {
                     Ok(handle) => {
-                        println!("pdrouter listening on http://{}", handle.addr());
+                        println!("pdrouter listening on {scheme}://{}", handle.addr());
                         if let Some(m) = handle.metrics_addr() {
                             println!("pdrouter metrics on http://{m}/metrics");
                         }
@@ -164,7 +149,11 @@ fn main() -> std::process::ExitCode {
             })
         }
         Command::Demo(args) => {
-            init_logging("warn", false);
+            let log = pdrouter::telemetry::LogSettings {
+                level: "warn".into(),
+                ..Default::default()
+            };
+            let _guard = pdrouter::telemetry::init(&log);
             runtime.block_on(async move {
                 match pdrouter::demo::run(args).await {
                     Ok(()) => std::process::ExitCode::SUCCESS,

@@ -32,14 +32,17 @@ impl Dispatcher {
             .chain(model_fill(req, &worker))
             .collect();
         let body = req.body_with(&fields);
-        let outcome = exchange(
-            &self.client,
-            &worker,
-            Leg::Worker,
-            req.endpoint.path(),
-            body,
-            ctx,
-            self.cfg.request_timeout,
+        let outcome = tracing::Instrument::instrument(
+            exchange(
+                &self.client,
+                &worker,
+                Leg::Worker,
+                req.endpoint.path(),
+                body,
+                ctx,
+                self.cfg.request_timeout,
+            ),
+            crate::telemetry::leg_span(Leg::Worker, worker.url()),
         )
         .await;
         self.registry.record_outcome(&worker, worker_ok(&outcome));

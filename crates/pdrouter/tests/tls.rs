@@ -127,3 +127,163 @@ async fn an_untrusted_worker_certificate_is_refused() {
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(w.stats().requests_total, 0);
 }
+
+/// A self-signed certificate for 127.0.0.1 and its key, written to PEM files in `dir`.
+fn server_cert(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let generated = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = dir.join("server.crt");
+    let key = dir.join("server.key");
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    (cert, key, generated.cert.der().to_vec())
+}
+
+/// Sends `request` (a whole HTTP/1.1 request with `connection: close`) over TLS to `addr`,
+/// trusting only `cert_der`, and returns the raw response.
+async fn over_tls(addr: &str, cert_der: &[u8], request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await.expect("TLS handshake");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_serves_https_with_its_certificate() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let w = mock(Role::Regular, 0).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key, der) = server_cert(tmp.path());
+    let args: Vec<String> = vec![
+        "--worker-urls".into(),
+        w.url(),
+        "--disable-health-check".into(),
+        "--tls-cert-path".into(),
+        cert.display().to_string(),
+        "--tls-key-path".into(),
+        key.display().to_string(),
+    ];
+    let (child, addr) = tokio::task::spawn_blocking(move || launch_binary(&args, &[]))
+        .await
+        .unwrap();
+
+    let health = over_tls(
+        &addr,
+        &der,
+        "GET /health HTTP/1.1\r\nhost: r\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let chat = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: r\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{CHAT}",
+        CHAT.len()
+    );
+    let answer = over_tls(&addr, &der, &chat).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"choices\""), "{answer}");
+    assert_eq!(w.stats().requests_total, 1);
+
+    // Plain HTTP on the TLS port gets no HTTP answer.
+    let mut plain = TcpStream::connect(&addr).await.unwrap();
+    plain
+        .write_all(b"GET /health HTTP/1.1\r\nhost: r\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        plain.read_to_end(&mut out),
+    )
+    .await;
+    assert!(
+        !out.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+
+    let (status, _) = stop_binary(child).await;
+    assert!(status.success(), "{status:?}");
+}
+
+/// `pdrouter launch` with the TLS flags: its exit code and stderr.
+fn launch_with_tls(flags: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pdrouter"))
+        .args(["launch", "--worker-urls", "http://127.0.0.1:1"])
+        .args(flags)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bad_certificate_or_key_is_exit_2_with_one_line_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key, _) = server_cert(tmp.path());
+    let other = tempfile::tempdir().unwrap();
+    let (_, other_key, _) = server_cert(other.path());
+    let garbage = tmp.path().join("garbage.pem");
+    std::fs::write(&garbage, b"not a pem file").unwrap();
+    let missing = tmp.path().join("missing.pem");
+    let c = |p: &std::path::Path| p.as_os_str().to_owned();
+    let cert_flag = std::ffi::OsString::from("--tls-cert-path");
+    let key_flag = std::ffi::OsString::from("--tls-key-path");
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            vec![cert_flag.clone(), c(&missing), key_flag.clone(), c(&key)],
+            "--tls-cert-path: cannot read",
+        ),
+        (
+            vec![cert_flag.clone(), c(&cert), key_flag.clone(), c(&missing)],
+            "--tls-key-path: cannot read",
+        ),
+        (
+            vec![cert_flag.clone(), c(&garbage), key_flag.clone(), c(&key)],
+            "holds no PEM certificate",
+        ),
+        (
+            vec![cert_flag.clone(), c(&cert), key_flag.clone(), c(&garbage)],
+            "holds no PEM private key",
+        ),
+        (
+            vec![cert_flag.clone(), c(&cert), key_flag.clone(), c(&other_key)],
+            "do not make a usable pair",
+        ),
+        (
+            vec![cert_flag.clone(), c(&cert)],
+            "--tls-cert-path needs --tls-key-path",
+        ),
+        (
+            vec![key_flag.clone(), c(&key)],
+            "--tls-key-path needs --tls-cert-path",
+        ),
+    ];
+    for (flags, needle) in cases {
+        let flags: Vec<&std::ffi::OsStr> = flags.iter().map(|f| f.as_os_str()).collect();
+        let (code, err) = launch_with_tls(&flags);
+        assert_eq!(code, Some(2), "{needle}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(needle),
+            "{needle}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}

@@ -228,7 +228,7 @@ async fn logs_to_a_pipe_are_plain_and_never_show_a_key() {
         "--log-level".into(),
         "debug".into(),
     ];
-    let (mut child, addr) = tokio::task::spawn_blocking(move || {
+    let (child, addr) = tokio::task::spawn_blocking(move || {
         launch_binary_with(&args, &[], std::process::Stdio::piped())
     })
     .await
@@ -259,21 +259,7 @@ async fn logs_to_a_pipe_are_plain_and_never_show_a_key() {
     assert_eq!(reply.status, 200);
     let listed = send(addr, "GET", "/workers", "", &auth).await.text();
     assert!(!listed.contains("secret"), "{listed}");
-    sigterm(&child);
-    let log = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut log = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut log)
-            .unwrap();
-        child.wait().unwrap();
-        log
-    })
-    .await
-    .unwrap();
+    let (_, log) = stop_binary(child).await;
     assert!(log.contains("worker added"), "debug log expected: {log}");
     assert!(
         !log.contains('\u{1b}'),

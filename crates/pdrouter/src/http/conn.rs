@@ -67,8 +67,8 @@ pub(crate) struct ConnState {
 
 /// The client socket with the head deadline; see the module docs.
 #[derive(Debug)]
-pub(crate) struct HeadDeadlineIo {
-    io: TcpStream,
+pub(crate) struct HeadDeadlineIo<T = TcpStream> {
+    io: T,
     state: Arc<ConnState>,
     policy: Arc<HeadPolicy>,
     /// The clock of the head being received: heads completed before it, and its deadline.
@@ -80,8 +80,8 @@ pub(crate) struct HeadDeadlineIo {
     write_clean: bool,
 }
 
-impl HeadDeadlineIo {
-    pub(crate) fn new(io: TcpStream, state: Arc<ConnState>, policy: Arc<HeadPolicy>) -> Self {
+impl<T: AsyncRead + AsyncWrite + Unpin> HeadDeadlineIo<T> {
+    pub(crate) fn new(io: T, state: Arc<ConnState>, policy: Arc<HeadPolicy>) -> Self {
         Self {
             io,
             state,
@@ -148,7 +148,7 @@ impl HeadDeadlineIo {
     }
 }
 
-impl AsyncRead for HeadDeadlineIo {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadDeadlineIo<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -171,7 +171,7 @@ impl AsyncRead for HeadDeadlineIo {
     }
 }
 
-impl AsyncWrite for HeadDeadlineIo {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadDeadlineIo<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

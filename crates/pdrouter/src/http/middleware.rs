@@ -1,4 +1,4 @@
-//! Request id, access metrics and API-key checks.
+//! Request id, access metrics, API-key and control-plane key checks.
 
 use std::convert::Infallible;
 use std::future::{Future, Ready};
@@ -18,6 +18,7 @@ use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 use super::AppState;
+use crate::edge::{ControlPlaneKey, Role};
 use crate::error::{ApiError, ErrorCode};
 
 /// Request id carried on the request as an extension.
@@ -81,10 +82,14 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         let started = Instant::now();
-        let id = req
-            .headers()
-            .get(REQUEST_ID)
-            .and_then(valid_id)
+        let headers = req.headers();
+        let id = self
+            .state
+            .cfg
+            .edge
+            .request_id_headers
+            .iter()
+            .find_map(|name| headers.get(name).and_then(valid_id))
             .unwrap_or_else(new_id);
         let path = req.extensions().get::<MatchedPath>().cloned();
         let method = req.method().clone();
@@ -197,12 +202,62 @@ fn same_key(given: &[u8], expected: &[u8]) -> bool {
     diff == 0
 }
 
-/// Requires `Authorization: Bearer <--api-key>` on the routes it wraps.
+/// Who may use the routes an [`AuthLayer`] wraps.
+#[derive(Debug)]
+pub(crate) enum Gate {
+    /// `Authorization: Bearer <--api-key>`.
+    ApiKey(Box<str>),
+    /// A `--control-plane-api-keys` key: role admin passes, role user gets 403.
+    ControlPlane(Vec<ControlPlaneKey>),
+}
+
+impl Gate {
+    /// The bearer token of `req`, if it sent one.
+    fn token(req: &Request) -> &[u8] {
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("")
+            .trim()
+            .as_bytes()
+    }
+
+    /// `None` when `req` may pass, else the error to answer.
+    fn refuse(&self, req: &Request) -> Option<ApiError> {
+        let given = Self::token(req);
+        match self {
+            Self::ApiKey(key) => (!same_key(given, key.as_bytes())).then(ApiError::unauthorized),
+            Self::ControlPlane(keys) => {
+                // Every key is compared, so the time taken does not tell which one matched.
+                let mut found = None;
+                for k in keys {
+                    if same_key(given, k.key.as_bytes()) {
+                        found = Some(k);
+                    }
+                }
+                match found {
+                    None => Some(ApiError::unauthorized()),
+                    Some(k) if k.role != Role::Admin => {
+                        tracing::debug!(key_id = %k.id, "control-plane key without role admin refused");
+                        Some(ApiError::forbidden())
+                    }
+                    Some(k) => {
+                        tracing::debug!(key_id = %k.id, "control-plane request");
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Requires the credential its [`Gate`] names on the routes it wraps.
 ///
 /// Checked synchronously in `call`, so an admitted request's future is the inner one, not an
 /// extra block (see [`ObserveLayer`] for why that matters to queued requests).
 #[derive(Debug, Clone)]
-pub(crate) struct AuthLayer(pub(crate) Arc<str>);
+pub(crate) struct AuthLayer(pub(crate) Arc<Gate>);
 
 impl<S> Layer<S> for AuthLayer {
     type Service = Auth<S>;
@@ -210,7 +265,7 @@ impl<S> Layer<S> for AuthLayer {
     fn layer(&self, inner: S) -> Auth<S> {
         Auth {
             inner,
-            key: self.0.clone(),
+            gate: self.0.clone(),
         }
     }
 }
@@ -219,7 +274,7 @@ impl<S> Layer<S> for AuthLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct Auth<S> {
     inner: S,
-    key: Arc<str>,
+    gate: Arc<Gate>,
 }
 
 impl<S> Service<Request> for Auth<S>
@@ -235,18 +290,9 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if same_key(given.trim().as_bytes(), self.key.as_bytes()) {
-            Either::Right(self.inner.call(req))
-        } else {
-            Either::Left(std::future::ready(Ok(
-                ApiError::unauthorized().into_response()
-            )))
+        match self.gate.refuse(&req) {
+            None => Either::Right(self.inner.call(req)),
+            Some(e) => Either::Left(std::future::ready(Ok(e.into_response()))),
         }
     }
 }

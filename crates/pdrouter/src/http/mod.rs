@@ -4,9 +4,11 @@
 //! Every error leaves through [`crate::error::ApiError`], so clients always get the JSON error
 //! body (`{"error":{type,code,message,param}}`) and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
 //! and model information (`/v1/models`, `/get_model_info`, `/get_server_info`) stay open when
-//! `--api-key` is set, as in SMG; inference and admin routes require it.
+//! `--api-key` is set, as in SMG; inference routes require it. The control plane (`/workers`)
+//! requires an admin `--control-plane-api-keys` key when such keys are given, else `--api-key`.
 
 mod conn;
+mod cors;
 mod handlers;
 mod middleware;
 mod serve;
@@ -25,6 +27,7 @@ use crate::registry::Registry;
 use crate::request::Endpoint;
 use axum::Router;
 use axum::routing::{get, post, post_service};
+use middleware::Gate;
 use tokio::net::TcpListener;
 
 /// Shared state of all handlers.
@@ -41,11 +44,12 @@ pub struct AppState {
 /// Builds the router's HTTP application.
 pub fn app(state: Arc<AppState>) -> Router {
     let infer = |endpoint| post_service(handlers::Infer::new(state.clone(), endpoint));
-    let protected = Router::new()
+    let inference = Router::new()
         .route("/generate", infer(Endpoint::Generate))
         .route("/v1/chat/completions", infer(Endpoint::ChatCompletions))
         .route("/v1/completions", infer(Endpoint::Completions))
-        .route("/v1/responses", infer(Endpoint::Responses))
+        .route("/v1/responses", infer(Endpoint::Responses));
+    let control = Router::new()
         .route("/workers", post(workers::add).get(workers::list))
         .route(
             "/workers/{id}",
@@ -53,11 +57,19 @@ pub fn app(state: Arc<AppState>) -> Router {
                 .put(workers::update)
                 .delete(workers::remove),
         );
-    // Without a key there is nothing to check: leave the layer off the hot path entirely.
-    let protected = match &state.cfg.api_key {
-        Some(key) => protected.route_layer(middleware::AuthLayer(Arc::from(key.as_str()))),
-        None => protected,
+    let api_key_gate = || state.cfg.api_key.as_deref().map(|k| Gate::ApiKey(k.into()));
+    // Control-plane keys, when given, are the only way onto the control plane; otherwise
+    // `--api-key` guards it like inference.
+    let control_gate = match state.cfg.edge.control_plane_keys.as_slice() {
+        [] => api_key_gate(),
+        keys => Some(Gate::ControlPlane(keys.to_vec())),
     };
+    // Without a credential there is nothing to check: leave the layer off the hot path.
+    let gated = |routes: Router<Arc<AppState>>, gate: Option<Gate>| match gate {
+        Some(g) => routes.route_layer(middleware::AuthLayer(Arc::new(g))),
+        None => routes,
+    };
+    let protected = gated(inference, api_key_gate()).merge(gated(control, control_gate));
     let open = Router::new()
         .route("/health", get(handlers::health))
         .route("/liveness", get(handlers::liveness))
@@ -66,11 +78,15 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/get_server_info", get(handlers::server_info))
         .route("/get_model_info", get(handlers::model_info));
-    protected
+    let mut app = protected
         .merge(open)
         .fallback(handlers::not_found)
-        .method_not_allowed_fallback(handlers::method_not_allowed)
-        .layer(middleware::ObserveLayer(state.clone()))
+        .method_not_allowed_fallback(handlers::method_not_allowed);
+    // Only with origins configured, so other deployments keep the smaller request future.
+    if let Some(cors) = &state.cfg.edge.cors {
+        app = app.layer(cors::CorsLayer(Arc::new(cors.clone())));
+    }
+    app.layer(middleware::ObserveLayer(state.clone()))
         .with_state(state)
 }
 

@@ -26,13 +26,15 @@ use tokio::sync::{Semaphore, watch};
 use super::conn::{ConnState, HeadDeadlineIo, HeadPolicy, OpenConnection, Tracked};
 use crate::metrics::Metrics;
 
-/// Per-listener limits on client connections.
-#[derive(Debug, Clone, Copy)]
+/// Per-listener limits on client connections, and the TLS configuration when serving HTTPS.
+#[derive(Debug, Clone)]
 pub struct ConnLimits {
-    /// Longest from a request head's first byte to its end.
+    /// Longest from a request head's first byte to its end; also bounds a TLS handshake.
     pub header_timeout: Duration,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// Server TLS (`--tls-cert-path`); `None` serves plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Serves `app` on `listener` until `stop` turns true, then drains open connections (the
@@ -50,6 +52,7 @@ pub async fn serve(
     // The head deadline is `conn`'s: hyper's would also cut idle keep-alive connections.
     builder.header_read_timeout(None);
     let head = Arc::new(HeadPolicy::new(limits.header_timeout));
+    let tls = limits.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let room = Arc::new(Semaphore::new(
         limits.max_connections.min(Semaphore::MAX_PERMITS),
     ));
@@ -77,15 +80,39 @@ pub async fn serve(
                     let _ = stream.set_nodelay(true);
                     let open = OpenConnection::new(permit, metrics.clone());
                     let state = Arc::new(ConnState::default());
-                    let io = TokioIo::new(HeadDeadlineIo::new(stream, state.clone(), head.clone()));
-                    let service = Tracked::new(TowerToHyperService::new(app.clone()), state);
-                    let conn = graceful.watch(builder.serve_connection(io, service));
-                    // `map`, not an `async` block: a block would keep the moved-from connection
-                    // beside the one it awaits, doubling the task (800 bytes per connection).
-                    tokio::spawn(conn.map(move |ended| {
+                    let service = Tracked::new(TowerToHyperService::new(app.clone()), state.clone());
+                    let Some(acceptor) = &tls else {
+                        let io = TokioIo::new(HeadDeadlineIo::new(stream, state, head.clone()));
+                        let conn = graceful.watch(builder.serve_connection(io, service));
+                        // `map`, not an `async` block: a block would keep the moved-from
+                        // connection beside the one it awaits, doubling the task (800 bytes
+                        // per connection).
+                        tokio::spawn(conn.map(move |ended| {
+                            drop(open);
+                            log_end(ended);
+                        }));
+                        continue;
+                    };
+                    // The handshake runs in the connection's task, so a slow client cannot
+                    // hold up the accept loop, and is bounded like a request head.
+                    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream));
+                    let (builder, head, watcher) = (builder.clone(), head.clone(), graceful.watcher());
+                    tokio::spawn(async move {
+                        let tls = match handshake.await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!("TLS handshake not complete in time");
+                                return;
+                            }
+                        };
+                        let io = TokioIo::new(HeadDeadlineIo::new(tls, state, head));
+                        log_end(watcher.watch(builder.serve_connection(io, service)).await);
                         drop(open);
-                        log_end(ended);
-                    }));
+                    });
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.

@@ -118,9 +118,16 @@ impl Dispatcher {
                 r
             }
         };
+        let prefill_span = crate::telemetry::leg_span(Leg::Prefill, prefill.url());
         let (mut p, mut d): (Legs, Legs) = tokio::try_join!(
-            start(Leg::Prefill, &prefill, Legs::start(pch, reqs.clone())),
-            start(Leg::Decode, &decode, Legs::start(dch, reqs)),
+            tracing::Instrument::instrument(
+                start(Leg::Prefill, &prefill, Legs::start(pch, reqs.clone())),
+                prefill_span.clone(),
+            ),
+            tracing::Instrument::instrument(
+                start(Leg::Decode, &decode, Legs::start(dch, reqs)),
+                crate::telemetry::leg_span(Leg::Decode, decode.url()),
+            ),
         )?;
         let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
         // Prefill's prompt logprobs, per prompt, when the client asked for them.
@@ -179,7 +186,10 @@ impl Dispatcher {
         // No `decode_done` signal: a gRPC Prefill stream ends on its own right after the
         // hand-over, and one still open when the answer is done is aborted with the answer.
         let mut leg = PrefillLeg {
-            handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
+            handle: Some(tokio::spawn(tracing::Instrument::instrument(
+                leg_task,
+                prefill_span,
+            ))),
             outcome: Some(outcome),
             decode_done: None,
             logprobs: None,

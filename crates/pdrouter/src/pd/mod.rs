@@ -265,7 +265,11 @@ impl Dispatcher {
         // The selector is built as a temporary moved straight into `acquire`: a named local
         // would keep a dead copy of it in this future for the whole wait.
         let (prefill, permit) = match &self.admission {
-            Some(adm) => match adm.acquire(prefill_sel().checked_target()?).await {
+            Some(adm) => match crate::telemetry::in_admission_span(
+                adm.acquire(prefill_sel().checked_target()?),
+            )
+            .await
+            {
                 Ok(admitted) => (admitted.choice, Some(admitted.permit)),
                 Err(r) => {
                     tracing::debug!(reason = r.as_str(), "prefill admission rejected");
@@ -372,20 +376,26 @@ impl Dispatcher {
             }
         };
         let mut leg = PrefillLeg {
-            handle: Some(tokio::spawn(tracing::Instrument::in_current_span(leg_task))),
+            handle: Some(tokio::spawn(tracing::Instrument::instrument(
+                leg_task,
+                crate::telemetry::leg_span(Leg::Prefill, prefill.url()),
+            ))),
             outcome: Some(outcome),
             decode_done: Some(decode_done),
             logprobs: None,
         };
 
-        let decode_head = exchange(
-            &self.client,
-            &decode,
-            Leg::Decode,
-            path,
-            decode_body,
-            ctx,
-            timeout,
+        let decode_head = tracing::Instrument::instrument(
+            exchange(
+                &self.client,
+                &decode,
+                Leg::Decode,
+                path,
+                decode_body,
+                ctx,
+                timeout,
+            ),
+            crate::telemetry::leg_span(Leg::Decode, decode.url()),
         );
         tokio::pin!(decode_head);
         let mut prefill_done = false;

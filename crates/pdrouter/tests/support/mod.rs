@@ -232,6 +232,7 @@ pub fn launch_binary_with<S: AsRef<std::ffi::OsStr>>(
     let addr = line
         .trim()
         .strip_prefix("pdrouter listening on http://")
+        .or_else(|| line.trim().strip_prefix("pdrouter listening on https://"))
         .unwrap_or_else(|| panic!("unexpected first line: {line}"))
         .to_string();
     (child, addr)
@@ -319,4 +320,20 @@ pub async fn open_stream(
         .unwrap();
     let resp = client().request(req).await.unwrap();
     (resp.status(), resp.into_body())
+}
+
+/// Stops a child started by [`launch_binary`] with SIGTERM and waits for it to exit (off the
+/// runtime's threads); returns how it exited and its stderr when that was piped.
+pub async fn stop_binary(mut child: std::process::Child) -> (std::process::ExitStatus, String) {
+    sigterm(&child);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut log = String::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            stderr.read_to_string(&mut log).unwrap();
+        }
+        (child.wait().unwrap(), log)
+    })
+    .await
+    .unwrap()
 }

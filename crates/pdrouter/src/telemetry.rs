@@ -1,0 +1,263 @@
+//! Logs and traces: the console log, optional rotated log files (`--log-dir`), JSON lines
+//! (`--log-json`), and OpenTelemetry spans over OTLP/gRPC (`--enable-trace`).
+//!
+//! Span layout: a request is the `request` span (opened by the access middleware, carrying
+//! the request id); its children are `admission_wait` (the time a PD request waited for a
+//! Prefill slot) and one span per worker leg, `prefill`, `decode` or `worker` (regular mode),
+//! with the worker's URL. Leg and wait spans are at debug level, so with tracing off and the
+//! usual `info` log level they cost nothing; the trace exporter sees them whatever the log
+//! level, and sees spans only (log events stay in the logs).
+//!
+//! Keys never reach a span or a log line: middleware records a control-plane key's id, never
+//! the key, and worker credentials are not span fields.
+
+use std::path::{Path, PathBuf};
+
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::config::ConfigError;
+use crate::error::Leg;
+
+/// Log files kept in `--log-dir` (one per day).
+pub const LOG_FILES_KEPT: usize = 7;
+/// Name of the log files in `--log-dir`, before the date.
+pub const LOG_FILE_PREFIX: &str = "pdrouter.log";
+
+/// How logging and tracing are set up (from the launch flags).
+#[derive(Debug, Clone, Default)]
+pub struct LogSettings {
+    /// `--log-level` (or a tracing filter); `RUST_LOG` wins when set.
+    pub level: String,
+    /// `--log-json`.
+    pub json: bool,
+    /// `--log-dir`.
+    pub dir: Option<PathBuf>,
+    /// The collector, when `--enable-trace` is on.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Keeps the log-file writer and the trace exporter alive; dropping it flushes both.
+#[derive(Debug)]
+pub struct TelemetryGuard {
+    _file: Option<tracing_appender::non_blocking::WorkerGuard>,
+    tracer: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.tracer.take() {
+            // Sends the spans still batched; a collector that is gone only loses them.
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// `--otlp-traces-endpoint` as the URI the exporter dials: `host:port` gets `http://`.
+pub fn otlp_endpoint(raw: &str) -> Result<String, ConfigError> {
+    let raw = raw.trim();
+    let full = if raw.contains("://") {
+        raw.to_string()
+    } else {
+        format!("http://{raw}")
+    };
+    let bad = |why: &str| {
+        ConfigError(format!(
+            "--otlp-traces-endpoint '{raw}' {why}; give host:port or http://host:port"
+        ))
+    };
+    let uri: http::Uri = full.parse().map_err(|_| bad("is not an address"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(bad(
+                "uses TLS, which this build does not speak to collectors; run a local collector",
+            ));
+        }
+        _ => return Err(bad("has an unknown scheme")),
+    }
+    if uri.host().is_none_or(str::is_empty) || uri.port_u16().is_none() {
+        return Err(bad("needs a host and a port"));
+    }
+    Ok(full)
+}
+
+/// Creates `--log-dir` if needed and checks that a file can be made in it.
+pub fn check_log_dir(dir: &Path) -> Result<(), ConfigError> {
+    let fail = |e: std::io::Error| {
+        ConfigError(format!(
+            "--log-dir: cannot write log files in '{}': {e}",
+            dir.display()
+        ))
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(".pdrouter-write-check");
+    std::fs::write(&probe, b"").map_err(fail)?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// Colour only for a person watching a terminal: a file, a pipe or a log collector gets plain
+/// text, and `NO_COLOR` (any non-empty value) turns colour off everywhere.
+fn use_colour() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
+}
+
+fn filter(level: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level.replace("warning", "warn")))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+}
+
+/// A log layer in the chosen format over `writer`, filtered by the log level.
+fn log_layer<S, W>(
+    settings: &LogSettings,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn Layer<S> + Send + Sync + 'static>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let base = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(writer);
+    if settings.json {
+        base.json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_filter(filter(&settings.level))
+            .boxed()
+    } else {
+        base.with_filter(filter(&settings.level)).boxed()
+    }
+}
+
+/// Installs the global subscriber. Must run inside the Tokio runtime when tracing is on (the
+/// exporter's channel lives there). Errors are for the caller to print (exit 2).
+pub fn init(settings: &LogSettings) -> Result<TelemetryGuard, String> {
+    let mut layers: Vec<BoxedLayer> = Vec::new();
+    layers.push(log_layer(settings, std::io::stderr, use_colour()));
+    let mut file_guard = None;
+    if let Some(dir) = &settings.dir {
+        let appender = tracing_appender::rolling::Builder::new()
+            .rotation(tracing_appender::rolling::Rotation::DAILY)
+            .filename_prefix(LOG_FILE_PREFIX)
+            .max_log_files(LOG_FILES_KEPT)
+            .build(dir)
+            .map_err(|e| {
+                format!(
+                    "--log-dir: cannot open a log file in '{}': {e}",
+                    dir.display()
+                )
+            })?;
+        let (writer, guard) = tracing_appender::non_blocking(appender);
+        file_guard = Some(guard);
+        layers.push(log_layer(settings, writer, false));
+    }
+    let mut tracer = None;
+    if let Some(endpoint) = &settings.otlp_endpoint {
+        let (layer, provider) = otel_layer(endpoint)?;
+        layers.push(layer);
+        tracer = Some(provider);
+    }
+    tracing_subscriber::registry()
+        .with(layers)
+        .try_init()
+        .map_err(|e| format!("cannot set up logging: {e}"))?;
+    Ok(TelemetryGuard {
+        _file: file_guard,
+        tracer,
+    })
+}
+
+type BoxedLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync + 'static>;
+
+/// The OpenTelemetry layer: this crate's spans, batched and sent to `endpoint`.
+fn otel_layer(
+    endpoint: &str,
+) -> Result<(BoxedLayer, opentelemetry_sdk::trace::SdkTracerProvider), String> {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|e| format!("--otlp-traces-endpoint: cannot set up the exporter: {e}"))?;
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("pdrouter")
+                .build(),
+        )
+        .build();
+    let tracer = provider.tracer("pdrouter");
+    let only_our_spans = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_span() && meta.target().starts_with("pdrouter")
+    });
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(only_our_spans)
+        .boxed();
+    Ok((layer, provider))
+}
+
+/// The span of one worker leg (see the module docs).
+pub(crate) fn leg_span(leg: Leg, url: &str) -> tracing::Span {
+    match leg {
+        Leg::Prefill => tracing::debug_span!("prefill", worker = url),
+        Leg::Decode => tracing::debug_span!("decode", worker = url),
+        Leg::Worker => tracing::debug_span!("worker", worker = url),
+    }
+}
+
+/// A PD request's wait for a Prefill slot, in its `admission_wait` span. Every queued
+/// request holds this future for its whole wait, so the span is boxed with the wait only when
+/// something records it; otherwise the future is the wait itself (plus the variant tag).
+pub(crate) fn in_admission_span<F: std::future::Future>(
+    wait: F,
+) -> futures_util::future::Either<F, std::pin::Pin<Box<tracing::instrument::Instrumented<F>>>> {
+    use futures_util::future::Either;
+    let span = tracing::debug_span!("admission_wait");
+    if span.is_disabled() {
+        Either::Left(wait)
+    } else {
+        Either::Right(Box::pin(tracing::Instrument::instrument(wait, span)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otlp_endpoints() {
+        assert_eq!(
+            otlp_endpoint("localhost:4317").unwrap(),
+            "http://localhost:4317"
+        );
+        assert_eq!(
+            otlp_endpoint("http://10.0.0.1:4317").unwrap(),
+            "http://10.0.0.1:4317"
+        );
+        for bad in ["localhost", "https://c:4317", "ftp://c:1", "", "a b:1"] {
+            let e = otlp_endpoint(bad).unwrap_err();
+            assert!(e.0.starts_with("--otlp-traces-endpoint"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn log_dir_is_created_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        check_log_dir(&dir).unwrap();
+        assert!(dir.is_dir());
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(check_log_dir(&file).unwrap_err().0.contains("--log-dir"));
+    }
+}
