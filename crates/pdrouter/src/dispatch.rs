@@ -174,6 +174,7 @@ pub(crate) async fn exchange(
     if let Some(f) = &ctx.forwarded {
         f.apply(&mut req, worker.api_key().is_some());
     }
+    crate::telemetry::propagate_to_worker(req.headers_mut());
     let resp = client
         .send(req, timeout)
         .await

@@ -8,10 +8,20 @@
 //! usual `info` log level they cost nothing; the trace exporter sees them whatever the log
 //! level, and sees spans only (log events stay in the logs).
 //!
+//! With tracing on, a client's `traceparent` (W3C trace context) makes the `request` span a
+//! child of the client's span, and every HTTP leg sends the worker its own leg span's
+//! `traceparent`/`tracestate` instead of the client's, so an engine that traces joins the same
+//! trace under the right leg. With tracing off, both headers pass through unchanged.
+//!
 //! Keys never reach a span or a log line: middleware records a control-plane key's id, never
 //! the key, and worker credentials are not span fields.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
@@ -24,6 +34,14 @@ use crate::error::Leg;
 pub const LOG_FILES_KEPT: usize = 7;
 /// Name of the log files in `--log-dir`, before the date.
 pub const LOG_FILE_PREFIX: &str = "pdrouter.log";
+
+/// Whether spans are exported (set once by [`init`]); checked per request, so a relaxed load.
+static TRACING: AtomicBool = AtomicBool::new(false);
+
+/// Whether `--enable-trace` is on in this process.
+pub(crate) fn tracing_on() -> bool {
+    TRACING.load(Ordering::Relaxed)
+}
 
 /// How logging and tracing are set up (from the launch flags).
 #[derive(Debug, Clone, Default)]
@@ -168,6 +186,7 @@ pub fn init(settings: &LogSettings) -> Result<TelemetryGuard, String> {
         .with(layers)
         .try_init()
         .map_err(|e| format!("cannot set up logging: {e}"))?;
+    TRACING.store(tracer.is_some(), Ordering::Relaxed);
     Ok(TelemetryGuard {
         _file: file_guard,
         tracer,
@@ -204,6 +223,61 @@ fn otel_layer(
         .with_filter(only_our_spans)
         .boxed();
     Ok((layer, provider))
+}
+
+/// Reads W3C trace-context headers.
+struct HeaderReader<'a>(&'a http::HeaderMap);
+
+impl Extractor for HeaderReader<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// Writes W3C trace-context headers, replacing any already there.
+struct HeaderWriter<'a>(&'a mut http::HeaderMap);
+
+impl Injector for HeaderWriter<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(key.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// With tracing on and a valid client `traceparent`, makes `span` (a request's, not yet
+/// entered) a child of the client's span. An invalid header is ignored: the span stays a root.
+pub(crate) fn continue_client_trace(span: &tracing::Span, headers: &http::HeaderMap) {
+    if !tracing_on() || !headers.contains_key("traceparent") {
+        return;
+    }
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = TraceContextPropagator::new().extract(&HeaderReader(headers));
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// With tracing on, sets a worker request's `traceparent`/`tracestate` to the current (leg)
+/// span's, replacing the client's.
+pub(crate) fn propagate_to_worker(headers: &mut http::HeaderMap) {
+    if !tracing_on() {
+        return;
+    }
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tracing::Span::current().context();
+    if cx.span().span_context().is_valid() {
+        headers.remove("traceparent");
+        headers.remove("tracestate");
+        TraceContextPropagator::new().inject_context(&cx, &mut HeaderWriter(headers));
+    }
 }
 
 /// The span of one worker leg (see the module docs).

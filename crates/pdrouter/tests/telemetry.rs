@@ -38,22 +38,23 @@ fn log_files(dir: &Path) -> Vec<String> {
 }
 
 /// Starts the binary with `args` and `env`, sends `body` to `path` with `x-request-id: id`,
-/// checks it succeeded, and returns the running child.
+/// checks it succeeded, and returns the running child and its address.
 async fn launch_and_send(
     args: Vec<String>,
     env: &'static [(&'static str, &'static str)],
     path: &str,
     body: &str,
     id: &str,
-) -> std::process::Child {
+) -> (std::process::Child, std::net::SocketAddr) {
     let (child, addr) = tokio::task::spawn_blocking(move || {
         let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, Path::new(*v))).collect();
         launch_binary(&args, &env)
     })
     .await
     .unwrap();
+    let addr = addr.parse().unwrap();
     let reply = send(
-        addr.parse().unwrap(),
+        addr,
         "POST",
         path,
         body.to_string(),
@@ -61,7 +62,7 @@ async fn launch_and_send(
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
-    child
+    (child, addr)
 }
 
 /// Runs the binary with `extra` flags in front of one mock, sends a request with
@@ -78,7 +79,7 @@ async fn one_logged_request(dir: &Path, extra: &[&str], id: &str) -> String {
         dir.display().to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let child = launch_and_send(args, &[], "/v1/completions", COMPLETION, id).await;
+    let (child, _) = launch_and_send(args, &[], "/v1/completions", COMPLETION, id).await;
     // Lines are written as they come (a background writer): they show up while it runs.
     let written = eventually(Duration::from_secs(10), || read_dir_text(dir).contains(id)).await;
     let (status, _) = stop_binary(child).await;
@@ -203,7 +204,18 @@ async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children
     .collect();
     // Export batches every 100 ms (the SDK reads this variable).
     let env = &[("OTEL_BSP_SCHEDULE_DELAY", "100")];
-    let child = launch_and_send(args, env, "/v1/chat/completions", CHAT, "trace-probe-5").await;
+    let (child, addr) =
+        launch_and_send(args, env, "/v1/chat/completions", CHAT, "trace-probe-5").await;
+    // A second request continues a client's trace.
+    let client_trace = "0af7651916cd43dd8448eb211c80319c";
+    let client_span = "b7ad6b7169203331";
+    let traceparent = format!("00-{client_trace}-{client_span}-01");
+    let headers = [
+        ("x-request-id", "trace-probe-6"),
+        ("traceparent", traceparent.as_str()),
+    ];
+    let reply = send(addr, "POST", "/v1/chat/completions", CHAT, &headers).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
     // Stopping the router sends whatever is still batched.
     let (status, _) = stop_binary(child).await;
     assert!(status.success(), "{status:?}");
@@ -218,33 +230,59 @@ async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children
     }
     server.abort();
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
-    let request = spans
-        .iter()
-        .find(|s| s.name == "request" && attr(s, "request_id") == Some("trace-probe-5"))
-        .unwrap_or_else(|| panic!("no request span among {names:?}"));
-    assert!(
-        request.parent_span_id.is_empty(),
-        "the request span is a root"
-    );
-    assert_eq!(attr(request, "path"), Some("/v1/chat/completions"));
-    let child = |name: &str| {
+    let request = |id: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "request" && attr(s, "request_id") == Some(id))
+            .unwrap_or_else(|| panic!("no request span for {id} among {names:?}"))
+    };
+    let child = |request: &Span, name: &str| {
         spans
             .iter()
             .find(|s| s.name == name && s.parent_span_id == request.span_id)
             .unwrap_or_else(|| panic!("no {name} child of the request span among {names:?}"))
+            .clone()
     };
+
+    let root = request("trace-probe-5");
+    assert!(
+        root.parent_span_id.is_empty(),
+        "without traceparent the request span is a root"
+    );
+    assert_eq!(attr(root, "path"), Some("/v1/chat/completions"));
     for name in ["admission_wait", "prefill", "decode"] {
-        let span = child(name);
-        assert_eq!(span.trace_id, request.trace_id, "{name}");
+        let span = child(root, name);
+        assert_eq!(span.trace_id, root.trace_id, "{name}");
         assert!(
             span.end_time_unix_nano >= span.start_time_unix_nano,
             "{name}"
         );
     }
-    assert_eq!(attr(child("prefill"), "worker"), Some(p.url().as_str()));
-    assert_eq!(attr(child("decode"), "worker"), Some(d.url().as_str()));
+    assert_eq!(
+        attr(&child(root, "prefill"), "worker"),
+        Some(p.url().as_str())
+    );
+    assert_eq!(
+        attr(&child(root, "decode"), "worker"),
+        Some(d.url().as_str())
+    );
     // The admission wait ends before the Prefill leg starts.
-    assert!(child("admission_wait").end_time_unix_nano <= child("prefill").start_time_unix_nano);
+    assert!(
+        child(root, "admission_wait").end_time_unix_nano
+            <= child(root, "prefill").start_time_unix_nano
+    );
+
+    // The client's trace is continued, and each worker gets its own leg span as parent.
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let joined = request("trace-probe-6");
+    assert_eq!(hex(&joined.trace_id), client_trace);
+    assert_eq!(hex(&joined.parent_span_id), client_span);
+    for (worker, leg) in [(&p, "prefill"), (&d, "decode")] {
+        let span = child(joined, leg);
+        let got = worker.stats().last_headers.unwrap()["traceparent"].clone();
+        let want = format!("00-{client_trace}-{}-01", hex(&span.span_id));
+        assert_eq!(got, [want], "{leg}");
+    }
 }
 
 #[test]

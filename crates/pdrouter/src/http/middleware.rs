@@ -100,6 +100,7 @@ where
             method = %method,
             path = path.as_ref().map_or("other", MatchedPath::as_str),
         );
+        crate::telemetry::continue_client_trace(&span, req.headers());
         let inner = {
             let _entered = span.enter();
             self.inner.call(req)

@@ -4,7 +4,9 @@
 //! here: hop-by-hop headers (`connection`, `te`, `upgrade`, …) and everything else the client
 //! sent stay behind. What goes on, on every leg:
 //! - trace context (`traceparent`, `tracestate`), correlation ids (`x-correlation-id`,
-//!   `x-request-id-*`) and `x-smg-routing-key`, as the client sent them;
+//!   `x-request-id-*`) and `x-smg-routing-key`, as the client sent them (with
+//!   `--enable-trace`, `dispatch::exchange` then replaces the trace context with the leg
+//!   span's: see `telemetry`);
 //! - `x-request-id`, the router's own (the client's, or the one it generated);
 //! - exactly one `Authorization`: the worker's own key when it has one (a startup worker has
 //!   `--api-key`), otherwise the client's header, otherwise none.
