@@ -163,6 +163,61 @@ impl TraceService for Collector {
     }
 }
 
+/// A running in-test collector: its address and what it received.
+struct TestCollector {
+    addr: std::net::SocketAddr,
+    rx: tokio::sync::mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl TestCollector {
+    async fn start() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(Collector(tx)))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        Self { addr, rx, server }
+    }
+
+    /// The flags that send the router's spans here.
+    fn flags(&self) -> [String; 3] {
+        [
+            "--enable-trace".into(),
+            "--otlp-traces-endpoint".into(),
+            self.addr.to_string(),
+        ]
+    }
+
+    /// Every span received so far (call after the router has exited: it flushes on exit).
+    fn spans(mut self) -> Vec<Span> {
+        let mut spans = Vec::new();
+        while let Ok(export) = self.rx.try_recv() {
+            for rs in export.resource_spans {
+                for ss in rs.scope_spans {
+                    spans.extend(ss.spans);
+                }
+            }
+        }
+        self.server.abort();
+        spans
+    }
+}
+
+/// Export batches every 100 ms (the SDK reads this variable); exiting flushes the rest.
+const FAST_EXPORT: &[(&str, &str)] = &[("OTEL_BSP_SCHEDULE_DELAY", "100")];
+
+/// The spans named `name` whose parent is `parent`.
+fn children<'a>(spans: &'a [Span], parent: &Span, name: &str) -> Vec<&'a Span> {
+    spans
+        .iter()
+        .filter(|s| s.name == name && s.parent_span_id == parent.span_id)
+        .collect()
+}
+
 fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
     span.attributes
         .iter()
@@ -175,15 +230,7 @@ fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children() {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector = listener.local_addr().unwrap();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector(tx)))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-
+    let collector = TestCollector::start().await;
     let p = mock(Role::Prefill, 0).await;
     let d = mock(Role::Decode, 0).await;
     let args: Vec<String> = [
@@ -195,17 +242,19 @@ async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children
         "--disable-health-check",
         "--prefill-max-inflight-requests-per-worker",
         "1",
-        "--enable-trace",
-        "--otlp-traces-endpoint",
-        &collector.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
+    .chain(collector.flags())
     .collect();
-    // Export batches every 100 ms (the SDK reads this variable).
-    let env = &[("OTEL_BSP_SCHEDULE_DELAY", "100")];
-    let (child, addr) =
-        launch_and_send(args, env, "/v1/chat/completions", CHAT, "trace-probe-5").await;
+    let (child, addr) = launch_and_send(
+        args,
+        FAST_EXPORT,
+        "/v1/chat/completions",
+        CHAT,
+        "trace-probe-5",
+    )
+    .await;
     // A second request continues a client's trace.
     let client_trace = "0af7651916cd43dd8448eb211c80319c";
     let client_span = "b7ad6b7169203331";
@@ -220,15 +269,7 @@ async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children
     let (status, _) = stop_binary(child).await;
     assert!(status.success(), "{status:?}");
 
-    let mut spans: Vec<Span> = Vec::new();
-    while let Ok(export) = rx.try_recv() {
-        for rs in export.resource_spans {
-            for ss in rs.scope_spans {
-                spans.extend(ss.spans);
-            }
-        }
-    }
-    server.abort();
+    let spans = collector.spans();
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     let request = |id: &str| {
         spans
@@ -237,11 +278,13 @@ async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children
             .unwrap_or_else(|| panic!("no request span for {id} among {names:?}"))
     };
     let child = |request: &Span, name: &str| {
-        spans
-            .iter()
-            .find(|s| s.name == name && s.parent_span_id == request.span_id)
-            .unwrap_or_else(|| panic!("no {name} child of the request span among {names:?}"))
-            .clone()
+        let found = children(&spans, request, name);
+        assert_eq!(
+            found.len(),
+            1,
+            "{name} children of the request span among {names:?}"
+        );
+        found[0].clone()
     };
 
     let root = request("trace-probe-5");
@@ -301,4 +344,77 @@ fn a_bad_otlp_endpoint_is_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("error: --otlp-traces-endpoint"), "{err}");
+}
+
+/// The request span of the only request the router saw.
+fn only_request(spans: &[Span]) -> &Span {
+    let requests: Vec<&Span> = spans.iter().filter(|s| s.name == "request").collect();
+    assert_eq!(requests.len(), 1, "{spans:?}");
+    requests[0]
+}
+
+#[tokio::test]
+async fn a_regular_request_has_one_worker_child() {
+    let collector = TestCollector::start().await;
+    let w = mock(Role::Regular, 0).await;
+    let args: Vec<String> = [
+        "--worker-urls".to_string(),
+        w.url(),
+        "--disable-health-check".into(),
+    ]
+    .into_iter()
+    .chain(collector.flags())
+    .collect();
+    let (child, _) = launch_and_send(args, FAST_EXPORT, "/v1/completions", COMPLETION, "r-1").await;
+    let (status, _) = stop_binary(child).await;
+    assert!(status.success(), "{status:?}");
+    let spans = collector.spans();
+    let request = only_request(&spans);
+    let legs = children(&spans, request, "worker");
+    assert_eq!(legs.len(), 1, "{spans:?}");
+    assert_eq!(attr(legs[0], "worker"), Some(w.url().as_str()));
+    assert!(
+        children(&spans, request, "admission_wait").is_empty(),
+        "no admission in regular mode"
+    );
+}
+
+#[tokio::test]
+async fn a_grpc_pd_request_has_prefill_and_decode_children() {
+    let collector = TestCollector::start().await;
+    let grpc = |role| {
+        let mut cfg = MockConfig::new(role);
+        cfg.grpc = true;
+        MockWorker::start(cfg)
+    };
+    let p = grpc(Role::Prefill).await.unwrap();
+    let d = grpc(Role::Decode).await.unwrap();
+    let tokenizer = tempfile::tempdir().unwrap();
+    for (name, data) in pdrouter_tokenizer::bytelevel::files() {
+        std::fs::write(tokenizer.path().join(name), data).unwrap();
+    }
+    let args: Vec<String> = [
+        "--pd-disaggregation".to_string(),
+        "--prefill".into(),
+        p.url(),
+        p.addr().port().to_string(),
+        "--decode".into(),
+        d.url(),
+        "--disable-health-check".into(),
+        "--model-path".into(),
+        tokenizer.path().display().to_string(),
+    ]
+    .into_iter()
+    .chain(collector.flags())
+    .collect();
+    let (child, _) = launch_and_send(args, FAST_EXPORT, "/v1/chat/completions", CHAT, "g-1").await;
+    let (status, _) = stop_binary(child).await;
+    assert!(status.success(), "{status:?}");
+    let spans = collector.spans();
+    let request = only_request(&spans);
+    for (leg, worker) in [("prefill", &p), ("decode", &d)] {
+        let found = children(&spans, request, leg);
+        assert_eq!(found.len(), 1, "{leg}: {spans:?}");
+        assert_eq!(attr(found[0], "worker"), Some(worker.url().as_str()));
+    }
 }
