@@ -5,8 +5,9 @@
 //! the request id); its children are `admission_wait` (the time a PD request waited for a
 //! Prefill slot) and one span per worker leg, `prefill`, `decode` or `worker` (regular mode),
 //! with the worker's URL. Leg and wait spans are at debug level, so with tracing off and the
-//! usual `info` log level they cost nothing; the trace exporter sees them whatever the log
-//! level, and sees spans only (log events stay in the logs).
+//! usual `info` log level they are disabled (never created, no fields recorded); the trace
+//! exporter sees them whatever the log level, and sees spans only (log events stay in the
+//! logs).
 //!
 //! With tracing on, a client's `traceparent` (W3C trace context) makes the `request` span a
 //! child of the client's span, and every HTTP leg sends the worker its own leg span's
