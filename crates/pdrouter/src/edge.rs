@@ -219,12 +219,13 @@ pub fn server_tls(
     }
 }
 
-/// What a control-plane key may do.
+/// What a control-plane key may do. Neither role is an inference credential (inference is
+/// guarded by `--api-key` alone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// Everything: the control plane (`/workers`) and inference.
+    /// The control plane (`/workers`, every method).
     Admin,
-    /// Inference only: the control plane answers 403.
+    /// Known, but refused on the control plane (403 rather than 401).
     User,
 }
 
