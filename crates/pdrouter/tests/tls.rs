@@ -177,6 +177,8 @@ async fn the_router_serves_https_with_its_certificate() {
         cert.display().to_string(),
         "--tls-key-path".into(),
         key.display().to_string(),
+        "--client-header-timeout-secs".into(),
+        "1".into(),
     ];
     let (child, addr) = tokio::task::spawn_blocking(move || launch_binary(&args, &[]))
         .await
@@ -198,6 +200,14 @@ async fn the_router_serves_https_with_its_certificate() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"choices\""), "{answer}");
     assert_eq!(w.stats().requests_total, 1);
+
+    // A client that connects and never starts a handshake is dropped (the handshake is bounded
+    // by the head timeout), however long it would wait.
+    let mut idle = TcpStream::connect(&addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let closed =
+        tokio::time::timeout(std::time::Duration::from_secs(30), idle.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
 
     // Plain HTTP on the TLS port gets no HTTP answer.
     let mut plain = TcpStream::connect(&addr).await.unwrap();
