@@ -111,6 +111,7 @@ fn rank_commit(policy: &Policy, workers: &[Worker], prompts: &[String]) -> impl 
         let req = RequestInfo {
             text: Some(&prompts[i % prompts.len()]),
             routing_key: None,
+            ..Default::default()
         };
         i += 1;
         policy.rank(workers, &req, &mut out);
@@ -204,6 +205,7 @@ fn bench_cache_aware_threads(c: &mut Criterion) {
                                     let req = RequestInfo {
                                         text: Some(&prompts[n % prompts.len()]),
                                         routing_key: None,
+                                        ..Default::default()
                                     };
                                     policy.rank(ws, &req, &mut out);
                                     policy.commit(ws, out[0], &req);

@@ -199,6 +199,7 @@ mod tests {
         let req = RequestInfo {
             routing_key: Some("user-42"),
             text: Some("ignored when a routing key is present"),
+            ..Default::default()
         };
         ch.rank(&ws, &req, &mut a);
         ch.rank(&ws, &req, &mut b);

@@ -10,17 +10,24 @@
 
 use std::fmt;
 
+mod bucket;
 mod cache_aware;
 mod consistent_hash;
 mod hash;
+mod manual;
 mod order;
 mod power_of_two;
+mod prefix_hash;
 mod radix_tree;
 mod random;
 mod registry;
 mod round_robin;
 #[cfg(test)]
 mod testutil;
+
+pub use bucket::{ADJUST_INTERVAL_SECS as BUCKET_ADJUST_INTERVAL_SECS, BucketConfig};
+pub use manual::{AssignmentMode, MAX_KEYS as MANUAL_MAX_KEYS, ManualConfig};
+pub use prefix_hash::{CHARS_PER_TOKEN, OVERLOAD_ABS_MARGIN, PrefixHashConfig};
 
 /// How many leading chars of a request's text cache_aware indexes and matches. Longer texts are
 /// truncated to this many chars (Unicode scalar values) before insertion and matching, and the
@@ -40,8 +47,11 @@ pub trait WorkerRef {
 pub struct RequestInfo<'a> {
     /// Request text (prompt or flattened messages), for cache_aware.
     pub text: Option<&'a str>,
-    /// `X-SMG-Routing-Key`, for consistent_hashing.
+    /// `X-SMG-Routing-Key`, for consistent_hashing and manual.
     pub routing_key: Option<&'a str>,
+    /// The caller's monotonic clock in seconds, for the policies that keep time-bound state
+    /// (manual's idle keys, bucket's window); this crate reads no clock itself.
+    pub now_secs: u64,
 }
 
 /// Which algorithm a [`Policy`] runs.
@@ -57,25 +67,37 @@ pub enum PolicyKind {
     CacheAware,
     /// Hash ring over worker URLs keyed by the routing key.
     ConsistentHashing,
+    /// Hash ring keyed by the prompt's prefix, with a load-factor override.
+    PrefixHash,
+    /// Sticky assignment of routing keys to workers.
+    Manual,
+    /// Ranges of request length per worker, adapted to the traffic.
+    Bucket,
 }
 
 impl PolicyKind {
     /// Every policy, in the order of [`NAMES`](Self::NAMES).
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 8] = [
         PolicyKind::Random,
         PolicyKind::RoundRobin,
         PolicyKind::PowerOfTwo,
         PolicyKind::CacheAware,
         PolicyKind::ConsistentHashing,
+        PolicyKind::PrefixHash,
+        PolicyKind::Manual,
+        PolicyKind::Bucket,
     ];
 
     /// Every policy name accepted on the command line.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 8] = [
         "random",
         "round_robin",
         "power_of_two",
         "cache_aware",
         "consistent_hashing",
+        "prefix_hash",
+        "manual",
+        "bucket",
     ];
 
     /// Parses a command-line policy name.
@@ -86,6 +108,9 @@ impl PolicyKind {
             "power_of_two" => Self::PowerOfTwo,
             "cache_aware" => Self::CacheAware,
             "consistent_hashing" => Self::ConsistentHashing,
+            "prefix_hash" => Self::PrefixHash,
+            "manual" => Self::Manual,
+            "bucket" => Self::Bucket,
             _ => return None,
         })
     }
@@ -98,6 +123,9 @@ impl PolicyKind {
             Self::PowerOfTwo => "power_of_two",
             Self::CacheAware => "cache_aware",
             Self::ConsistentHashing => "consistent_hashing",
+            Self::PrefixHash => "prefix_hash",
+            Self::Manual => "manual",
+            Self::Bucket => "bucket",
         }
     }
 }
@@ -132,6 +160,17 @@ impl Default for CacheAwareConfig {
     }
 }
 
+/// Every policy's knobs; each policy reads only its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PolicySettings {
+    /// cache_aware (its balance thresholds are bucket's too, as in SMG).
+    pub cache: CacheAwareConfig,
+    /// prefix_hash.
+    pub prefix_hash: PrefixHashConfig,
+    /// manual.
+    pub manual: ManualConfig,
+}
+
 /// A worker-selection policy: [`rank`](Self::rank) orders candidates without changing state,
 /// [`commit`](Self::commit) records the candidate the caller actually reserved.
 ///
@@ -149,11 +188,26 @@ enum Inner {
     PowerOfTwo(power_of_two::PowerOfTwo),
     CacheAware(cache_aware::CacheAware),
     ConsistentHashing(consistent_hash::ConsistentHash),
+    PrefixHash(prefix_hash::PrefixHash),
+    Manual(manual::Manual),
+    Bucket(bucket::Bucket),
 }
 
 impl Policy {
-    /// Creates a policy; `cache` is used only by [`PolicyKind::CacheAware`].
+    /// Creates a policy with default settings apart from cache_aware's.
     pub fn new(kind: PolicyKind, cache: CacheAwareConfig) -> Self {
+        Self::with_settings(
+            kind,
+            PolicySettings {
+                cache,
+                ..PolicySettings::default()
+            },
+        )
+    }
+
+    /// Creates a policy; each kind reads only its own part of `settings`.
+    pub fn with_settings(kind: PolicyKind, settings: PolicySettings) -> Self {
+        let cache = settings.cache;
         let inner = match kind {
             PolicyKind::Random => Inner::Random(random::RandomPolicy),
             PolicyKind::RoundRobin => Inner::RoundRobin(round_robin::RoundRobin::default()),
@@ -162,6 +216,14 @@ impl Policy {
             PolicyKind::ConsistentHashing => {
                 Inner::ConsistentHashing(consistent_hash::ConsistentHash::default())
             }
+            PolicyKind::PrefixHash => {
+                Inner::PrefixHash(prefix_hash::PrefixHash::new(settings.prefix_hash))
+            }
+            PolicyKind::Manual => Inner::Manual(manual::Manual::new(settings.manual)),
+            PolicyKind::Bucket => Inner::Bucket(bucket::Bucket::new(BucketConfig {
+                balance_abs_threshold: cache.balance_abs_threshold,
+                balance_rel_threshold: cache.balance_rel_threshold,
+            })),
         };
         Self { inner }
     }
@@ -174,6 +236,9 @@ impl Policy {
             Inner::PowerOfTwo(_) => PolicyKind::PowerOfTwo,
             Inner::CacheAware(_) => PolicyKind::CacheAware,
             Inner::ConsistentHashing(_) => PolicyKind::ConsistentHashing,
+            Inner::PrefixHash(_) => PolicyKind::PrefixHash,
+            Inner::Manual(_) => PolicyKind::Manual,
+            Inner::Bucket(_) => PolicyKind::Bucket,
         }
     }
 
@@ -189,6 +254,9 @@ impl Policy {
             Inner::PowerOfTwo(p) => p.rank(workers, out),
             Inner::CacheAware(p) => p.rank(workers, req, out),
             Inner::ConsistentHashing(p) => p.rank(workers, req, out),
+            Inner::PrefixHash(p) => p.rank(workers, req, out),
+            Inner::Manual(p) => p.rank(workers, req, out),
+            Inner::Bucket(p) => p.rank(workers, req, out),
         }
     }
 
@@ -203,7 +271,34 @@ impl Policy {
         match &self.inner {
             Inner::RoundRobin(p) => p.commit(),
             Inner::CacheAware(p) => p.commit(worker.url(), req),
-            Inner::Random(_) | Inner::PowerOfTwo(_) | Inner::ConsistentHashing(_) => {}
+            Inner::Manual(p) => p.commit(worker.url(), req),
+            Inner::Bucket(p) => p.commit(worker.url(), req),
+            Inner::Random(_)
+            | Inner::PowerOfTwo(_)
+            | Inner::ConsistentHashing(_)
+            | Inner::PrefixHash(_) => {}
+        }
+    }
+
+    /// Periodic upkeep at `now_secs` on the caller's clock (the same clock as
+    /// [`RequestInfo::now_secs`]): manual forgets keys idle past `max_idle_secs`, bucket
+    /// recomputes its length ranges. Call it every [`BUCKET_ADJUST_INTERVAL_SECS`] or more
+    /// often; no-op for other policies.
+    pub fn tick(&self, now_secs: u64) {
+        match &self.inner {
+            Inner::Manual(p) => {
+                p.expire_idle(now_secs);
+            }
+            Inner::Bucket(p) => p.adjust(now_secs),
+            _ => {}
+        }
+    }
+
+    /// Routing keys manual currently remembers (0 for other policies).
+    pub fn manual_keys(&self) -> usize {
+        match &self.inner {
+            Inner::Manual(p) => p.keys(),
+            _ => 0,
         }
     }
 
@@ -220,6 +315,9 @@ impl Policy {
         match &self.inner {
             Inner::CacheAware(p) => p.remove_worker(url),
             Inner::ConsistentHashing(p) => p.remove_worker(url),
+            Inner::PrefixHash(p) => p.remove_worker(url),
+            Inner::Manual(p) => p.remove_worker(url),
+            Inner::Bucket(p) => p.remove_worker(url),
             Inner::Random(_) | Inner::RoundRobin(_) | Inner::PowerOfTwo(_) => {}
         }
     }
@@ -263,7 +361,7 @@ mod tests {
         let ws = workers(&[3, 1, 4, 1, 5]);
         let req = RequestInfo {
             text: Some("hello"),
-            routing_key: None,
+            ..Default::default()
         };
         for kind in PolicyKind::ALL {
             let p = Policy::new(kind, CacheAwareConfig::default());
@@ -287,11 +385,14 @@ mod tests {
         let req = RequestInfo {
             text: Some("some prompt"),
             routing_key: Some("key"),
+            now_secs: 0,
         };
         for kind in [
             PolicyKind::RoundRobin,
             PolicyKind::CacheAware,
             PolicyKind::ConsistentHashing,
+            PolicyKind::PrefixHash,
+            PolicyKind::Bucket,
         ] {
             let p = Policy::new(kind, CacheAwareConfig::default());
             let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -306,7 +407,7 @@ mod tests {
         let ws = workers(&[0, 0, 0]);
         let req = RequestInfo {
             text: Some("prompt text"),
-            routing_key: None,
+            ..Default::default()
         };
         let rr = Policy::new(PolicyKind::RoundRobin, CacheAwareConfig::default());
         let mut out = Vec::new();
@@ -346,9 +447,11 @@ mod tests {
                         let mut out = Vec::new();
                         for i in 0..300 {
                             let text = format!("thread {t} prompt {}", i % 17);
+                            let key = format!("k{}", i % 5);
                             let req = RequestInfo {
                                 text: Some(&text),
-                                routing_key: None,
+                                routing_key: Some(&key),
+                                now_secs: i as u64,
                             };
                             let slice = &ws[..(i % ws.len()) + 1];
                             p.rank(slice, &req, &mut out);
@@ -356,6 +459,7 @@ mod tests {
                             p.commit(slice, out[0], &req);
                             if i % 50 == 0 {
                                 p.evict();
+                                p.tick(i as u64);
                                 p.remove_worker(&ws[t].url);
                             }
                         }

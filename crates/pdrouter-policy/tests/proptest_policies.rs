@@ -2,7 +2,10 @@
 //! rank yields distinct in-range indices (non-empty for non-empty input) and nothing panics;
 //! cache_aware trees respect `max_tree_size` after `evict`.
 
-use pdrouter_policy::{CacheAwareConfig, Policy, PolicyKind, RequestInfo, WorkerRef};
+use pdrouter_policy::{
+    AssignmentMode, CacheAwareConfig, ManualConfig, Policy, PolicyKind, PolicySettings,
+    RequestInfo, WorkerRef,
+};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -100,17 +103,20 @@ proptest! {
         let policy = Policy::new(kind, cfg);
         prop_assert_eq!(policy.kind(), kind);
         let mut out = vec![usize::MAX];
-        for op in &ops {
+        for (now, op) in ops.iter().enumerate() {
             match op {
                 Op::RankCommit { workers, text, key, commit } => {
-                    let req = RequestInfo { text: text.as_deref(), routing_key: key.as_deref() };
+                    let req = RequestInfo { text: text.as_deref(), routing_key: key.as_deref(), ..Default::default() };
                     policy.rank(workers, &req, &mut out);
                     check_rank(&out, workers.len())?;
                     if *commit && !out.is_empty() {
                         policy.commit(workers, out[0], &req);
                     }
                 }
-                Op::Evict => policy.evict(),
+                Op::Evict => {
+                    policy.evict();
+                    policy.tick(now as u64);
+                }
                 Op::Remove(u) => policy.remove_worker(&format!("http://worker-{u}:8000")),
             }
         }
@@ -124,7 +130,7 @@ proptest! {
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for op in &ops {
             if let Op::RankCommit { workers, text, key, commit } = op {
-                let req = RequestInfo { text: text.as_deref(), routing_key: key.as_deref() };
+                let req = RequestInfo { text: text.as_deref(), routing_key: key.as_deref(), ..Default::default() };
                 policy.rank(workers, &req, &mut a);
                 policy.rank(workers, &req, &mut b);
                 // consistent_hashing without any key picks a random start.
@@ -148,7 +154,7 @@ proptest! {
             .map(|u| Worker { url: format!("http://worker-{u}:8000"), load: 0 })
             .collect();
         for (w, text) in &commits {
-            let req = RequestInfo { text: text.as_deref(), routing_key: None };
+            let req = RequestInfo { text: text.as_deref(), routing_key: None, ..Default::default() };
             policy.commit(&workers, *w, &req);
             // Between evicts a tree never exceeds twice the limit.
             prop_assert!(policy.cached_chars(&workers[*w].url) <= 2 * cfg.max_tree_size);
@@ -157,5 +163,42 @@ proptest! {
         for w in &workers {
             prop_assert!(policy.cached_chars(&w.url) <= cfg.max_tree_size);
         }
+    }
+
+    /// manual: a key ranks first the oldest of its (at most two) remembered workers that is a
+    /// candidate, whatever else happened meanwhile (other keys, worker sets, loads); a key
+    /// whose workers are all absent is placed again and remembers the new one too.
+    #[test]
+    fn manual_keys_stick_while_their_worker_is_a_candidate(
+        mode in proptest::sample::select(vec![
+            AssignmentMode::Random, AssignmentMode::MinLoad, AssignmentMode::MinGroup]),
+        ops in proptest::collection::vec((worker_set(), "[a-d]{1,2}"), 1..40)) {
+        let policy = Policy::with_settings(PolicyKind::Manual, PolicySettings {
+            manual: ManualConfig { assignment_mode: mode, max_idle_secs: 1_000 },
+            ..PolicySettings::default()
+        });
+        let mut pinned: std::collections::HashMap<String, Vec<String>> = Default::default();
+        let mut out = Vec::new();
+        for (now, (workers, key)) in ops.iter().enumerate() {
+            let req = RequestInfo { routing_key: Some(key), now_secs: now as u64, ..Default::default() };
+            policy.rank(workers, &req, &mut out);
+            check_rank(&out, workers.len())?;
+            let Some(&first) = out.first() else { continue };
+            let remembered = pinned.entry(key.clone()).or_default();
+            if let Some(url) = remembered.iter().find(|u| workers.iter().any(|w| &&w.url == u)) {
+                prop_assert_eq!(&workers[first].url, url);
+            }
+            policy.commit(workers, first, &req);
+            let chosen = workers[first].url.clone();
+            if !remembered.contains(&chosen) {
+                if remembered.len() == 2 {
+                    remembered.remove(0);
+                }
+                remembered.push(chosen);
+            }
+        }
+        prop_assert!(policy.manual_keys() <= 20, "no more keys than were used");
+        policy.tick(10_000);
+        prop_assert_eq!(policy.manual_keys(), 0, "every key idle past max_idle_secs is gone");
     }
 }

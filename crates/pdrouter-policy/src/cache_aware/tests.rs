@@ -14,6 +14,7 @@ fn text(t: &str) -> RequestInfo<'_> {
     RequestInfo {
         text: Some(t),
         routing_key: None,
+        ..Default::default()
     }
 }
 
@@ -24,6 +25,7 @@ fn rank(ca: &CacheAware, ws: &[W], t: Option<&str>) -> Vec<usize> {
         &RequestInfo {
             text: t,
             routing_key: None,
+            ..Default::default()
         },
         &mut out,
     );

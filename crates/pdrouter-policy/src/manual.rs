@@ -1,0 +1,367 @@
+//! manual: sticky assignment of routing keys (`X-SMG-Routing-Key`) to workers.
+//!
+//! The first request with a key is placed by the assignment mode; later requests with that key
+//! go to the same worker for as long as it is a candidate. Unlike consistent_hashing, adding a
+//! worker moves no key. When a key's worker is not a candidate (unhealthy, removed, full), the
+//! key is placed again and remembers both workers, the original first, so it returns to the
+//! original once that is back (at most [`MAX_WORKERS_PER_KEY`] per key).
+//!
+//! Invariants:
+//! - rank changes nothing; commit records the reserved worker for the request's key and the
+//!   key's last use (the caller's clock, in seconds).
+//! - Memory is bounded: at most [`MAX_KEYS`] keys are remembered (a new key beyond that is
+//!   routed by the assignment mode without being remembered); keys idle for longer than
+//!   `max_idle_secs` are dropped by [`Manual::expire_idle`], which the router calls periodically.
+//! - A request without a key is placed by the assignment mode and remembers nothing.
+//! - rank writes a full permutation: the key's worker first (if it is a candidate), then the
+//!   rest in the assignment mode's order.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use rand::RngExt;
+
+use crate::{RequestInfo, WorkerRef, order};
+
+/// Most workers remembered per key (the original and the latest replacement).
+pub(crate) const MAX_WORKERS_PER_KEY: usize = 2;
+
+/// Most keys remembered at once (about 100 bytes each plus the key).
+pub const MAX_KEYS: usize = 1 << 20;
+
+/// How a key seen for the first time picks its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignmentMode {
+    /// Uniformly at random.
+    Random,
+    /// The worker with the fewest in-flight requests.
+    MinLoad,
+    /// The worker with the fewest keys assigned.
+    MinGroup,
+}
+
+impl AssignmentMode {
+    /// Command-line names.
+    pub const NAMES: [&'static str; 3] = ["random", "min_load", "min_group"];
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "random" => Self::Random,
+            "min_load" => Self::MinLoad,
+            "min_group" => Self::MinGroup,
+            _ => return None,
+        })
+    }
+}
+
+/// Knobs of the manual policy (SMG's names and defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManualConfig {
+    /// How a new key is placed.
+    pub assignment_mode: AssignmentMode,
+    /// A key unused for longer than this is forgotten.
+    pub max_idle_secs: u64,
+}
+
+impl Default for ManualConfig {
+    fn default() -> Self {
+        Self {
+            assignment_mode: AssignmentMode::Random,
+            max_idle_secs: 4 * 3600,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// Oldest first; the last is the current assignment.
+    urls: Vec<Box<str>>,
+    last_used: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    keys: HashMap<Box<str>, Entry>,
+    /// Keys whose current assignment is each url (for `min_group`).
+    per_url: HashMap<Box<str>, usize>,
+}
+
+impl State {
+    fn count(&mut self, url: &str, delta: isize) {
+        if delta > 0 {
+            *self.per_url.entry(url.into()).or_default() += 1;
+        } else if let Some(n) = self.per_url.get_mut(url) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_url.remove(url);
+            }
+        }
+    }
+}
+
+/// The manual policy.
+#[derive(Debug)]
+pub(crate) struct Manual {
+    config: ManualConfig,
+    state: Mutex<State>,
+}
+
+impl Manual {
+    pub(crate) fn new(config: ManualConfig) -> Self {
+        Self {
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn key<'a>(req: &RequestInfo<'a>) -> Option<&'a str> {
+        req.routing_key.filter(|k| !k.is_empty())
+    }
+
+    /// See the module docs.
+    pub(crate) fn rank<W: WorkerRef>(
+        &self,
+        workers: &[W],
+        req: &RequestInfo<'_>,
+        out: &mut Vec<usize>,
+    ) {
+        out.clear();
+        let n = workers.len();
+        if n == 0 {
+            return;
+        }
+        let state = self.state.lock();
+        let sticky = Self::key(req)
+            .and_then(|k| state.keys.get(k))
+            .and_then(|e| {
+                e.urls
+                    .iter()
+                    .find_map(|u| workers.iter().position(|w| w.url() == &**u))
+            });
+        match self.config.assignment_mode {
+            AssignmentMode::Random => {
+                drop(state);
+                let start = rand::rng().random_range(0..n);
+                out.extend(sticky);
+                order::rotation_except(n, start, sticky.as_slice(), out);
+            }
+            AssignmentMode::MinLoad => {
+                drop(state);
+                order::by_load(&mut order::load_keys(workers), sticky, out);
+            }
+            AssignmentMode::MinGroup => {
+                let mut keys: Vec<(usize, usize)> = workers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| (state.per_url.get(w.url()).copied().unwrap_or(0), i))
+                    .collect();
+                drop(state);
+                keys.sort_unstable();
+                out.extend(sticky);
+                out.extend(
+                    keys.into_iter()
+                        .map(|(_, i)| i)
+                        .filter(|&i| Some(i) != sticky),
+                );
+            }
+        }
+    }
+
+    /// Records that the request's key now goes to `url`.
+    pub(crate) fn commit(&self, url: &str, req: &RequestInfo<'_>) {
+        let Some(key) = Self::key(req) else {
+            return;
+        };
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        if let Some(entry) = state.keys.get_mut(key) {
+            entry.last_used = req.now_secs;
+            if entry.urls.iter().any(|u| &**u == url) {
+                return;
+            }
+            let old = entry.urls.last().cloned();
+            if entry.urls.len() >= MAX_WORKERS_PER_KEY {
+                entry.urls.remove(0);
+            }
+            entry.urls.push(url.into());
+            if let Some(old) = old {
+                state.count(&old, -1);
+            }
+            state.count(url, 1);
+            return;
+        }
+        if state.keys.len() >= MAX_KEYS {
+            return;
+        }
+        state.keys.insert(
+            key.into(),
+            Entry {
+                urls: vec![url.into()],
+                last_used: req.now_secs,
+            },
+        );
+        state.count(url, 1);
+    }
+
+    /// Forgets keys unused for longer than `max_idle_secs` at `now_secs`; returns how many.
+    pub(crate) fn expire_idle(&self, now_secs: u64) -> usize {
+        let max_idle = self.config.max_idle_secs;
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let before = state.keys.len();
+        let mut dropped: Vec<Box<str>> = Vec::new();
+        state.keys.retain(|_, e| {
+            let keep = now_secs.saturating_sub(e.last_used) <= max_idle;
+            if !keep && let Some(u) = e.urls.last() {
+                dropped.push(u.clone());
+            }
+            keep
+        });
+        for u in &dropped {
+            state.count(u, -1);
+        }
+        before - state.keys.len()
+    }
+
+    /// Forgets the url in every key (a removed worker): keys left with no worker are dropped.
+    pub(crate) fn remove_worker(&self, url: &str) {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        state.keys.retain(|_, e| {
+            e.urls.retain(|u| &**u != url);
+            !e.urls.is_empty()
+        });
+        state.per_url.remove(url);
+        // Recount: a key whose current worker was removed now counts for its other one.
+        let mut per_url: HashMap<Box<str>, usize> = HashMap::new();
+        for e in state.keys.values() {
+            if let Some(u) = e.urls.last() {
+                *per_url.entry(u.clone()).or_default() += 1;
+            }
+        }
+        state.per_url = per_url;
+    }
+
+    /// Keys currently remembered.
+    pub(crate) fn keys(&self) -> usize {
+        self.state.lock().keys.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{W, workers};
+
+    fn req(key: &str, now: u64) -> RequestInfo<'_> {
+        RequestInfo {
+            routing_key: Some(key),
+            now_secs: now,
+            ..Default::default()
+        }
+    }
+
+    fn route(m: &Manual, ws: &[W], key: &str, now: u64) -> usize {
+        let mut out = Vec::new();
+        m.rank(ws, &req(key, now), &mut out);
+        let mut sorted = out.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..ws.len()).collect::<Vec<_>>());
+        m.commit(&ws[out[0]].url, &req(key, now));
+        out[0]
+    }
+
+    fn manual(mode: AssignmentMode) -> Manual {
+        Manual::new(ManualConfig {
+            assignment_mode: mode,
+            max_idle_secs: 100,
+        })
+    }
+
+    #[test]
+    fn a_key_sticks_to_its_first_worker_even_when_workers_are_added() {
+        for mode in [
+            AssignmentMode::Random,
+            AssignmentMode::MinLoad,
+            AssignmentMode::MinGroup,
+        ] {
+            let m = manual(mode);
+            let ws = workers(&[0, 0, 0]);
+            let first = route(&m, &ws, "user-1", 0);
+            let mut more = ws.clone();
+            more.extend(workers(&[0, 0, 0, 0, 0]).into_iter().skip(3));
+            for now in 1..20 {
+                assert_eq!(route(&m, &more, "user-1", now), first, "{mode:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn rank_alone_remembers_nothing() {
+        let m = manual(AssignmentMode::Random);
+        let ws = workers(&[0; 4]);
+        let mut out = Vec::new();
+        m.rank(&ws, &req("k", 0), &mut out);
+        assert_eq!(m.keys(), 0);
+    }
+
+    #[test]
+    fn failover_then_back_to_the_original() {
+        let m = manual(AssignmentMode::MinLoad);
+        let ws = workers(&[0, 5, 9]);
+        assert_eq!(route(&m, &ws, "k", 0), 0);
+        // w0 not a candidate: the key moves to the least loaded of the rest...
+        let without: Vec<W> = ws[1..].to_vec();
+        assert_eq!(without[route(&m, &without, "k", 1)].url, "http://w1");
+        // ...and returns to w0 when it is back.
+        assert_eq!(route(&m, &ws, "k", 2), 0);
+    }
+
+    #[test]
+    fn min_group_balances_keys_and_min_load_follows_load() {
+        let m = manual(AssignmentMode::MinGroup);
+        let ws = workers(&[0, 0, 0]);
+        let mut per = [0; 3];
+        for i in 0..30 {
+            per[route(&m, &ws, &format!("k{i}"), 0)] += 1;
+        }
+        assert_eq!(per, [10, 10, 10]);
+        let m = manual(AssignmentMode::MinLoad);
+        assert_eq!(route(&m, &workers(&[3, 1, 2]), "x", 0), 1);
+    }
+
+    #[test]
+    fn idle_keys_expire_and_used_ones_stay() {
+        let m = manual(AssignmentMode::Random);
+        let ws = workers(&[0; 3]);
+        route(&m, &ws, "old", 0);
+        route(&m, &ws, "busy", 0);
+        route(&m, &ws, "busy", 150);
+        assert_eq!(m.expire_idle(100), 0, "idle exactly max_idle_secs stays");
+        assert_eq!(m.expire_idle(101), 1);
+        assert_eq!(m.keys(), 1);
+        assert_eq!(m.expire_idle(250), 0);
+        assert_eq!(m.expire_idle(251), 1);
+        assert_eq!(m.keys(), 0);
+        assert!(
+            m.state.lock().per_url.is_empty(),
+            "group counts back to zero"
+        );
+    }
+
+    #[test]
+    fn no_key_remembers_nothing_and_removed_worker_is_forgotten() {
+        let m = manual(AssignmentMode::MinGroup);
+        let ws = workers(&[0; 2]);
+        let mut out = Vec::new();
+        let none = RequestInfo::default();
+        m.rank(&ws, &none, &mut out);
+        m.commit(&ws[out[0]].url, &none);
+        assert_eq!(m.keys(), 0);
+        let w = route(&m, &ws, "k", 0);
+        m.remove_worker(&ws[w].url);
+        assert_eq!(m.keys(), 0);
+        assert!(m.state.lock().per_url.is_empty());
+    }
+}
