@@ -146,6 +146,16 @@ impl ConsistentHash {
             Some(key) => hash_str(key),
             None => rand::rng().random(),
         };
+        self.rank_point(workers, point, out);
+    }
+
+    /// Ranks from a ring point computed by the caller (prefix_hash's token key).
+    pub(crate) fn rank_point<W: WorkerRef>(&self, workers: &[W], point: u64, out: &mut Vec<usize>) {
+        out.clear();
+        let n = workers.len();
+        if n == 0 {
+            return;
+        }
         let urls: Vec<&str> = workers.iter().map(WorkerRef::url).collect();
         {
             let ring = self.ring.read();

@@ -52,6 +52,9 @@ pub struct RequestInfo<'a> {
     /// The caller's monotonic clock in seconds, for the policies that keep time-bound state
     /// (manual's idle keys, bucket's window); this crate reads no clock itself.
     pub now_secs: u64,
+    /// The prompt's leading token ids, when the caller has a tokenizer: prefix_hash keys on
+    /// them instead of on characters of `text`.
+    pub prefix_tokens: Option<&'a [u32]>,
 }
 
 /// Which algorithm a [`Policy`] runs.
@@ -385,7 +388,7 @@ mod tests {
         let req = RequestInfo {
             text: Some("some prompt"),
             routing_key: Some("key"),
-            now_secs: 0,
+            ..Default::default()
         };
         for kind in [
             PolicyKind::RoundRobin,
@@ -452,6 +455,7 @@ mod tests {
                                 text: Some(&text),
                                 routing_key: Some(&key),
                                 now_secs: i as u64,
+                                prefix_tokens: None,
                             };
                             let slice = &ws[..(i % ws.len()) + 1];
                             p.rank(slice, &req, &mut out);

@@ -1,11 +1,12 @@
 //! prefix_hash: requests that share a prompt prefix go to the same worker, unless it is
 //! overloaded.
 //!
-//! The key is the first `4 × prefix_token_count` characters of the request text. The router
-//! sees text, not token ids (HTTP workers tokenize for themselves), and four characters per
-//! token is the usual average for English text under BPE tokenizers, so the prefix covers about
-//! as much of the prompt as `prefix_token_count` tokens would. The key is placed on the same
-//! hash ring as consistent_hashing (see `consistent_hash.rs`).
+//! The key is the first `prefix_token_count` token ids when the caller has them
+//! ([`RequestInfo::prefix_tokens`]), else the first `4 × prefix_token_count` characters of the
+//! request text: a router in front of HTTP workers sees text, not token ids, and four
+//! characters per token is the usual average for English text under BPE tokenizers, so the
+//! prefix covers about as much of the prompt. The key is placed on the same hash ring as
+//! consistent_hashing (see `consistent_hash.rs`).
 //!
 //! Invariants:
 //! - Deterministic for a fixed worker set and loads: the same prefix ranks the same order.
@@ -15,6 +16,7 @@
 //! - rank writes a full permutation; commit changes nothing; rank only maintains the ring cache.
 
 use crate::consistent_hash::ConsistentHash;
+use crate::hash::hash_bytes;
 use crate::{RequestInfo, WorkerRef};
 
 /// Characters per token assumed when turning `prefix_token_count` into a text prefix.
@@ -72,16 +74,25 @@ impl PrefixHash {
         req: &RequestInfo<'_>,
         out: &mut Vec<usize>,
     ) {
-        let chars = self
-            .config
-            .prefix_token_count
-            .saturating_mul(CHARS_PER_TOKEN);
-        let key = RequestInfo {
-            text: req.text.map(|t| prefix(t, chars)),
-            routing_key: None,
-            ..*req
-        };
-        self.ring.rank(workers, &key, out);
+        match req.prefix_tokens.filter(|ids| !ids.is_empty()) {
+            Some(ids) => {
+                let ids = &ids[..ids.len().min(self.config.prefix_token_count)];
+                let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+                self.ring.rank_point(workers, hash_bytes(&bytes), out);
+            }
+            None => {
+                let chars = self
+                    .config
+                    .prefix_token_count
+                    .saturating_mul(CHARS_PER_TOKEN);
+                let key = RequestInfo {
+                    text: req.text.map(|t| prefix(t, chars)),
+                    routing_key: None,
+                    ..*req
+                };
+                self.ring.rank(workers, &key, out);
+            }
+        }
         if workers.len() < 2 {
             return;
         }
@@ -191,6 +202,31 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, ring);
+    }
+
+    #[test]
+    fn token_ids_decide_when_given() {
+        let p = PrefixHash::new(PrefixHashConfig {
+            prefix_token_count: 3,
+            load_factor: 1.25,
+        });
+        let ws = workers(&[0; 16]);
+        let rank = |text: &str, ids: &[u32]| {
+            let mut out = Vec::new();
+            let req = RequestInfo {
+                text: Some(text),
+                prefix_tokens: Some(ids),
+                ..Default::default()
+            };
+            p.rank(&ws, &req, &mut out);
+            out[0]
+        };
+        // Only the first 3 ids count; the text is not used.
+        let a = rank("one text", &[1, 2, 3, 4]);
+        assert_eq!(rank("another text entirely", &[1, 2, 3, 99]), a);
+        let spread: std::collections::HashSet<usize> =
+            (0..64).map(|i| rank("same", &[i, 2, 3])).collect();
+        assert!(spread.len() > 3, "{spread:?}");
     }
 
     #[test]

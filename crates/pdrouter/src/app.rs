@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pdrouter_admission::{Admission, AdmissionConfig, Observer};
-use pdrouter_policy::Policy;
+use pdrouter_policy::{Policy, PolicyKind, PolicySettings};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -37,6 +37,9 @@ pub enum StartError {
     /// No tokenizer for gRPC workers could be loaded.
     #[error("{0}")]
     Tokenizer(String),
+    /// The startup workers were not all ready within `--worker-startup-timeout-secs`.
+    #[error("{0}")]
+    WorkersNotReady(String),
 }
 
 /// A running router.
@@ -193,6 +196,61 @@ fn wire_events(
     }));
 }
 
+/// Waits until every registered worker is ready, reporting progress every check interval;
+/// fails once the timeout has passed with some still not ready.
+async fn wait_for_ready_workers(
+    registry: &Registry,
+    wait: crate::config::StartupWait,
+) -> Result<(), StartError> {
+    let deadline = crate::config::deadline_after(tokio::time::Instant::now(), wait.timeout);
+    loop {
+        let snap = registry.snapshot();
+        let waiting: Vec<String> = snap
+            .all()
+            .iter()
+            .filter(|w| w.status() != WorkerStatus::Ready)
+            .map(|w| w.url().to_string())
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StartError::WorkersNotReady(format!(
+                "workers not ready after {}s (--worker-startup-timeout-secs): {}",
+                wait.timeout.as_secs(),
+                waiting.join(", ")
+            )));
+        }
+        tracing::info!(
+            waiting = %waiting.join(", "),
+            "waiting for the startup workers to be ready"
+        );
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + wait.check_interval))
+            .await;
+    }
+}
+
+/// Says what the tokenizer flags do in this configuration, so they are never silently unused.
+fn log_tokenizer_use(cfg: &Config) {
+    let given = cfg.tokenizer.tokenizer_path.is_some() || cfg.tokenizer.model_path.is_some();
+    if !given || cfg.mode == crate::config::Mode::PdGrpc {
+        return;
+    }
+    let prefix_hash =
+        [cfg.policy, cfg.prefill_policy, cfg.decode_policy].contains(&PolicyKind::PrefixHash);
+    if prefix_hash {
+        tracing::info!(
+            "--model-path/--tokenizer-path: prefix_hash keys on the first --prefix-token-count \
+             tokens of each prompt"
+        );
+    } else {
+        tracing::warn!(
+            "--model-path/--tokenizer-path are used with http:// workers only by the prefix_hash \
+             policy, which is not in use: nothing reads the tokenizer"
+        );
+    }
+}
+
 /// Starts the router described by `cfg` (already validated).
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let cfg = Arc::new(cfg);
@@ -208,9 +266,14 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         )
     });
     let registry = Registry::new(cfg.breaker, admission.clone());
-    let policy = Arc::new(Policy::new(cfg.policy, cfg.cache));
-    let prefill_policy = Arc::new(Policy::new(cfg.prefill_policy, cfg.cache));
-    let decode_policy = Arc::new(Policy::new(cfg.decode_policy, cfg.cache));
+    let settings = PolicySettings {
+        cache: cfg.cache,
+        prefix_hash: cfg.prefix_hash,
+        manual: cfg.manual,
+    };
+    let policy = Arc::new(Policy::with_settings(cfg.policy, settings));
+    let prefill_policy = Arc::new(Policy::with_settings(cfg.prefill_policy, settings));
+    let decode_policy = Arc::new(Policy::with_settings(cfg.decode_policy, settings));
     let policies = vec![
         policy.clone(),
         prefill_policy.clone(),
@@ -255,8 +318,13 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         let deadline = tokio::time::Instant::now() + cfg.health.timeout.min(Duration::from_secs(2));
         health.first_round(&registry, deadline).await;
     }
+    if let Some(wait) = cfg.startup_wait {
+        wait_for_ready_workers(&registry, wait).await?;
+    }
 
-    let tokenizer = if cfg.mode == crate::config::Mode::PdGrpc {
+    let local_tokenizer =
+        cfg.tokenizer.tokenizer_path.is_some() || cfg.tokenizer.model_path.is_some();
+    let tokenizer = if cfg.mode == crate::config::Mode::PdGrpc || local_tokenizer {
         let workers = registry.snapshot().all().to_vec();
         let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &workers, cfg.health.timeout)
             .await
@@ -270,22 +338,45 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let mut background = Vec::new();
     {
         let ps = policies.clone();
+        let metrics_for_keys = metrics.clone();
         let every = cfg.eviction_interval;
         // `sleep` saturates a far deadline; `interval` would panic adding a huge period.
         background.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 // Trimming big trees is plain CPU work: keep it off the request threads.
-                let ps = ps.clone();
+                let batch = ps.clone();
                 let _ = tokio::task::spawn_blocking(move || {
-                    for p in &ps {
+                    for p in &batch {
                         p.evict();
+                        if p.kind() == PolicyKind::Manual {
+                            p.tick(crate::select::policy_clock_secs());
+                        }
                     }
                 })
                 .await;
+                let keys = ps.iter().map(|p| p.manual_keys()).sum();
+                metrics_for_keys.manual_keys(keys);
             }
         }));
     }
+    let buckets: Vec<Arc<Policy>> = policies
+        .iter()
+        .filter(|p| p.kind() == PolicyKind::Bucket)
+        .cloned()
+        .collect();
+    if !buckets.is_empty() {
+        let every = Duration::from_secs(pdrouter_policy::BUCKET_ADJUST_INTERVAL_SECS);
+        background.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                for p in &buckets {
+                    p.tick(crate::select::policy_clock_secs());
+                }
+            }
+        }));
+    }
+    log_tokenizer_use(&cfg);
 
     let dispatcher = Arc::new(Dispatcher {
         cfg: cfg.clone(),
@@ -305,6 +396,12 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         metrics: metrics.clone(),
         client,
         shutting_down: Default::default(),
+        limiter: cfg.limiter.map(|l| {
+            crate::limiter::Limiter::new(
+                l,
+                metrics.clone() as Arc<dyn crate::limiter::LimiterObserver>,
+            )
+        }),
     });
 
     let listener = bind(SocketAddr::new(cfg.host, cfg.port)).await?;
@@ -393,6 +490,7 @@ mod tests {
             failure_threshold: 1,
             success_threshold: 1,
             timeout,
+            window: Duration::from_secs(120),
         };
         let registry = Registry::new(breaker, Some(admission.clone()));
         let policy = Arc::new(Policy::new(
@@ -432,6 +530,7 @@ mod tests {
                     routing_key: None,
                     target: None,
                     model: None,
+                    prefix_tokens: None,
                 },
             )
         };

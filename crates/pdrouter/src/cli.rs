@@ -11,13 +11,19 @@ use pdrouter_policy::{CacheAwareConfig, PolicyKind};
 
 use crate::config::{
     AdmissionSettings, BreakerConfig, Config, ConfigError, DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
-    DEFAULT_MAX_CONNECTIONS, HealthConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission,
-    RetryConfig, TokenizerSource, WorkerSpec, WorkerType, flag_range, parse_worker_url, range,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS,
+    DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HealthConfig, Mode, PREFILL_GRACE_AFTER_DECODE,
+    RawAdmission, RawLimiter, RetryConfig, StartupWait, TokenizerSource, WorkerSpec, WorkerType,
+    flag_range, parse_worker_url,
 };
+use pdrouter_policy::{AssignmentMode, ManualConfig, PrefixHashConfig};
 
 /// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
+///
+/// Without a subcommand, the flags are `launch`'s: `pdrouter --worker-urls URL...` is
+/// `pdrouter launch --worker-urls URL...`.
 #[derive(Debug, Parser)]
-#[command(name = "pdrouter", version, about, long_about = None)]
+#[command(name = "pdrouter", version, about)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
@@ -107,29 +113,38 @@ pub struct LaunchArgs {
     /// Register each DP rank of a worker reporting dp_size > 1 as its own worker.
     #[arg(long, help_heading = "Workers")]
     pub dp_aware: bool,
+    /// Before serving, wait until every startup worker is ready, and exit with an error if
+    /// they are not all ready after this many seconds, 1-604800 [default when only
+    /// --worker-startup-check-interval is given: 1800]. Without either flag the router serves
+    /// at once and workers join as their health probes pass.
+    #[arg(long, help_heading = "Workers")]
+    pub worker_startup_timeout_secs: Option<u64>,
+    /// Seconds between readiness checks (and progress reports) while waiting for the startup
+    /// workers, 1-3600 [default: 30].
+    #[arg(long, help_heading = "Workers")]
+    pub worker_startup_check_interval: Option<u64>,
+    /// Accept ALIAS as the name of MODEL: a request naming ALIAS goes to the workers serving
+    /// MODEL (repeatable; exact, case-sensitive match).
+    #[arg(long, value_name = "ALIAS=MODEL", action = clap::ArgAction::Append, help_heading = "Workers")]
+    pub model_alias: Vec<String>,
 
-    // ---- Tokenizer (grpc:// workers) ----
-    /// Tokenizer for grpc:// workers: a tokenizer.json file or the directory holding it
-    /// (default: from --model-path, else the workers' own).
-    #[arg(
-        long,
-        value_name = "PATH",
-        help_heading = "Tokenizer (grpc:// workers)"
-    )]
+    // ---- Tokenizer ----
+    /// Tokenizer the router uses: a tokenizer.json file or the directory holding it (default:
+    /// from --model-path; for grpc:// workers, else the workers' own). grpc:// workers get
+    /// token ids from it; with http:// workers, prefix_hash hashes the first
+    /// --prefix-token-count tokens of the prompt instead of 4 characters per token.
+    #[arg(long, value_name = "PATH", help_heading = "Tokenizer")]
     pub tokenizer_path: Option<std::path::PathBuf>,
-    /// Model directory whose tokenizer files the router uses for grpc:// workers.
-    #[arg(long, value_name = "DIR", help_heading = "Tokenizer (grpc:// workers)")]
+    /// Model directory whose tokenizer files the router uses (see --tokenizer-path).
+    #[arg(long, value_name = "DIR", help_heading = "Tokenizer")]
     pub model_path: Option<std::path::PathBuf>,
     /// Jinja chat template file overriding the tokenizer's own (grpc:// workers).
-    #[arg(
-        long,
-        value_name = "FILE",
-        help_heading = "Tokenizer (grpc:// workers)"
-    )]
+    #[arg(long, value_name = "FILE", help_heading = "Tokenizer")]
     pub chat_template: Option<std::path::PathBuf>,
 
     // ---- Policies ----
-    /// Routing policy: random, round_robin, power_of_two, cache_aware, consistent_hashing.
+    /// Routing policy: random, round_robin, power_of_two, cache_aware, consistent_hashing,
+    /// prefix_hash, manual, bucket.
     #[arg(long, default_value = "cache_aware", help_heading = "Policies")]
     pub policy: String,
     /// Policy for Prefill selection (defaults to --policy).
@@ -147,12 +162,50 @@ pub struct LaunchArgs {
     /// cache_aware: relative load spread that counts as imbalance, 1-1000.
     #[arg(long, default_value_t = 1.5, help_heading = "Policies")]
     pub balance_rel_threshold: f32,
-    /// cache_aware: seconds between tree evictions, 1-86400.
-    #[arg(long, default_value_t = 120, help_heading = "Policies")]
+    /// cache_aware: seconds between tree evictions, 1-86400; manual: between idle-key
+    /// evictions.
+    #[arg(
+        long,
+        visible_alias = "eviction-interval",
+        default_value_t = 120,
+        help_heading = "Policies"
+    )]
     pub eviction_interval_secs: u64,
     /// cache_aware: maximum characters kept per worker tree, 1-1073741824.
     #[arg(long, default_value_t = 67_108_864, help_heading = "Policies")]
     pub max_tree_size: usize,
+    /// prefix_hash: prompt tokens that make the hash key, 1-1048576 (4 characters of text per
+    /// token unless a tokenizer is given).
+    #[arg(long, default_value_t = 256, help_heading = "Policies")]
+    pub prefix_token_count: usize,
+    /// prefix_hash: a worker whose load is above this many times the mean is skipped, 1-1000.
+    #[arg(long, default_value_t = 1.25, help_heading = "Policies")]
+    pub prefix_hash_load_factor: f64,
+    /// manual: how a routing key seen for the first time picks its worker: random, min_load
+    /// (fewest in-flight requests) or min_group (fewest keys).
+    #[arg(long, default_value = "random", help_heading = "Policies")]
+    pub assignment_mode: String,
+    /// manual: seconds a routing key may go unused before it is forgotten, 1-2592000.
+    #[arg(long, default_value_t = 14_400, help_heading = "Policies")]
+    pub max_idle_secs: u64,
+
+    // ---- Global limiter ----
+    /// Requests the router works on at once (held until the response body ends),
+    /// 1-1000000; <= 0 disables the limiter.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Global limiter")]
+    pub max_concurrent_requests: i64,
+    /// Requests that may wait for the limiter, 0-1000000 (default 100 when the limiter is
+    /// on; 0 = never wait); a request finding it full gets 429.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Global limiter")]
+    pub queue_size: Option<i64>,
+    /// Longest wait for the limiter in seconds, 0-86400 (default 60 when the limiter is on);
+    /// then 408.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Global limiter")]
+    pub queue_timeout_secs: Option<i64>,
+    /// Admissions per second after a burst of --max-concurrent-requests (a token bucket),
+    /// 0-1000000; 0 or absent: concurrency alone limits.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Global limiter")]
+    pub rate_limit_tokens_per_second: Option<i64>,
 
     // ---- Prefill admission ----
     /// In-flight Prefill requests per Prefill worker (per DP rank), 1-100000; <= 0 disables
@@ -209,8 +262,8 @@ pub struct LaunchArgs {
     /// Seconds open before half-open, 1-86400.
     #[arg(long, default_value_t = 60, help_heading = "Circuit breaker")]
     pub cb_timeout_duration_secs: u64,
-    /// Seconds of the failure window, 1-86400 (accepted for compatibility; failures count
-    /// consecutively).
+    /// Consecutive failures open the breaker only within this many seconds of the first one,
+    /// 1-86400.
     #[arg(long, default_value_t = 120, help_heading = "Circuit breaker")]
     pub cb_window_duration_secs: u64,
     /// Turn circuit breakers off.
@@ -261,13 +314,23 @@ pub struct LaunchArgs {
 }
 
 impl Cli {
-    /// Parses `args`, keeping each `--prefill URL [PORT]` occurrence together.
+    /// Parses `args`, keeping each `--prefill URL [PORT]` occurrence together. Flags without
+    /// a subcommand are `launch`'s; a flag of SMG's that pdrouter deliberately does not take
+    /// is refused with what to use instead (see [`UNSUPPORTED_FLAGS`]).
     pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
         use clap::{CommandFactory, FromArgMatches};
+        let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        if let Some(line) = unsupported_flag(&args) {
+            return Err(Self::command().error(clap::error::ErrorKind::UnknownArgument, line));
+        }
+        let first = args.get(1).and_then(|a| a.to_str());
+        if first.is_some_and(|a| a.starts_with("--") && !matches!(a, "--help" | "--version")) {
+            args.insert(1, "launch".into());
+        }
         let matches = Self::command().try_get_matches_from(args)?;
         let mut cli = Self::from_arg_matches(&matches)?;
         if let (Command::Launch(launch), Some(("launch", sub))) =
@@ -291,6 +354,50 @@ impl Cli {
             e.exit()
         })
     }
+}
+
+const MESH: &str = "pdrouter has no router mesh; run one router, or several independent \
+    replicas behind a load balancer (each with its own limits and queues). Sharing Prefill \
+    admission between replicas through a Redis admission store is planned but not available \
+    yet (README: Flags pdrouter does not take)";
+const DISCOVERY: &str = "pdrouter does not discover workers in Kubernetes; give them with \
+    --worker-urls, or --prefill/--decode, and add or remove them at runtime through the \
+    /workers API (README: Flags pdrouter does not take)";
+
+/// SMG flags that pdrouter deliberately does not take, each with what to do instead. Given
+/// one, pdrouter exits 2 with that line rather than clap's generic "unexpected argument".
+pub const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
+    ("--enable-mesh", MESH),
+    ("--mesh-server-name", MESH),
+    ("--mesh-host", MESH),
+    ("--mesh-advertise-host", MESH),
+    ("--mesh-port", MESH),
+    ("--mesh-peer-urls", MESH),
+    ("--router-selector", MESH),
+    ("--service-discovery", DISCOVERY),
+    ("--selector", DISCOVERY),
+    ("--service-discovery-port", DISCOVERY),
+    ("--service-discovery-namespace", DISCOVERY),
+    ("--prefill-selector", DISCOVERY),
+    ("--decode-selector", DISCOVERY),
+    (
+        "--enable-igw",
+        "pdrouter has no separate multi-model gateway mode: it always sends a request to the \
+         workers serving the model it names, so register the workers of every model with \
+         --worker-urls or the /workers API (README: Flags pdrouter does not take)",
+    ),
+];
+
+/// The refusal line for the first unsupported flag in `args` (as `--flag` or `--flag=...`).
+fn unsupported_flag(args: &[std::ffi::OsString]) -> Option<String> {
+    args.iter().skip(1).find_map(|a| {
+        let a = a.to_str()?;
+        let name = a.split_once('=').map_or(a, |(n, _)| n);
+        UNSUPPORTED_FLAGS
+            .iter()
+            .find(|(flag, _)| *flag == name)
+            .map(|(flag, instead)| format!("{flag} is not supported: {instead}"))
+    })
 }
 
 /// For a value clap could not parse as a numeric flag's type (not a number, negative,
@@ -420,6 +527,41 @@ impl LaunchArgs {
             Some(p) => policy("--decode-policy", p)?,
             None => base,
         };
+        let assignment_mode = AssignmentMode::parse(&self.assignment_mode).ok_or_else(|| {
+            ConfigError(format!(
+                "--assignment-mode '{}' is not one of {}",
+                self.assignment_mode,
+                AssignmentMode::NAMES.join(", ")
+            ))
+        })?;
+        let limiter = RawLimiter {
+            max_concurrent: self.max_concurrent_requests,
+            queue_size: self.queue_size,
+            queue_timeout_secs: self.queue_timeout_secs,
+            tokens_per_second: self.rate_limit_tokens_per_second,
+        }
+        .resolve()?;
+        let startup_wait = (self.worker_startup_timeout_secs.is_some()
+            || self.worker_startup_check_interval.is_some())
+        .then(|| StartupWait {
+            timeout: Duration::from_secs(
+                self.worker_startup_timeout_secs
+                    .unwrap_or(DEFAULT_WORKER_STARTUP_TIMEOUT_SECS),
+            ),
+            check_interval: Duration::from_secs(
+                self.worker_startup_check_interval
+                    .unwrap_or(DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS),
+            ),
+        });
+        let mut model_aliases = Vec::new();
+        for raw in &self.model_alias {
+            let Some((alias, canonical)) = raw.split_once('=') else {
+                return Err(ConfigError(format!(
+                    "--model-alias '{raw}' must be ALIAS=MODEL"
+                )));
+            };
+            model_aliases.push((alias.trim().to_string(), canonical.trim().to_string()));
+        }
         let admission: Option<AdmissionSettings> = RawAdmission {
             max_inflight: self.prefill_max_inflight_requests_per_worker,
             queue_size: self.prefill_queue_size,
@@ -450,9 +592,6 @@ impl LaunchArgs {
         }
         let edge = self.edge.into_edge()?;
         self.telemetry.check()?;
-        // Not kept in the configuration (failures count consecutively), but checked like
-        // every numeric flag.
-        range::CB_WINDOW_SECS.check(self.cb_window_duration_secs)?;
         let config = Config {
             host: self.host,
             port: self.port,
@@ -490,6 +629,7 @@ impl LaunchArgs {
                 failure_threshold: self.cb_failure_threshold,
                 success_threshold: self.cb_success_threshold,
                 timeout: Duration::from_secs(self.cb_timeout_duration_secs),
+                window: Duration::from_secs(self.cb_window_duration_secs),
             },
             health: HealthConfig {
                 enabled: !self.disable_health_check,
@@ -510,6 +650,17 @@ impl LaunchArgs {
                 chat_template: self.chat_template,
             },
             edge,
+            prefix_hash: PrefixHashConfig {
+                prefix_token_count: self.prefix_token_count,
+                load_factor: self.prefix_hash_load_factor,
+            },
+            manual: ManualConfig {
+                assignment_mode,
+                max_idle_secs: self.max_idle_secs,
+            },
+            limiter,
+            startup_wait,
+            model_aliases,
         };
         config.validate()?;
         Ok(config)
@@ -766,6 +917,10 @@ mod tests {
         "1",
         "--prefill-queue-size",
         "0",
+        "--max-concurrent-requests",
+        "1",
+        "--queue-size",
+        "0",
     ];
 
     /// PD with admission on, and `flag=value` instead of any base setting of that flag.
@@ -812,6 +967,8 @@ mod tests {
             "control_plane_api_keys",
             "log_dir",
             "otlp_traces_endpoint",
+            "assignment_mode",
+            "model_alias",
         ];
         let mut seen = 0;
         for arg in launch.get_arguments() {
@@ -850,8 +1007,11 @@ mod tests {
             }
             let step = if r.max <= 1.0 { 0.5 } else { 1.0 };
             for outside in [r.min - step, r.max + step] {
-                if r.flag == "--prefill-max-inflight-requests-per-worker" && outside <= 0.0 {
-                    continue; // turns admission off, a valid setting
+                if (r.flag == "--prefill-max-inflight-requests-per-worker"
+                    || r.flag == "--max-concurrent-requests")
+                    && outside <= 0.0
+                {
+                    continue; // turns admission (the limiter) off, a valid setting
                 }
                 let err = with(outside.to_string()).unwrap_err();
                 let want = format!("{} must be between {} and {}", r.flag, r.min, r.max);

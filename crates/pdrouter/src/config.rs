@@ -7,7 +7,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use pdrouter_policy::{CacheAwareConfig, PolicyKind};
+use pdrouter_policy::{CacheAwareConfig, ManualConfig, PolicyKind, PrefixHashConfig};
+
+use crate::limiter::LimiterConfig;
 
 /// A startup rule that the configuration breaks; the message names the flag and what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -177,6 +179,30 @@ pub mod range {
     pub const MAX_CONNECTIONS: FlagRange = FlagRange::new("--max-connections", 1.0, 1_048_576.0);
     /// `--prometheus-port`.
     pub const PROMETHEUS_PORT: FlagRange = FlagRange::new("--prometheus-port", 0.0, 65_535.0);
+    /// `--prefix-token-count` (prefix_hash; up to 2^20 tokens).
+    pub const PREFIX_TOKEN_COUNT: FlagRange =
+        FlagRange::new("--prefix-token-count", 1.0, 1_048_576.0);
+    /// `--prefix-hash-load-factor` (prefix_hash).
+    pub const PREFIX_HASH_LOAD_FACTOR: FlagRange =
+        FlagRange::new("--prefix-hash-load-factor", 1.0, 1_000.0);
+    /// `--max-idle-secs` (manual; up to 30 days).
+    pub const MAX_IDLE_SECS: FlagRange = FlagRange::new("--max-idle-secs", 1.0, 2_592_000.0);
+    /// `--max-concurrent-requests` when positive (`<= 0` turns the limiter off).
+    pub const MAX_CONCURRENT_REQUESTS: FlagRange =
+        FlagRange::new("--max-concurrent-requests", 1.0, 1_000_000.0);
+    /// `--queue-size` (each waiter is a client connection).
+    pub const QUEUE_SIZE: FlagRange = FlagRange::new("--queue-size", 0.0, 1_000_000.0);
+    /// `--queue-timeout-secs` (up to 1 day).
+    pub const QUEUE_TIMEOUT_SECS: FlagRange = FlagRange::new("--queue-timeout-secs", 0.0, 86_400.0);
+    /// `--rate-limit-tokens-per-second` (0: no rate limit).
+    pub const RATE_LIMIT_TOKENS_PER_SECOND: FlagRange =
+        FlagRange::new("--rate-limit-tokens-per-second", 0.0, 1_000_000.0);
+    /// `--worker-startup-timeout-secs` (up to 7 days).
+    pub const WORKER_STARTUP_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--worker-startup-timeout-secs", 1.0, 604_800.0);
+    /// `--worker-startup-check-interval` (seconds, up to 1 hour).
+    pub const WORKER_STARTUP_CHECK_INTERVAL: FlagRange =
+        FlagRange::new("--worker-startup-check-interval", 1.0, 3_600.0);
 }
 
 /// Every numeric flag's range, for help and error text and the checks that keep them true.
@@ -209,6 +235,15 @@ pub const FLAG_RANGES: &[FlagRange] = &[
     range::CLIENT_HEADER_TIMEOUT_SECS,
     range::MAX_CONNECTIONS,
     range::PROMETHEUS_PORT,
+    range::PREFIX_TOKEN_COUNT,
+    range::PREFIX_HASH_LOAD_FACTOR,
+    range::MAX_IDLE_SECS,
+    range::MAX_CONCURRENT_REQUESTS,
+    range::QUEUE_SIZE,
+    range::QUEUE_TIMEOUT_SECS,
+    range::RATE_LIMIT_TOKENS_PER_SECOND,
+    range::WORKER_STARTUP_TIMEOUT_SECS,
+    range::WORKER_STARTUP_CHECK_INTERVAL,
 ];
 
 /// The range of a numeric flag (`--name`), if it is one.
@@ -357,6 +392,9 @@ pub struct BreakerConfig {
     pub success_threshold: u32,
     /// Time open before half-open.
     pub timeout: Duration,
+    /// Failures count toward the threshold only within this long of the first failure of
+    /// their run (`--cb-window-duration-secs`).
+    pub window: Duration,
 }
 
 /// Health-check settings (`--health-*`).
@@ -438,10 +476,97 @@ pub struct Config {
     /// How long a Prefill leg still open after Decode delivered the whole answer may go on
     /// (without its slot) before it is aborted.
     pub prefill_grace_after_decode: Duration,
-    /// Tokenizer source for gRPC workers.
+    /// Tokenizer source: gRPC workers' tokenizer; with http:// workers, prefix_hash's.
     pub tokenizer: TokenizerSource,
     /// Request-id headers, CORS, server TLS, control-plane keys.
     pub edge: crate::edge::EdgeConfig,
+    /// prefix_hash knobs.
+    pub prefix_hash: PrefixHashConfig,
+    /// manual knobs.
+    pub manual: ManualConfig,
+    /// The global request limiter, when `--max-concurrent-requests` is positive.
+    pub limiter: Option<LimiterConfig>,
+    /// Wait for every startup worker to be ready before serving, when asked.
+    pub startup_wait: Option<StartupWait>,
+    /// `--model-alias ALIAS=CANONICAL`: requests naming `ALIAS` go to the workers serving
+    /// `CANONICAL`.
+    pub model_aliases: Vec<(String, String)>,
+}
+
+/// `--worker-startup-timeout-secs` / `--worker-startup-check-interval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartupWait {
+    /// Give up (and exit) if the startup workers are not all ready by then.
+    pub timeout: Duration,
+    /// How often readiness is checked (and reported) while waiting.
+    pub check_interval: Duration,
+}
+
+/// Default `--worker-startup-timeout-secs` when only the check interval is given (SMG's).
+pub const DEFAULT_WORKER_STARTUP_TIMEOUT_SECS: u64 = 1800;
+/// Default `--worker-startup-check-interval` when only the timeout is given (SMG's).
+pub const DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS: u64 = 30;
+/// Default `--queue-size` of the global limiter (SMG's).
+pub const DEFAULT_LIMITER_QUEUE_SIZE: usize = 100;
+/// Default `--queue-timeout-secs` of the global limiter (SMG's).
+pub const DEFAULT_LIMITER_QUEUE_TIMEOUT_SECS: u64 = 60;
+
+/// Limiter flags as given, before validation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawLimiter {
+    /// `--max-concurrent-requests`.
+    pub max_concurrent: i64,
+    /// `--queue-size`, if given.
+    pub queue_size: Option<i64>,
+    /// `--queue-timeout-secs`, if given.
+    pub queue_timeout_secs: Option<i64>,
+    /// `--rate-limit-tokens-per-second`, if given.
+    pub tokens_per_second: Option<i64>,
+}
+
+impl RawLimiter {
+    /// The limiter settings, or `None` when `--max-concurrent-requests` is not positive (the
+    /// other flags then have nothing to act on and are refused).
+    pub fn resolve(self) -> Result<Option<LimiterConfig>, ConfigError> {
+        if self.max_concurrent <= 0 {
+            if self.queue_size.is_some()
+                || self.queue_timeout_secs.is_some()
+                || self.tokens_per_second.is_some()
+            {
+                return Err(bad(
+                    "--queue-size, --queue-timeout-secs and --rate-limit-tokens-per-second need \
+                     a positive --max-concurrent-requests (the limiter is off)",
+                ));
+            }
+            return Ok(None);
+        }
+        // In range, so the conversions below are exact.
+        let max = range::MAX_CONCURRENT_REQUESTS.check(self.max_concurrent)? as usize;
+        let queue_size = match self.queue_size {
+            None => DEFAULT_LIMITER_QUEUE_SIZE,
+            Some(q) => range::QUEUE_SIZE.check(q)? as usize,
+        };
+        let timeout = match self.queue_timeout_secs {
+            None => DEFAULT_LIMITER_QUEUE_TIMEOUT_SECS,
+            Some(t) => range::QUEUE_TIMEOUT_SECS.check(t)? as u64,
+        };
+        if queue_size > 0 && timeout == 0 {
+            return Err(bad(
+                "--queue-timeout-secs 0 with a non-empty queue would time out every waiter; \
+                 give a positive timeout or set --queue-size 0",
+            ));
+        }
+        let rate = match self.tokens_per_second {
+            None | Some(0) => None,
+            Some(r) => Some(range::RATE_LIMIT_TOKENS_PER_SECOND.check(r)? as f64),
+        };
+        Ok(Some(LimiterConfig {
+            max_concurrent: max,
+            queue_size,
+            queue_timeout: Duration::from_secs(timeout),
+            tokens_per_second: rate,
+        }))
+    }
 }
 
 /// Default [`Config::prefill_grace_after_decode`]: a Prefill answer normally ends before
@@ -590,11 +715,23 @@ impl Config {
         if !self.health.endpoint.starts_with('/') {
             return Err(bad("--health-check-endpoint must start with '/'"));
         }
-        if self.mode != Mode::PdGrpc && self.tokenizer != TokenizerSource::default() {
+        if self.mode != Mode::PdGrpc && self.tokenizer.chat_template.is_some() {
             return Err(bad(
-                "--tokenizer-path, --model-path and --chat-template are for grpc:// PD workers \
-                 (the router tokenizes for them); http:// workers tokenize themselves",
+                "--chat-template is for grpc:// PD workers (the router renders chats for them); \
+                 http:// workers apply their own template",
             ));
+        }
+        let mut aliases = std::collections::HashSet::new();
+        for (alias, canonical) in &self.model_aliases {
+            if alias.is_empty() || canonical.is_empty() || alias == canonical {
+                return Err(bad(format!(
+                    "--model-alias '{alias}={canonical}' must be ALIAS=MODEL with two different, \
+                     non-empty names"
+                )));
+            }
+            if !aliases.insert(alias.as_str()) {
+                return Err(bad(format!("--model-alias '{alias}' is given twice")));
+            }
         }
         if self.mode == Mode::PdGrpc && self.dp_aware {
             return Err(bad(
@@ -639,6 +776,22 @@ impl Config {
         if let Some((_, port)) = self.prometheus {
             range::PROMETHEUS_PORT.check(port)?;
         }
+        range::PREFIX_TOKEN_COUNT.check(self.prefix_hash.prefix_token_count)?;
+        range::PREFIX_HASH_LOAD_FACTOR.check(self.prefix_hash.load_factor)?;
+        range::MAX_IDLE_SECS.check(self.manual.max_idle_secs)?;
+        range::CB_WINDOW_SECS.check_duration(self.breaker.window, secs)?;
+        if let Some(l) = self.limiter {
+            range::MAX_CONCURRENT_REQUESTS.check(l.max_concurrent)?;
+            range::QUEUE_SIZE.check(l.queue_size)?;
+            range::QUEUE_TIMEOUT_SECS.check_duration(l.queue_timeout, secs)?;
+            if let Some(r) = l.tokens_per_second {
+                range::RATE_LIMIT_TOKENS_PER_SECOND.check(r)?;
+            }
+        }
+        if let Some(w) = self.startup_wait {
+            range::WORKER_STARTUP_TIMEOUT_SECS.check_duration(w.timeout, secs)?;
+            range::WORKER_STARTUP_CHECK_INTERVAL.check_duration(w.check_interval, secs)?;
+        }
         if let Some(a) = self.admission {
             range::PREFILL_MAX_INFLIGHT.check(a.max_inflight_per_worker)?;
             range::PREFILL_QUEUE_SIZE.check(a.queue_size)?;
@@ -678,6 +831,7 @@ impl Config {
                 failure_threshold: 10,
                 success_threshold: 3,
                 timeout: Duration::from_secs(60),
+                window: Duration::from_secs(120),
             },
             health: HealthConfig {
                 enabled: true,
@@ -694,7 +848,21 @@ impl Config {
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
             tokenizer: TokenizerSource::default(),
             edge: crate::edge::EdgeConfig::default(),
+            prefix_hash: PrefixHashConfig::default(),
+            manual: ManualConfig::default(),
+            limiter: None,
+            startup_wait: None,
+            model_aliases: Vec::new(),
         }
+    }
+
+    /// The model a request naming `model` is routed for: the canonical name of an alias, else
+    /// the name itself.
+    pub fn resolve_model<'a>(&'a self, model: &'a str) -> &'a str {
+        self.model_aliases
+            .iter()
+            .find(|(alias, _)| alias == model)
+            .map_or(model, |(_, canonical)| canonical.as_str())
     }
 }
 

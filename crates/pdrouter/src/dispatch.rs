@@ -112,9 +112,10 @@ impl Dispatcher {
     /// (a worker whose model is not known yet counts), or nothing is sent: 404. A type with
     /// no worker at all is left to selection (503, like any request).
     fn check_model(&self, req: &ParsedRequest) -> Result<(), ApiError> {
-        let Some(model) = req.model.as_deref() else {
+        let Some(model) = self.routed_model(req) else {
             return Ok(());
         };
+        let model = &*model;
         let types: &[WorkerType] = match self.cfg.mode {
             Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
             Mode::Regular => &[WorkerType::Regular],
@@ -130,13 +131,57 @@ impl Dispatcher {
         Ok(())
     }
 
-    pub(crate) fn wanted(req: &ParsedRequest, ctx: &RequestCtx) -> Wanted {
+    /// What selection with `policy` needs of the request.
+    pub(crate) fn wanted(&self, req: &ParsedRequest, ctx: &RequestCtx, policy: &Policy) -> Wanted {
         Wanted {
             text: req.text.clone(),
             routing_key: ctx.routing_key.clone(),
             target: ctx.target,
-            model: req.model.clone(),
+            model: self.routed_model(req),
+            prefix_tokens: (policy.kind() == pdrouter_policy::PolicyKind::PrefixHash)
+                .then(|| self.prefix_tokens(req))
+                .flatten(),
         }
+    }
+
+    /// The first `--prefix-token-count` token ids of the prompt, for prefix_hash in front of
+    /// http:// workers when the router was given a tokenizer (gRPC requests carry their ids
+    /// in the plan instead).
+    fn prefix_tokens(&self, req: &ParsedRequest) -> Option<Arc<Vec<u32>>> {
+        if self.cfg.mode == Mode::PdGrpc {
+            return None;
+        }
+        let tokenizer = self.tokenizer.as_ref()?;
+        let count = self.cfg.prefix_hash.prefix_token_count;
+        // A token is rarely longer than 16 characters: encoding that much of the text yields
+        // the first `count` ids without tokenizing a long prompt whole.
+        let chars = count.saturating_mul(16);
+        let text = match req.text.char_indices().nth(chars) {
+            Some((end, _)) => &req.text[..end],
+            None => &req.text,
+        };
+        match tokenizer.tokenizer.encode(text) {
+            Ok(mut ids) => {
+                ids.truncate(count);
+                // A thin pointer: the selector a queued request holds stays small.
+                Some(Arc::new(ids))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "prefix_hash: could not tokenize; keying on text");
+                None
+            }
+        }
+    }
+
+    /// The model the request is routed for: `--model-alias` names resolve to their model.
+    pub(crate) fn routed_model(&self, req: &ParsedRequest) -> Option<Arc<str>> {
+        let named = req.model.as_ref()?;
+        let model = self.cfg.resolve_model(named);
+        Some(if model == &**named {
+            named.clone()
+        } else {
+            Arc::from(model)
+        })
     }
 }
 

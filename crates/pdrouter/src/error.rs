@@ -225,6 +225,29 @@ impl ApiError {
         }
     }
 
+    /// A global limiter refusal (never retried): 429 when the queue is full, 408 when the
+    /// wait for a permit timed out.
+    pub fn limited(refusal: crate::limiter::Refusal, queue_timeout_secs: u64) -> Self {
+        match refusal {
+            crate::limiter::Refusal::QueueFull => Self {
+                retry_after: Some(1),
+                ..Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_exceeded",
+                    "the router is at --max-concurrent-requests and its queue is full; retry later",
+                )
+            },
+            crate::limiter::Refusal::QueueTimeout => Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "queue_timeout",
+                format!(
+                    "waited {queue_timeout_secs}s in the router's request queue without being \
+                     admitted; retry later"
+                ),
+            ),
+        }
+    }
+
     /// Could not connect to a worker.
     pub fn connect_failed(leg: Leg, url: &str) -> Self {
         Self {

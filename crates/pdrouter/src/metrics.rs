@@ -76,6 +76,13 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Label: a global limiter decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `allowed` or `rejected`.
+    pub result: &'static str,
+}
+
 /// Label: how a Prefill leg that outlived Decode ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
@@ -151,6 +158,10 @@ pub struct Metrics {
     admission_queued: Gauge,
     admission_wait: Histogram,
     admission_rejections: Family<ReasonLabel, Counter>,
+    rate_limit: Family<ResultLabel, Counter>,
+    rate_limit_inflight: Gauge,
+    rate_limit_queued: Gauge,
+    manual_keys: Gauge,
 }
 
 impl Metrics {
@@ -176,6 +187,10 @@ impl Metrics {
             admission_queued: Gauge::default(),
             admission_wait: latency_histogram(),
             admission_rejections: Family::default(),
+            rate_limit: Family::default(),
+            rate_limit_inflight: Gauge::default(),
+            rate_limit_queued: Gauge::default(),
+            manual_keys: Gauge::default(),
             registry: PromRegistry::default(),
         };
         // prometheus-client appends `_total` to counters itself.
@@ -270,7 +285,32 @@ impl Metrics {
             "Requests rejected by Prefill admission, by reason",
             m.admission_rejections.clone(),
         );
+        registry.register(
+            "smg_http_rate_limit",
+            "Global limiter decisions (--max-concurrent-requests), by result: allowed or rejected",
+            m.rate_limit.clone(),
+        );
+        registry.register(
+            "smg_http_rate_limit_inflight",
+            "Requests holding a global limiter permit",
+            m.rate_limit_inflight.clone(),
+        );
+        registry.register(
+            "smg_http_rate_limit_queued",
+            "Requests waiting for a global limiter permit",
+            m.rate_limit_queued.clone(),
+        );
+        registry.register(
+            "smg_manual_policy_cache_entries",
+            "Routing keys the manual policy remembers",
+            m.manual_keys.clone(),
+        );
         Arc::new(Self { registry, ..m })
+    }
+
+    /// Routing keys the manual policies remember in all.
+    pub fn manual_keys(&self, keys: usize) {
+        self.manual_keys.set(keys as i64);
     }
 
     /// Prometheus text exposition.
@@ -444,6 +484,18 @@ impl Metrics {
         if w.load() == 0 {
             self.worker_active.remove(&l);
         }
+    }
+}
+
+impl crate::limiter::LimiterObserver for Metrics {
+    fn decided(&self, allowed: bool) {
+        let result = if allowed { "allowed" } else { "rejected" };
+        self.rate_limit.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    fn levels(&self, inflight: usize, queued: usize) {
+        self.rate_limit_inflight.set(inflight as i64);
+        self.rate_limit_queued.set(queued as i64);
     }
 }
 

@@ -21,7 +21,7 @@ impl Dispatcher {
             self.registry.clone(),
             self.policy.clone(),
             WorkerType::Regular,
-            Self::wanted(req, ctx),
+            self.wanted(req, ctx, &self.policy),
         )
         .pick()?;
         let load = LoadGuard::new(worker.clone(), req.sub_requests() as u64);

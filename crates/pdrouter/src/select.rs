@@ -19,6 +19,17 @@ use crate::config::WorkerType;
 use crate::error::ApiError;
 use crate::registry::{Registry, Worker};
 
+/// The policies' clock: whole seconds since this process first asked (monotonic, from
+/// `tokio::time`, so paused-clock tests drive it). Requests and [`Policy::tick`] read the same
+/// clock.
+pub fn policy_clock_secs() -> u64 {
+    static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(tokio::time::Instant::now)
+        .elapsed()
+        .as_secs()
+}
+
 /// What a request asks of selection.
 #[derive(Debug, Clone)]
 pub struct Wanted {
@@ -30,6 +41,9 @@ pub struct Wanted {
     pub target: Option<usize>,
     /// Only workers that serve this model (see [`Worker::serves`]); `None`: any worker.
     pub model: Option<Arc<str>>,
+    /// The prompt's leading token ids, when the router has a tokenizer and prefix_hash is in
+    /// use with http:// workers.
+    pub prefix_tokens: Option<Arc<Vec<u32>>>,
 }
 
 /// A selector for one request and one worker type.
@@ -63,6 +77,8 @@ impl Candidates {
         RequestInfo {
             text: Some(&self.wanted.text),
             routing_key: self.wanted.routing_key.as_deref(),
+            now_secs: policy_clock_secs(),
+            prefix_tokens: self.wanted.prefix_tokens.as_deref().map(Vec::as_slice),
         }
     }
 
@@ -189,6 +205,7 @@ mod tests {
                 failure_threshold: 1,
                 success_threshold: 1,
                 timeout: std::time::Duration::from_secs(1),
+                window: std::time::Duration::from_secs(120),
             },
             None,
         );
@@ -201,6 +218,7 @@ mod tests {
             routing_key: None,
             target,
             model: model.map(Into::into),
+            prefix_tokens: None,
         };
         Candidates::new(registry, policy, worker_type, wanted)
             .wait_class()

@@ -36,6 +36,7 @@ proptest! {
                     failure_threshold: 1,
                     success_threshold: 1,
                     timeout: Duration::from_secs(3600),
+                    window: Duration::from_secs(3600),
                 },
                 None,
             );
@@ -54,7 +55,7 @@ proptest! {
             }
             let kind = PolicyKind::parse(PolicyKind::NAMES[policy]).unwrap();
             let policy = Arc::new(Policy::new(kind, CacheAwareConfig::default()));
-            let wanted = Wanted { text: Arc::from(text.as_str()), routing_key: None, target, model: None };
+            let wanted = Wanted { text: Arc::from(text.as_str()), routing_key: None, target, model: None, prefix_tokens: None };
             let picked = Candidates::new(reg.clone(), policy, WorkerType::Prefill, wanted).pick();
             let snap = reg.snapshot();
             let prefills = snap.of_type(WorkerType::Prefill);

@@ -39,6 +39,8 @@ pub struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) client: UpstreamClient,
     pub(crate) shutting_down: AtomicBool,
+    /// The global request limiter, when on.
+    pub(crate) limiter: Option<crate::limiter::Limiter>,
 }
 
 /// Builds the router's HTTP application.

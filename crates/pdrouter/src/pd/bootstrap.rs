@@ -85,6 +85,7 @@ mod tests {
             failure_threshold: 1,
             success_threshold: 1,
             timeout: Duration::from_secs(1),
+            window: Duration::from_secs(120),
         };
         let spec = WorkerSpec {
             url: url.into(),

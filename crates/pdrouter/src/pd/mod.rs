@@ -259,7 +259,7 @@ impl Dispatcher {
                 self.registry.clone(),
                 self.prefill_policy.clone(),
                 WorkerType::Prefill,
-                Self::wanted(req, ctx),
+                self.wanted(req, ctx, &self.prefill_policy),
             )
         };
         // The selector is built as a temporary moved straight into `acquire`: a named local
@@ -286,11 +286,10 @@ impl Dispatcher {
             Wanted {
                 target: None,
                 // Without a named model, Decode serves what the chosen Prefill serves.
-                model: req
-                    .model
-                    .clone()
+                model: self
+                    .routed_model(req)
                     .or_else(|| prefill.model().map(|m| Arc::from(m.id.as_str()))),
-                ..Self::wanted(req, ctx)
+                ..self.wanted(req, ctx, &self.decode_policy)
             },
         )
         .pick()?;

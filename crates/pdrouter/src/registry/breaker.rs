@@ -1,7 +1,10 @@
 //! Per-worker circuit breaker.
 //!
-//! `closed --(failure_threshold consecutive failures)--> open --(timeout)--> half_open`;
-//! in half-open, `success_threshold` successes close it and any failure reopens it.
+//! `closed --(failure_threshold consecutive failures within the window)--> open --(timeout)-->
+//! half_open`; in half-open, `success_threshold` successes close it and any failure reopens it.
+//! A success resets the failure count; so does a failure more than `window` after the first
+//! failure of the current run (it starts a new run), so a worker failing now and then over
+//! hours is not opened by failures long apart.
 //!
 //! Invariants:
 //! - Reading the state ([`Breaker::state`], [`Breaker::allows`]) never changes it. Selection,
@@ -54,9 +57,17 @@ impl BreakerState {
 
 #[derive(Debug)]
 enum Inner {
-    Closed { failures: u32 },
-    Open { until: Instant },
-    HalfOpen { successes: u32 },
+    /// `since`: when the current run of failures began.
+    Closed {
+        failures: u32,
+        since: Instant,
+    },
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        successes: u32,
+    },
 }
 
 /// A state change caused by [`Breaker::record`] or [`Breaker::half_open_if_due`].
@@ -83,7 +94,10 @@ impl Breaker {
         Self {
             cfg,
             fast: AtomicU8::new(BreakerState::Closed as u8),
-            inner: Mutex::new(Inner::Closed { failures: 0 }),
+            inner: Mutex::new(Inner::Closed {
+                failures: 0,
+                since: Instant::now(),
+            }),
         }
     }
 
@@ -125,18 +139,26 @@ impl Breaker {
         }
         let mut inner = self.inner.lock();
         let next = match (&mut *inner, success) {
-            (Inner::Closed { failures }, true) => {
+            (Inner::Closed { failures, .. }, true) => {
                 *failures = 0;
                 None
             }
-            (Inner::Closed { failures }, false) => {
+            (Inner::Closed { failures, since }, false) => {
+                let now = Instant::now();
+                if *failures == 0 || now.saturating_duration_since(*since) > self.cfg.window {
+                    *failures = 0;
+                    *since = now;
+                }
                 *failures += 1;
                 (*failures >= self.cfg.failure_threshold).then(|| self.open_until())
             }
             (Inner::HalfOpen { successes }, true) => {
                 *successes += 1;
                 if *successes >= self.cfg.success_threshold {
-                    *inner = Inner::Closed { failures: 0 };
+                    *inner = Inner::Closed {
+                        failures: 0,
+                        since: Instant::now(),
+                    };
                     self.fast
                         .store(BreakerState::Closed as u8, Ordering::Release);
                     return Some(Transition {
@@ -180,7 +202,24 @@ mod tests {
             failure_threshold: 3,
             success_threshold: 2,
             timeout: Duration::from_secs(10),
+            window: Duration::from_secs(60),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_further_apart_than_the_window_do_not_add_up() {
+        let b = Breaker::new(cfg());
+        assert!(b.record(false).is_none());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(b.record(false).is_none());
+        // 61 s after the run began: this failure starts a new run of one.
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert!(b.record(false).is_none());
+        assert!(b.record(false).is_none());
+        assert_eq!(b.state(), BreakerState::Closed);
+        // Within the window of the new run: the third failure opens it.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(b.record(false).unwrap().to, BreakerState::Open);
     }
 
     #[tokio::test(start_paused = true)]

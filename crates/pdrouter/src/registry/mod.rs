@@ -391,6 +391,7 @@ mod tests {
             failure_threshold: 1,
             success_threshold: 1,
             timeout: Duration::from_secs(5),
+            window: Duration::from_secs(120),
         }
     }
 

@@ -1,0 +1,396 @@
+//! The global request limiter (`--max-concurrent-requests`, `--queue-size`,
+//! `--queue-timeout-secs`, `--rate-limit-tokens-per-second`).
+//!
+//! A request holds one [`Permit`] from before its body is read until its response body ends
+//! (streams included), and only then takes a Prefill admission slot (PD), so the two compose:
+//! the limiter bounds everything the router works on, admission what each Prefill worker gets.
+//!
+//! A request is admitted when fewer than `max_concurrent` permits are out and, with a rate
+//! set, the token bucket (capacity `max_concurrent`, refilled at `tokens_per_second`) holds a
+//! token, which admission spends. Otherwise it waits in a bounded FIFO queue: full → 429, no
+//! permit within the timeout → 408.
+//!
+//! Invariants:
+//! - No bypass: an arrival is admitted at once only when nobody is waiting; waiters are served
+//!   strictly in arrival order ([`Fifo`]).
+//! - Everything is released by ownership: a [`Permit`] gives its place back when dropped (and
+//!   hands it to the oldest waiter); a waiter dropped while queued (client gone) leaves the
+//!   queue at once; a permit granted to a waiter that is already gone is dropped, and so
+//!   passed on. After any mix of outcomes, in-flight and queued counts return to zero.
+//! - Wakers and observer calls run outside the state lock.
+//! - Time comes from `tokio::time`, so tests drive it with a paused clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// Limiter settings; present only when `--max-concurrent-requests` is positive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimiterConfig {
+    /// Most requests in flight at once (also the token bucket's capacity).
+    pub max_concurrent: usize,
+    /// Most requests waiting; 0 = never wait.
+    pub queue_size: usize,
+    /// Longest wait for a permit.
+    pub queue_timeout: Duration,
+    /// Token refill rate per second; `None`: concurrency alone limits.
+    pub tokens_per_second: Option<f64>,
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The queue is full (or queueing is off and nothing is free): 429.
+    QueueFull,
+    /// Waited `queue_timeout` without a permit: 408.
+    QueueTimeout,
+}
+
+/// What the limiter reports (implemented by the metrics).
+pub trait LimiterObserver: Send + Sync + 'static {
+    /// A request was admitted (`true`) or refused (`false`).
+    fn decided(&self, allowed: bool);
+    /// Current permits out and requests waiting.
+    fn levels(&self, inflight: usize, queued: usize);
+}
+
+/// A FIFO of waiters keyed by arrival number: O(log n) push, pop and removal of any entry.
+///
+/// Kept a type of its own so that priority classes can become one `Fifo` per class.
+#[derive(Debug)]
+pub struct Fifo<T> {
+    entries: BTreeMap<u64, T>,
+    next: u64,
+}
+
+impl<T> Default for Fifo<T> {
+    fn default() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<T> Fifo<T> {
+    /// Appends; returns the entry's ticket for [`remove`](Self::remove).
+    pub fn push(&mut self, value: T) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.entries.insert(id, value);
+        id
+    }
+    /// Takes the oldest entry.
+    pub fn pop(&mut self) -> Option<T> {
+        self.entries.pop_first().map(|(_, v)| v)
+    }
+    /// Removes the entry with this ticket, if still queued.
+    pub fn remove(&mut self, ticket: u64) -> Option<T> {
+        self.entries.remove(&ticket)
+    }
+    /// Entries queued.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    inflight: usize,
+    queue: Fifo<oneshot::Sender<Permit>>,
+    tokens: f64,
+    refilled: Instant,
+}
+
+struct Shared {
+    cfg: LimiterConfig,
+    state: Mutex<State>,
+    observer: Arc<dyn LimiterObserver>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("cfg", &self.cfg)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The limiter; clones share it.
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    shared: Arc<Shared>,
+}
+
+/// One admitted request's place; dropping it frees the place for the oldest waiter.
+#[derive(Debug)]
+pub struct Permit {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        state.inflight -= 1;
+        let grants = self.shared.grant(&mut state);
+        let levels = (state.inflight, state.queue.len());
+        drop(state);
+        self.shared.observer.levels(levels.0, levels.1);
+        self.shared.deliver(grants);
+    }
+}
+
+impl Shared {
+    fn refill(&self, state: &mut State) {
+        if let Some(rate) = self.cfg.tokens_per_second {
+            let now = Instant::now();
+            let elapsed = now.saturating_duration_since(state.refilled).as_secs_f64();
+            state.tokens = (state.tokens + elapsed * rate).min(self.cfg.max_concurrent as f64);
+            state.refilled = now;
+        }
+    }
+
+    fn has_room(&self, state: &State) -> bool {
+        state.inflight < self.cfg.max_concurrent
+            && (self.cfg.tokens_per_second.is_none() || state.tokens >= 1.0)
+    }
+
+    /// Takes a place (the caller checked [`has_room`](Self::has_room)).
+    fn take(self: &Arc<Self>, state: &mut State) -> Permit {
+        state.inflight += 1;
+        if self.cfg.tokens_per_second.is_some() {
+            state.tokens -= 1.0;
+        }
+        Permit {
+            shared: self.clone(),
+        }
+    }
+
+    /// Places for the oldest waiters while there is room; delivered after unlocking.
+    fn grant(self: &Arc<Self>, state: &mut State) -> Vec<(oneshot::Sender<Permit>, Permit)> {
+        self.refill(state);
+        let mut grants = Vec::new();
+        while !state.queue.is_empty() && self.has_room(state) {
+            if let Some(tx) = state.queue.pop() {
+                let permit = self.take(state);
+                grants.push((tx, permit));
+            }
+        }
+        grants
+    }
+
+    /// Hands out grants; a waiter already gone drops its permit, which passes it on.
+    fn deliver(&self, grants: Vec<(oneshot::Sender<Permit>, Permit)>) {
+        for (tx, permit) in grants {
+            if tx.send(permit).is_ok() {
+                self.observer.decided(true);
+            }
+        }
+    }
+
+    /// When the next token arrives, with a rate set and the bucket empty.
+    fn next_token_at(&self, state: &State) -> Option<Instant> {
+        let rate = self.cfg.tokens_per_second?;
+        if state.tokens >= 1.0 || rate <= 0.0 {
+            return None;
+        }
+        let secs = ((1.0 - state.tokens) / rate).max(0.001);
+        Some(state.refilled + Duration::from_secs_f64(secs.min(86_400.0)))
+    }
+}
+
+/// Removes its waiter from the queue when the waiting future is dropped (client gone).
+struct Ticket<'a> {
+    shared: &'a Arc<Shared>,
+    id: Option<u64>,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            let mut state = self.shared.state.lock();
+            let removed = state.queue.remove(id).is_some();
+            // Leaving may let the next waiter use a token this one was waiting for.
+            let grants = if removed {
+                self.shared.grant(&mut state)
+            } else {
+                Vec::new()
+            };
+            let levels = (state.inflight, state.queue.len());
+            drop(state);
+            if removed {
+                self.shared.observer.levels(levels.0, levels.1);
+            }
+            self.shared.deliver(grants);
+        }
+    }
+}
+
+impl Limiter {
+    /// A limiter reporting to `observer`.
+    pub fn new(cfg: LimiterConfig, observer: Arc<dyn LimiterObserver>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                cfg,
+                state: Mutex::new(State {
+                    inflight: 0,
+                    queue: Fifo::default(),
+                    tokens: cfg.max_concurrent as f64,
+                    refilled: Instant::now(),
+                }),
+                observer,
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> LimiterConfig {
+        self.shared.cfg
+    }
+
+    /// Permits out now.
+    pub fn inflight(&self) -> usize {
+        self.shared.state.lock().inflight
+    }
+
+    /// Requests waiting now.
+    pub fn queued(&self) -> usize {
+        self.shared.state.lock().queue.len()
+    }
+
+    /// Waits for a permit (see the module docs). Cancel-safe: dropping the future leaves the
+    /// queue and loses nothing.
+    pub async fn acquire(&self) -> Result<Permit, Refusal> {
+        let shared = &self.shared;
+        let deadline = crate::config::deadline_after(Instant::now(), shared.cfg.queue_timeout);
+        let mut rx = {
+            let mut state = shared.state.lock();
+            shared.refill(&mut state);
+            if state.queue.is_empty() && shared.has_room(&state) {
+                let permit = shared.take(&mut state);
+                let levels = (state.inflight, state.queue.len());
+                drop(state);
+                shared.observer.levels(levels.0, levels.1);
+                shared.observer.decided(true);
+                return Ok(permit);
+            }
+            if state.queue.len() >= shared.cfg.queue_size {
+                drop(state);
+                shared.observer.decided(false);
+                return Err(Refusal::QueueFull);
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = state.queue.push(tx);
+            let levels = (state.inflight, state.queue.len());
+            drop(state);
+            shared.observer.levels(levels.0, levels.1);
+            (
+                rx,
+                Ticket {
+                    shared,
+                    id: Some(id),
+                },
+            )
+        };
+        loop {
+            // With a rate set, nothing but time frees a token: wake when one is due and
+            // serve the head of the queue (whoever is waiting there).
+            let token_at = shared.next_token_at(&shared.state.lock());
+            tokio::select! {
+                granted = &mut rx.0 => {
+                    rx.1.id = None;
+                    // The sender is only dropped after sending or by removal, which this
+                    // ticket alone does; a closed channel cannot happen, but reads as a timeout.
+                    return granted.map_err(|_| Refusal::QueueTimeout);
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let id = rx.1.id.take();
+                    let mut state = shared.state.lock();
+                    let removed = id.is_some_and(|id| state.queue.remove(id).is_some());
+                    let levels = (state.inflight, state.queue.len());
+                    drop(state);
+                    if !removed {
+                        // Granted at the deadline: the permit is in the channel.
+                        if let Ok(permit) = rx.0.try_recv() {
+                            return Ok(permit);
+                        }
+                    }
+                    shared.observer.levels(levels.0, levels.1);
+                    shared.observer.decided(false);
+                    return Err(Refusal::QueueTimeout);
+                }
+                () = async {
+                    match token_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let mut state = shared.state.lock();
+                    let grants = shared.grant(&mut state);
+                    let levels = (state.inflight, state.queue.len());
+                    drop(state);
+                    shared.observer.levels(levels.0, levels.1);
+                    shared.deliver(grants);
+                }
+            }
+        }
+    }
+}
+
+/// `response` with `permit` moved into its body: the permit is released when the body
+/// reaches its end or is dropped (client gone), never at response-head time.
+pub fn hold_until_body_ends(
+    response: axum::response::Response,
+    permit: Permit,
+) -> axum::response::Response {
+    response.map(|inner| {
+        axum::body::Body::new(HoldBody {
+            inner,
+            permit: Some(permit),
+        })
+    })
+}
+
+/// A body that owns a [`Permit`] until its last frame.
+#[derive(Debug)]
+struct HoldBody {
+    inner: axum::body::Body,
+    permit: Option<Permit>,
+}
+
+impl http_body::Body for HoldBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None | Some(Err(_)))) {
+            this.permit = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;
