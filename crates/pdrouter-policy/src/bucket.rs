@@ -3,14 +3,16 @@
 //! Meant for Prefill workers, whose work grows with the prompt: short and long prompts go to
 //! different workers so a short one never queues behind a long one. The length of a request is
 //! its text's character count. Worker `i` (in the order the policy first saw them) owns the
-//! lengths up to `upper[i]`, the last one everything above. Initially the first
+//! lengths up to `upper[i]`, the last one everything above. (Workers are ordered as first
+//! seen.) Initially the first
 //! [`INITIAL_SPAN`] characters are split evenly; every [`ADJUST_INTERVAL_SECS`]
 //! ([`Bucket::adjust`], called by the router) the bounds are recomputed from the lengths
 //! committed within the last interval, so that each worker gets about the same number of
 //! characters.
 //!
 //! Invariants:
-//! - rank changes nothing. It puts first the worker whose range holds the request's length,
+//! - rank changes no choice-derived state (it only adds workers it has not seen to the
+//!   ranges, in candidate order). It puts first the worker whose range holds the request's length,
 //!   then the others by characters committed to them in the window (fewest first). When the
 //!   window (as of the last commit or adjust) is imbalanced (max − min above `balance_abs_threshold` and max above
 //!   `balance_rel_threshold ×` min, over the candidates) the length is ignored and the order
@@ -168,7 +170,20 @@ impl Bucket {
         if workers.is_empty() {
             return;
         }
-        let state = self.state.lock();
+        let mut state = self.state.lock();
+        // Workers join the ranges as they are first seen (derived from the worker set, not
+        // from any choice, so rank may record it).
+        if workers
+            .iter()
+            .any(|w| !state.urls.iter().any(|u| **u == *w.url()))
+        {
+            for w in workers {
+                if !state.urls.iter().any(|u| **u == *w.url()) {
+                    state.urls.push(w.url().into());
+                }
+            }
+            state.even_split();
+        }
         let chars: Vec<u64> = workers
             .iter()
             .map(|w| state.chars.get(w.url()).copied().unwrap_or(0))
@@ -281,6 +296,25 @@ mod tests {
         assert_eq!(route(&b, &ws, 10, 0), 0);
         assert_eq!(route(&b, &ws, 2000, 0), 1);
         assert_eq!(route(&b, &ws, 100_000, 0), 2);
+    }
+
+    #[test]
+    fn rank_alone_places_unseen_workers_in_candidate_order() {
+        let b = bucket(1_000_000, 1000.0);
+        let ws = workers(&[0; 2]);
+        let long = "x".repeat(3000);
+        let mut out = Vec::new();
+        let req = RequestInfo {
+            text: Some(&long),
+            ..Default::default()
+        };
+        b.rank(&ws, &req, &mut out);
+        assert_eq!(
+            out[0], 1,
+            "3000 chars are the second worker's (2048 and up)"
+        );
+        assert_eq!(b.upper(), [2047, u64::MAX]);
+        assert!(b.state.lock().window.is_empty(), "no choice recorded");
     }
 
     #[test]

@@ -72,6 +72,10 @@ impl RouterHandle {
     pub fn admission(&self) -> Option<&Admission> {
         self.admission.as_ref()
     }
+    /// The global request limiter, when on.
+    pub fn limiter(&self) -> Option<&crate::limiter::Limiter> {
+        self.state.limiter.as_ref()
+    }
     /// Current metrics text.
     pub fn metrics_text(&self) -> String {
         self.state.metrics.encode()
