@@ -1061,4 +1061,89 @@ mod tests {
         assert_eq!(c.client_header_timeout, Duration::from_secs(5));
         assert_eq!(c.max_connections, 10);
     }
+
+    #[test]
+    fn smg_spellings_and_new_flags_parse() {
+        let w = ["--worker-urls", "http://x:1"];
+        let c = parse(&[w[0], w[1], "--eviction-interval", "30"]).unwrap();
+        assert_eq!(c.eviction_interval, Duration::from_secs(30));
+        let c = parse(&[
+            w[0],
+            w[1],
+            "--policy",
+            "manual",
+            "--assignment-mode",
+            "min_group",
+            "--max-idle-secs",
+            "60",
+            "--prefix-token-count",
+            "8",
+            "--prefix-hash-load-factor",
+            "2",
+            "--max-concurrent-requests",
+            "4",
+            "--rate-limit-tokens-per-second",
+            "10",
+            "--model-alias",
+            "a=m",
+            "--model-alias",
+            "b = m",
+            "--worker-startup-timeout-secs",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(c.policy, PolicyKind::Manual);
+        assert_eq!(c.manual.assignment_mode, AssignmentMode::MinGroup);
+        assert_eq!(c.manual.max_idle_secs, 60);
+        assert_eq!(c.prefix_hash.prefix_token_count, 8);
+        let l = c.limiter.unwrap();
+        assert_eq!((l.max_concurrent, l.queue_size), (4, 100));
+        assert_eq!(l.queue_timeout, Duration::from_secs(60));
+        assert_eq!(l.tokens_per_second, Some(10.0));
+        assert_eq!(c.model_aliases[1], ("b".to_string(), "m".to_string()));
+        assert_eq!(c.resolve_model("a"), "m");
+        assert_eq!(c.resolve_model("m"), "m");
+        let wait = c.startup_wait.unwrap();
+        assert_eq!(wait.timeout, Duration::from_secs(5));
+        assert_eq!(wait.check_interval, Duration::from_secs(30));
+        assert!(parse(&w).unwrap().limiter.is_none());
+        assert!(parse(&w).unwrap().startup_wait.is_none());
+        // --model-path is accepted with http:// workers (prefix_hash's tokenizer).
+        assert!(parse(&[w[0], w[1], "--model-path", "/m"]).is_ok());
+    }
+
+    #[test]
+    fn bad_new_flags_name_the_flag() {
+        let w = ["--worker-urls", "http://x:1"];
+        for (extra, needle) in [
+            (&["--assignment-mode", "sticky"][..], "--assignment-mode"),
+            (
+                &["--queue-size", "5"][..],
+                "positive --max-concurrent-requests",
+            ),
+            (
+                &["--rate-limit-tokens-per-second", "5"][..],
+                "positive --max-concurrent-requests",
+            ),
+            (
+                &[
+                    "--max-concurrent-requests",
+                    "2",
+                    "--queue-timeout-secs",
+                    "0",
+                ][..],
+                "--queue-timeout-secs 0",
+            ),
+            (&["--model-alias", "nodelimiter"][..], "ALIAS=MODEL"),
+            (&["--model-alias", "a=a"][..], "two different"),
+            (
+                &["--model-alias", "a=m", "--model-alias", "a=n"][..],
+                "twice",
+            ),
+            (&["--chat-template", "/t.jinja"][..], "--chat-template"),
+        ] {
+            let err = parse(&[&w[..], extra].concat()).unwrap_err();
+            assert!(err.contains(needle), "{extra:?}: {err}");
+        }
+    }
 }

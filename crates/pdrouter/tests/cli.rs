@@ -267,3 +267,109 @@ fn open_files_soft_limit_is_raised_and_a_too_low_one_is_reported() {
     assert!(soft <= 300);
     assert!(log.contains("open-file limit is too low"), "{log}");
 }
+
+/// Flags without a subcommand are `launch`'s (as SMG runs `launch` by default); `--help`
+/// still shows the top-level help.
+#[tokio::test]
+async fn launch_is_the_default_subcommand() {
+    let help = pdrouter().arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("launch") && text.contains("demo"), "{text}");
+    let w = mock(Role::Regular, 0).await;
+    let mut child = pdrouter()
+        .args([
+            "--worker-urls",
+            &w.url(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ])
+        .args(["--prometheus-port", "0", "--disable-health-check"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = listening_addr(&mut child);
+    let reply = post(addr.parse().unwrap(), "/v1/completions", COMPLETION).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    sigterm(&child);
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Every SMG flag pdrouter deliberately does not take exits 2 with one line naming it, saying
+/// it is not supported and what to use instead; with or without `launch`, `--flag=value` too.
+#[test]
+fn unsupported_smg_flags_exit_2_saying_what_to_use_instead() {
+    for (flag, instead) in pdrouter::cli::UNSUPPORTED_FLAGS {
+        for args in [
+            vec!["launch", "--worker-urls", "http://127.0.0.1:1", flag],
+            vec!["--worker-urls", "http://127.0.0.1:1", flag],
+            vec![
+                Box::leak(format!("{flag}=x").into_boxed_str()) as &str,
+                "--worker-urls",
+                "http://127.0.0.1:1",
+            ],
+        ] {
+            let out = pdrouter().args(&args).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("{flag} is not supported: {instead}")),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// `--worker-startup-timeout-secs`: the router waits for its workers and exits non-zero,
+/// naming them, when they are not ready in time.
+#[test]
+fn workers_not_ready_within_the_startup_timeout_fail_startup() {
+    let dead = dead_url();
+    let url = format!("http://{}", dead.addr());
+    let started = tokio::time::Instant::now();
+    let out = pdrouter()
+        .args(["--worker-urls", &url, "--host", "127.0.0.1", "--port", "0"])
+        .args(["--prometheus-port", "0"])
+        .args(["--worker-startup-timeout-secs", "1"])
+        .args(["--worker-startup-check-interval", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not ready after 1s") && err.contains(&url),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening"));
+}
+
+/// With live workers the startup wait ends as soon as they are ready.
+#[tokio::test]
+async fn the_startup_wait_ends_when_the_workers_are_ready() {
+    let w = mock(Role::Regular, 0).await;
+    let args = [
+        "--worker-urls".to_string(),
+        w.url(),
+        "--worker-startup-timeout-secs".into(),
+        "60".into(),
+        "--worker-startup-check-interval".into(),
+        "1".into(),
+    ];
+    let (child, addr) = tokio::task::spawn_blocking(move || launch_binary(&args, &[]))
+        .await
+        .unwrap();
+    let reply = post(addr.parse().unwrap(), "/v1/completions", COMPLETION).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    sigterm(&child);
+    let mut child = child;
+    tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+}

@@ -205,7 +205,6 @@ pub fn launch_binary_with<S: AsRef<std::ffi::OsStr>>(
     env: &[(&str, &std::path::Path)],
     stderr: std::process::Stdio,
 ) -> (std::process::Child, String) {
-    use std::io::{BufRead, BufReader};
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pdrouter"));
     cmd.arg("launch");
     for (flag, value) in [
@@ -225,17 +224,22 @@ pub fn launch_binary_with<S: AsRef<std::ffi::OsStr>>(
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("pdrouter starts");
+    let addr = listening_addr(&mut child);
+    (child, addr)
+}
+
+/// The `host:port` a started `pdrouter` (stdout piped) prints first.
+pub fn listening_addr(child: &mut std::process::Child) -> String {
+    use std::io::{BufRead, BufReader};
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().expect("piped stdout"))
         .read_line(&mut line)
         .expect("first line");
-    let addr = line
-        .trim()
+    line.trim()
         .strip_prefix("pdrouter listening on http://")
         .or_else(|| line.trim().strip_prefix("pdrouter listening on https://"))
         .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_string();
-    (child, addr)
+        .to_string()
 }
 
 /// Sends SIGTERM to a child started by [`launch_binary`].
