@@ -34,7 +34,7 @@ pub enum StartError {
     /// A startup worker could not be registered.
     #[error("{0}")]
     Worker(String),
-    /// No tokenizer for gRPC workers could be loaded.
+    /// No tokenizer could be loaded (gRPC workers, or prefix_hash given a tokenizer path).
     #[error("{0}")]
     Tokenizer(String),
     /// The startup workers were not all ready within `--worker-startup-timeout-secs`.
@@ -234,15 +234,17 @@ async fn wait_for_ready_workers(
     }
 }
 
+fn uses_prefix_hash(cfg: &Config) -> bool {
+    [cfg.policy, cfg.prefill_policy, cfg.decode_policy].contains(&PolicyKind::PrefixHash)
+}
+
 /// Says what the tokenizer flags do in this configuration, so they are never silently unused.
 fn log_tokenizer_use(cfg: &Config) {
     let given = cfg.tokenizer.tokenizer_path.is_some() || cfg.tokenizer.model_path.is_some();
     if !given || cfg.mode == crate::config::Mode::PdGrpc {
         return;
     }
-    let prefix_hash =
-        [cfg.policy, cfg.prefill_policy, cfg.decode_policy].contains(&PolicyKind::PrefixHash);
-    if prefix_hash {
+    if uses_prefix_hash(cfg) {
         tracing::info!(
             "--model-path/--tokenizer-path: prefix_hash keys on the first --prefix-token-count \
              tokens of each prompt"
@@ -250,7 +252,7 @@ fn log_tokenizer_use(cfg: &Config) {
     } else {
         tracing::warn!(
             "--model-path/--tokenizer-path are used with http:// workers only by the prefix_hash \
-             policy, which is not in use: nothing reads the tokenizer"
+             policy, which is not in use: the tokenizer is not loaded"
         );
     }
 }
@@ -326,8 +328,12 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         wait_for_ready_workers(&registry, wait).await?;
     }
 
-    let local_tokenizer =
-        cfg.tokenizer.tokenizer_path.is_some() || cfg.tokenizer.model_path.is_some();
+    // With http:// workers only prefix_hash reads a tokenizer: load it just then (a
+    // --model-path naming a hub model, fine for SMG, must not stop a router that has no use
+    // for it).
+    let local_tokenizer = (cfg.tokenizer.tokenizer_path.is_some()
+        || cfg.tokenizer.model_path.is_some())
+        && uses_prefix_hash(&cfg);
     let tokenizer = if cfg.mode == crate::config::Mode::PdGrpc || local_tokenizer {
         let workers = registry.snapshot().all().to_vec();
         let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &workers, cfg.health.timeout)

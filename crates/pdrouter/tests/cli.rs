@@ -269,7 +269,7 @@ fn open_files_soft_limit_is_raised_and_a_too_low_one_is_reported() {
 }
 
 /// Flags without a subcommand are `launch`'s (as SMG runs `launch` by default); `--help`
-/// still shows the top-level help.
+/// still shows the top-level help; `--model-path` is accepted with http:// workers.
 #[tokio::test]
 async fn launch_is_the_default_subcommand() {
     let help = pdrouter().arg("--help").output().unwrap();
@@ -287,6 +287,8 @@ async fn launch_is_the_default_subcommand() {
             "0",
         ])
         .args(["--prometheus-port", "0", "--disable-health-check"])
+        // SMG command lines name a hub model; only prefix_hash would load it.
+        .args(["--model-path", "meta-llama/Llama-3.1-8B-Instruct"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
