@@ -100,6 +100,13 @@ fn exercise(cfg: &Config) {
     if let Some(a) = cfg.admission {
         durations.push(a.queue_timeout);
     }
+    durations.push(cfg.breaker.window);
+    if let Some(l) = cfg.limiter {
+        durations.push(l.queue_timeout);
+    }
+    if let Some(w) = cfg.startup_wait {
+        durations.extend([w.timeout, w.check_interval]);
+    }
     for attempt in 2..=cfg.retry.max_attempts.saturating_add(1) {
         durations.push(backoff(&cfg.retry, attempt));
     }
@@ -127,7 +134,10 @@ proptest! {
                         v.parse::<f64>()
                     };
                     let Ok(v) = v else { continue };
-                    let off = r.flag == "--prefill-max-inflight-requests-per-worker" && v <= 0.0;
+                    // Turn admission (the global limiter) off.
+                    let off = (r.flag == "--prefill-max-inflight-requests-per-worker"
+                        || r.flag == "--max-concurrent-requests")
+                        && v <= 0.0;
                     prop_assert!(
                         off || (r.min <= v && v <= r.max),
                         "{} accepted {v} outside {}", r.flag, r.text()

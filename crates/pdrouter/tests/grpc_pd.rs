@@ -534,7 +534,7 @@ fn mixed_pools_and_grpc_regular_mode_exit_2() {
         &[
             "--worker-urls",
             "http://127.0.0.1:1",
-            "--tokenizer-path",
+            "--chat-template",
             "/x",
         ][..],
     ] {
