@@ -39,6 +39,8 @@ pub mod sglang {
     }
 }
 
+/// The well-known types (`Struct`, `Value`, `Timestamp`) the messages use.
+pub use prost_types;
 pub use sglang::grpc::scheduler;
 pub use smg::grpc::common;
 

@@ -133,6 +133,10 @@ pub async fn discover_dp_size(
     spec: &WorkerSpec,
     timeout: Duration,
 ) -> Option<u32> {
+    if crate::config::is_grpc_url(&spec.url) {
+        let ch = crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref());
+        return ch.dp_size(timeout).await;
+    }
     let url = format!("{}/get_server_info", spec.url);
     let (status, body) = client
         .get(&url, spec.api_key.as_deref(), timeout)
@@ -241,7 +245,7 @@ fn uses_prefix_hash(cfg: &Config) -> bool {
 /// Says what the tokenizer flags do in this configuration, so they are never silently unused.
 fn log_tokenizer_use(cfg: &Config) {
     let given = cfg.tokenizer.tokenizer_path.is_some() || cfg.tokenizer.model_path.is_some();
-    if !given || cfg.mode == crate::config::Mode::PdGrpc {
+    if !given || cfg.mode.is_grpc() {
         return;
     }
     if uses_prefix_hash(cfg) {
@@ -334,7 +338,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let local_tokenizer = (cfg.tokenizer.tokenizer_path.is_some()
         || cfg.tokenizer.model_path.is_some())
         && uses_prefix_hash(&cfg);
-    let tokenizer = if cfg.mode == crate::config::Mode::PdGrpc || local_tokenizer {
+    let tokenizer = if cfg.mode.is_grpc() || local_tokenizer {
         let workers = registry.snapshot().all().to_vec();
         let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &workers, cfg.health.timeout)
             .await

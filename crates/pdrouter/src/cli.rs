@@ -480,14 +480,20 @@ impl LaunchArgs {
             .iter()
             .chain(&self.decode)
             .any(|u| crate::config::is_grpc_url(u.trim()));
+        let grpc_regular = self
+            .worker_urls
+            .iter()
+            .any(|u| crate::config::is_grpc_url(u.trim()));
         let mode = if self.pd_disaggregation && grpc_pd {
             Mode::PdGrpc
         } else if self.pd_disaggregation || self.epd_disaggregation {
             Mode::PdHttp
+        } else if grpc_regular {
+            Mode::RegularGrpc
         } else {
             Mode::Regular
         };
-        if mode == Mode::Regular && (!self.prefill.is_empty() || !self.decode.is_empty()) {
+        if !mode.is_pd() && (!self.prefill.is_empty() || !self.decode.is_empty()) {
             return Err(ConfigError(
                 "--prefill and --decode need --pd-disaggregation".into(),
             ));
@@ -512,7 +518,7 @@ impl LaunchArgs {
         for raw in &self.decode {
             workers.push(worker("--decode", raw, WorkerType::Decode)?);
         }
-        if workers.is_empty() && mode == Mode::Regular {
+        if workers.is_empty() && !mode.is_pd() {
             return Err(ConfigError(
                 "no workers: give --worker-urls URL..., or --pd-disaggregation with --prefill and --decode"
                     .into(),

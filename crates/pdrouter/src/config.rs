@@ -260,12 +260,19 @@ pub enum Mode {
     PdHttp,
     /// Prefill + Decode workers over gRPC: the router tokenizes and detokenizes.
     PdGrpc,
+    /// One regular worker per request over gRPC: the router tokenizes and detokenizes.
+    RegularGrpc,
 }
 
 impl Mode {
     /// Whether requests go to a Prefill and a Decode worker.
     pub fn is_pd(self) -> bool {
         matches!(self, Self::PdHttp | Self::PdGrpc)
+    }
+
+    /// Whether the workers speak gRPC (the router tokenizes for them).
+    pub fn is_grpc(self) -> bool {
+        matches!(self, Self::PdGrpc | Self::RegularGrpc)
     }
 }
 
@@ -658,26 +665,19 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let count = |t: WorkerType| self.workers.iter().filter(|w| w.worker_type == t).count();
         let grpc = self.workers.iter().filter(|w| is_grpc_url(&w.url)).count();
-        match self.mode {
-            Mode::PdHttp | Mode::PdGrpc if grpc != 0 && grpc != self.workers.len() => {
-                return Err(bad(
-                    "PD workers mix http(s):// and grpc:// URLs; give every --prefill and --decode \
-                     worker the same transport",
-                ));
-            }
-            Mode::PdHttp | Mode::PdGrpc if (grpc != 0) != (self.mode == Mode::PdGrpc) => {
-                return Err(bad(
-                    "the routing mode does not match the workers' transport (gRPC PD needs \
-                     grpc:// Prefill and Decode workers)",
-                ));
-            }
-            Mode::Regular if grpc != 0 => {
-                return Err(bad(
-                    "grpc:// regular workers (--worker-urls) are not served yet; gRPC workers \
-                     are served in PD mode (--pd-disaggregation --prefill grpc://... --decode grpc://...)",
-                ));
-            }
-            _ => {}
+        if grpc != 0 && grpc != self.workers.len() {
+            return Err(bad(if self.mode.is_pd() {
+                "PD workers mix http(s):// and grpc:// URLs; give every --prefill and --decode \
+                 worker the same transport"
+            } else {
+                "--worker-urls mix http(s):// and grpc:// URLs; give every worker the same transport"
+            }));
+        }
+        if !self.workers.is_empty() && (grpc != 0) != self.mode.is_grpc() {
+            return Err(bad(
+                "the routing mode does not match the workers' transport (gRPC modes need \
+                 grpc:// workers, HTTP modes http(s):// ones)",
+            ));
         }
         match self.mode {
             Mode::PdHttp | Mode::PdGrpc => {
@@ -695,7 +695,7 @@ impl Config {
                     ));
                 }
             }
-            Mode::Regular => {
+            Mode::Regular | Mode::RegularGrpc => {
                 if count(WorkerType::Prefill) + count(WorkerType::Decode) > 0 {
                     return Err(bad("--prefill and --decode need --pd-disaggregation"));
                 }
@@ -715,9 +715,9 @@ impl Config {
         if !self.health.endpoint.starts_with('/') {
             return Err(bad("--health-check-endpoint must start with '/'"));
         }
-        if self.mode != Mode::PdGrpc && self.tokenizer.chat_template.is_some() {
+        if !self.mode.is_grpc() && self.tokenizer.chat_template.is_some() {
             return Err(bad(
-                "--chat-template is for grpc:// PD workers (the router renders chats for them); \
+                "--chat-template is for grpc:// workers (the router renders chats for them); \
                  http:// workers apply their own template",
             ));
         }
@@ -732,11 +732,6 @@ impl Config {
             if !aliases.insert(alias.as_str()) {
                 return Err(bad(format!("--model-alias '{alias}' is given twice")));
             }
-        }
-        if self.mode == Mode::PdGrpc && self.dp_aware {
-            return Err(bad(
-                "--dp-aware is not served with grpc:// workers yet; drop it or use http:// workers",
-            ));
         }
         if self.admission.is_some() && !self.mode.is_pd() {
             return Err(bad(

@@ -72,7 +72,7 @@ impl Dispatcher {
         // Boxed, like the attempts below: an HTTP request parked in the admission queue
         // holds this future, which must not grow by the translation's state.
         let grpc = match self.cfg.mode {
-            Mode::PdGrpc => match Box::pin(self.grpc_plan(req)).await {
+            Mode::PdGrpc | Mode::RegularGrpc => match Box::pin(self.grpc_plan(req)).await {
                 Ok(plan) => Some(plan),
                 Err(e) => {
                     self.metrics.route_error(route, e.code);
@@ -90,7 +90,9 @@ impl Dispatcher {
                 Mode::PdHttp | Mode::PdGrpc => self.pd_attempt(req, ctx, grpc.as_deref()).await,
                 // Boxed: regular requests never wait for admission, and inline their attempt
                 // would size every PD request's future (a parked waiter's) to it.
-                Mode::Regular => Box::pin(self.regular_attempt(req, ctx)).await,
+                Mode::Regular | Mode::RegularGrpc => {
+                    Box::pin(self.regular_attempt(req, ctx, grpc.as_deref())).await
+                }
             };
             match outcome {
                 Err(e) if e.retryable && attempt < self.cfg.retry.max_attempts => {
@@ -118,7 +120,7 @@ impl Dispatcher {
         let model = &*model;
         let types: &[WorkerType] = match self.cfg.mode {
             Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
-            Mode::Regular => &[WorkerType::Regular],
+            Mode::Regular | Mode::RegularGrpc => &[WorkerType::Regular],
         };
         let snap = self.registry.snapshot();
         let unserved = types.iter().any(|t| {
@@ -148,7 +150,7 @@ impl Dispatcher {
     /// http:// workers when the router was given a tokenizer (gRPC requests carry their ids
     /// in the plan instead).
     fn prefix_tokens(&self, req: &ParsedRequest) -> Option<Arc<Vec<u32>>> {
-        if self.cfg.mode == Mode::PdGrpc {
+        if self.cfg.mode.is_grpc() {
             return None;
         }
         let tokenizer = self.tokenizer.as_ref()?;

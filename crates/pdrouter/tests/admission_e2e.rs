@@ -1,6 +1,7 @@
 //! Prefill admission end to end with real mock workers: the two README tables reproduced, plus
 //! the limit under load, cancellation, strict targets without head-of-line blocking, and
-//! accounting.
+//! accounting. The scenarios run over HTTP and over gRPC workers alike (`NAME::http`,
+//! `NAME::grpc`): one admission controller serves both.
 //!
 //! Nothing here depends on how fast the machine is. A request is held in place with the
 //! mock's hang switch instead of a long Prefill time: the workers are engine-mode mocks, where
@@ -33,8 +34,8 @@ struct Pd {
     adm: pdrouter_admission::Admission,
 }
 
-async fn engine_mock(role: Role) -> MockWorker {
-    let mut cfg = MockConfig::new(role);
+async fn engine_mock(t: Transport, role: Role) -> MockWorker {
+    let mut cfg = t.mock(role);
     cfg.engine = Some(EngineConfig {
         max_running: 64,
         prefill_tokens_per_sec: 1e9,
@@ -44,6 +45,7 @@ async fn engine_mock(role: Role) -> MockWorker {
 }
 
 async fn engine_pd(
+    t: Transport,
     prefills: usize,
     limit: u32,
     queue: usize,
@@ -52,9 +54,9 @@ async fn engine_pd(
 ) -> Pd {
     let mut ps = Vec::new();
     for _ in 0..prefills {
-        ps.push(engine_mock(Role::Prefill).await);
+        ps.push(engine_mock(t, Role::Prefill).await);
     }
-    let d = engine_mock(Role::Decode).await;
+    let d = engine_mock(t, Role::Decode).await;
     let mut cfg = pd_config(&ps.iter().collect::<Vec<_>>(), &[&d]);
     for (spec, p) in cfg.workers.iter_mut().zip(&ps) {
         spec.bootstrap_port = p.bootstrap_addr().map(|a| a.port());
@@ -66,8 +68,8 @@ async fn engine_pd(
     Pd { ps, d, r, adm }
 }
 
-async fn pd_with_admission(limit: u32, queue: usize, timeout_secs: u64) -> Pd {
-    engine_pd(1, limit, queue, timeout_secs, |_| {}).await
+async fn pd_with_admission(t: Transport, limit: u32, queue: usize, timeout_secs: u64) -> Pd {
+    engine_pd(t, 1, limit, queue, timeout_secs, |_| {}).await
 }
 
 fn spawn_chat(addr: SocketAddr, body: &'static str) -> tokio::task::JoinHandle<(Reply, Instant)> {
@@ -92,9 +94,20 @@ async fn hold_slot(
     t
 }
 
-#[tokio::test]
-async fn readme_table_one_timeout_then_queue_full() {
-    let Pd { ps, d, r, adm } = pd_with_admission(1, 1, 2).await;
+both_transports!(
+    #[tokio::test]
+    readme_table_one_timeout_then_queue_full,
+    readme_table_two_all_served_in_arrival_order,
+    limit_holds_under_many_concurrent_requests_over_two_workers,
+    a_waiting_client_that_disconnects_leaves_no_trace,
+    strict_target_waits_without_blocking_others,
+    unavailable_is_503_and_never_queued_and_probes_take_no_slot,
+    non_streaming_slot_is_released_at_prefill_end_not_after_decode,
+    waiters_are_admitted_when_a_breaker_turns_half_open_without_polling,
+);
+
+async fn readme_table_one_timeout_then_queue_full(t: Transport) {
+    let Pd { ps, d, r, adm } = pd_with_admission(t, 1, 1, 2).await;
     let p = &ps[0];
     // Request 1 is held in Prefill (the README's 3 s Prefill) until request 2 has timed out.
     p.controls().set_hang(true);
@@ -140,21 +153,8 @@ async fn readme_table_one_timeout_then_queue_full() {
     assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
 }
 
-/// The text of the user message the Prefill worker received last.
-fn last_prompt(p: &MockWorker) -> String {
-    let last = p
-        .stats()
-        .last_request
-        .expect("a request reached the worker");
-    last["messages"][0]["content"]
-        .as_str()
-        .expect("chat body")
-        .to_string()
-}
-
-#[tokio::test]
-async fn readme_table_two_all_served_in_arrival_order() {
-    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 4, 30).await;
+async fn readme_table_two_all_served_in_arrival_order(t: Transport) {
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(t, 1, 4, 30).await;
     let p = &ps[0];
     p.controls().set_hang(true);
     let chat = |i: usize| {
@@ -186,7 +186,8 @@ async fn readme_table_two_all_served_in_arrival_order() {
     // oldest waiter, and each finishes before the next is let through.
     let mut released = Vec::new();
     for (i, task) in tasks.into_iter().enumerate() {
-        assert_eq!(last_prompt(p), format!("request {i}"));
+        let prompt = last_prompt_text(p);
+        assert!(prompt.contains(&format!("request {i}")), "{prompt}");
         assert_eq!(adm.queued(), 2 - i);
         released.push(Instant::now());
         assert_eq!(p.controls().release_hung(1), 1);
@@ -236,11 +237,10 @@ async fn without_admission_or_with_a_high_limit_requests_are_served() {
     assert_eq!(r.admission().unwrap().inflight_total(), 0);
 }
 
-#[tokio::test]
-async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
-    let p1 = mock(Role::Prefill, 20).await;
-    let p2 = mock(Role::Prefill, 20).await;
-    let d = mock(Role::Decode, 0).await;
+async fn limit_holds_under_many_concurrent_requests_over_two_workers(t: Transport) {
+    let p1 = t.start(Role::Prefill, 20).await;
+    let p2 = t.start(Role::Prefill, 20).await;
+    let d = t.start(Role::Decode, 0).await;
     let mut cfg = pd_config(&[&p1, &p2], &[&d]);
     cfg.admission = admission(2, 200, 60);
     let r = router(cfg).await;
@@ -267,9 +267,8 @@ async fn limit_holds_under_many_concurrent_requests_over_two_workers() {
     );
 }
 
-#[tokio::test]
-async fn a_waiting_client_that_disconnects_leaves_no_trace() {
-    let Pd { ps, d, r, adm } = pd_with_admission(1, 4, 30).await;
+async fn a_waiting_client_that_disconnects_leaves_no_trace(t: Transport) {
+    let Pd { ps, d, r, adm } = pd_with_admission(t, 1, 4, 30).await;
     let p = &ps[0];
     p.controls().set_hang(true);
     let first = hold_slot(r.addr(), p, 0).await;
@@ -294,9 +293,8 @@ async fn a_waiting_client_that_disconnects_leaves_no_trace() {
     assert_eq!(d.stats().requests_total, 1);
 }
 
-#[tokio::test]
-async fn strict_target_waits_without_blocking_others() {
-    let Pd { ps, d: _d, r, adm } = engine_pd(2, 1, 8, 30, |cfg| {
+async fn strict_target_waits_without_blocking_others(t: Transport) {
+    let Pd { ps, d: _d, r, adm } = engine_pd(t, 2, 1, 8, 30, |cfg| {
         cfg.policy = pdrouter_policy::PolicyKind::ConsistentHashing;
         cfg.prefill_policy = cfg.policy;
     })
@@ -336,9 +334,8 @@ async fn strict_target_waits_without_blocking_others() {
     assert_eq!(p1.stats().requests_total, 1);
 }
 
-#[tokio::test]
-async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
-    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 4, 30).await;
+async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot(t: Transport) {
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(t, 1, 4, 30).await;
     let p = &ps[0];
     p.controls().set_hang(true);
     let first = hold_slot(r.addr(), p, 0).await;
@@ -363,10 +360,9 @@ async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot() {
     assert_eq!(first.await.unwrap().0.status, 200);
 }
 
-#[tokio::test]
-async fn non_streaming_slot_is_released_at_prefill_end_not_after_decode() {
-    let p = mock(Role::Prefill, 50).await;
-    let d = mock(Role::Decode, 0).await;
+async fn non_streaming_slot_is_released_at_prefill_end_not_after_decode(t: Transport) {
+    let p = t.start(Role::Prefill, 50).await;
+    let d = t.start(Role::Decode, 0).await;
     // Decode holds every request until released, so "still decoding" does not depend on timing.
     d.controls().set_hang(true);
     let mut cfg = pd_config(&[&p], &[&d]);
@@ -413,10 +409,9 @@ async fn removed_worker_series_are_removed() {
     );
 }
 
-#[tokio::test]
-async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
+async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling(t: Transport) {
     let breaker_timeout = Duration::from_secs(2);
-    let Pd { ps, d: _d, r, adm } = engine_pd(1, 1, 4, 30, |cfg| {
+    let Pd { ps, d: _d, r, adm } = engine_pd(t, 1, 1, 4, 30, |cfg| {
         cfg.breaker.failure_threshold = 1;
         cfg.breaker.timeout = breaker_timeout;
     })
@@ -452,7 +447,7 @@ async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling() {
 
 #[tokio::test]
 async fn streaming_responses_get_the_real_429_not_a_200_stream() {
-    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 0, 1).await;
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(Transport::Http, 1, 0, 1).await;
     let p = &ps[0];
     p.controls().set_hang(true);
     let first = hold_slot(r.addr(), p, 0).await;

@@ -6,7 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
 use pdrouter::config::{Config, Mode, WorkerType};
 use pdrouter_tokenizer::bytelevel;
 use serde_json::Value;
@@ -280,13 +279,7 @@ async fn the_prefill_slot_is_released_at_prefill_end_not_decode_end() {
     cfg.workers[0].bootstrap_port = Some(p.addr().port());
     cfg.admission = admission(1, 0, 30);
     let r = router(cfg).await;
-    let req = http::Request::post(format!("http://{}/v1/chat/completions", r.addr()))
-        .header("content-type", "application/json")
-        .body(Full::new(bytes::Bytes::from(CHAT_STREAM)))
-        .unwrap();
-    let resp = client().request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let body = resp.into_body();
+    let body = open_chat_stream(r.addr(), 0).await;
     // Decode keeps streaming; the Prefill slot is free again and a second request gets it.
     assert!(
         eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_inflight")
@@ -314,17 +307,9 @@ async fn a_failing_decode_is_retried_on_another_pair() {
     cfg.mode = Mode::PdGrpc;
     cfg.workers[0].bootstrap_port = Some(p.addr().port());
     cfg.decode_policy = pdrouter_policy::PolicyKind::RoundRobin;
-    cfg.retry.max_attempts = 3;
-    cfg.retry.initial_backoff = Duration::from_millis(1);
+    with_retries(&mut cfg);
     let r = router(cfg).await;
-    for _ in 0..4 {
-        let reply = post(r.addr(), "/generate", r#"{"text":"x"}"#).await;
-        assert_eq!(reply.status, 200, "{}", reply.text());
-    }
-    assert!(
-        bad.stats().requests_total >= 1,
-        "the failing worker was tried"
-    );
+    served_around(&r, &bad).await;
     assert!(eventually(WAIT, || total_load(&r) == 0 && p.stats().inflight == 0).await);
 }
 
@@ -361,17 +346,7 @@ async fn client_disconnect_aborts_the_running_legs() {
     cfg.workers[0].bootstrap_port = Some(p.addr().port());
     cfg.admission = admission(4, 4, 30);
     let r = router(cfg).await;
-    let req = http::Request::post(format!("http://{}/v1/chat/completions", r.addr()))
-        .header("content-type", "application/json")
-        .body(Full::new(bytes::Bytes::from(CHAT_STREAM)))
-        .unwrap();
-    let resp = client().request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.into_body();
-    // Two frames: the role event, then text.
-    for _ in 0..2 {
-        tokio::time::timeout(WAIT, body.frame()).await.unwrap();
-    }
+    let body = open_chat_stream(r.addr(), 2).await;
     assert_eq!(d.stats().inflight, 1);
     drop(body);
     assert!(
@@ -490,12 +465,6 @@ async fn workers_api_keeps_one_transport() {
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
     let extra = grpc_mock(Role::Decode, |c| c.output_tokens = 3).await;
-    let body = format!(
-        r#"{{"url":"{}","worker_type":"decode","dp_aware":true}}"#,
-        extra.url()
-    );
-    let reply = post(r.addr(), "/workers", &body).await;
-    assert_eq!(reply.status, 400, "{}", reply.text());
     let body = format!(r#"{{"url":"{}","worker_type":"decode"}}"#, extra.url());
     let reply = post(r.addr(), "/workers", &body).await;
     assert_eq!(reply.status, 202, "{}", reply.text());
@@ -514,7 +483,7 @@ async fn workers_api_keeps_one_transport() {
 }
 
 #[test]
-fn mixed_pools_and_grpc_regular_mode_exit_2() {
+fn mixed_pools_exit_2() {
     for args in [
         &[
             "--pd-disaggregation",
@@ -523,7 +492,7 @@ fn mixed_pools_and_grpc_regular_mode_exit_2() {
             "--decode",
             "grpc://127.0.0.1:2",
         ][..],
-        &["--worker-urls", "grpc://127.0.0.1:1"][..],
+        &["--worker-urls", "http://127.0.0.1:1", "grpc://127.0.0.1:2"][..],
         &[
             "--pd-disaggregation",
             "--prefill",

@@ -227,14 +227,19 @@ async fn readiness_needs_both_roles() {
     assert_eq!(get(r.addr(), "/liveness").await.status, 200);
 }
 
-#[tokio::test]
-async fn dp_aware_registers_each_rank_with_its_own_limit() {
-    let mut pc = MockConfig::new(Role::Prefill);
+both_transports!(
+    #[tokio::test]
+    dp_aware_registers_each_rank_with_its_own_limit
+);
+
+async fn dp_aware_registers_each_rank_with_its_own_limit(t: Transport) {
+    let mut pc = t.mock(Role::Prefill);
     pc.dp_size = 2;
     let p = MockWorker::start(pc).await.unwrap();
-    let d = mock(Role::Decode, 0).await;
+    let d = t.start(Role::Decode, 0).await;
     let mut cfg = pd_config(&[&p], &[&d]);
     cfg.dp_aware = true;
+    cfg.prefill_policy = pdrouter_policy::PolicyKind::RoundRobin;
     cfg.admission = admission(1, 4, 30);
     let r = router(cfg).await;
     let prefills: Vec<String> = r
@@ -248,13 +253,29 @@ async fn dp_aware_registers_each_rank_with_its_own_limit() {
         prefills,
         vec![format!("{}@0", p.url()), format!("{}@1", p.url())]
     );
-    let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    let pl = p.stats().last_request.unwrap();
-    let dl = d.stats().last_request.unwrap();
-    let rank = pl["routed_dp_rank"].as_u64().unwrap();
-    assert!(rank < 2);
-    assert_eq!(dl["disagg_prefill_dp_rank"], rank);
+    // Round robin over the two ranks: each request carries its entry's rank.
+    let mut ranks = Vec::new();
+    for _ in 0..2 {
+        let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let pl = p.stats().last_request.unwrap();
+        let dl = d.stats().last_request.unwrap();
+        let rank = match t {
+            Transport::Http => {
+                let rank = pl["routed_dp_rank"].as_u64().unwrap();
+                assert_eq!(dl["disagg_prefill_dp_rank"], rank);
+                rank
+            }
+            // Each leg gets its own worker's rank; the Decode worker is not DP.
+            Transport::Grpc => {
+                assert_eq!(dl["data_parallel_rank"], 0);
+                pl["data_parallel_rank"].as_u64().unwrap()
+            }
+        };
+        ranks.push(rank);
+    }
+    ranks.sort_unstable();
+    assert_eq!(ranks, [0, 1]);
     assert!(
         metric(
             &r,

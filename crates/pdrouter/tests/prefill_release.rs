@@ -2,7 +2,8 @@
 //! Once Decode has delivered the whole answer the client's response completes at once (not at
 //! the request timeout), the Prefill slot and load are released although the Prefill body is
 //! still open, and the leg is drained (if it ends within the grace) or aborted after it —
-//! counted in `smg_pd_prefill_after_decode_total`.
+//! counted in `smg_pd_prefill_after_decode_total`. Over gRPC the same holds for a Prefill
+//! `Generate` stream that stays open after its last message (`NAME::grpc`).
 
 mod support;
 
@@ -22,10 +23,10 @@ struct Setup {
 
 /// A PD router with admission (limit 1) over a Prefill mock whose answers never end and an
 /// ordinary Decode mock; the request timeout stays at its 1800 s default.
-async fn setup(grace: Duration) -> Setup {
-    let prefill = mock(Role::Prefill, 0).await;
+async fn setup(t: Transport, grace: Duration) -> Setup {
+    let prefill = t.start(Role::Prefill, 0).await;
     prefill.controls().set_hold_body_open(true);
-    let decode = mock(Role::Decode, 0).await;
+    let decode = t.start(Role::Decode, 0).await;
     let mut cfg = pd_config(&[&prefill], &[&decode]);
     cfg.admission = admission(1, 4, 60);
     cfg.prefill_grace_after_decode = grace;
@@ -88,10 +89,19 @@ async fn check_next_request_is_admitted(s: &Setup) {
     assert_eq!(reply.json()["object"], "chat.completion");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn non_streaming_answer_completes_and_frees_the_slot_while_prefill_is_still_open() {
+both_transports!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    non_streaming_answer_completes_and_frees_the_slot_while_prefill_is_still_open,
+    after_the_grace_an_open_prefill_leg_is_aborted_and_counted,
+    streaming_answer_completes_and_a_prefill_leg_ending_within_the_grace_is_drained,
+    a_prefill_failure_while_decode_is_unfinished_is_answered_as_such,
+);
+
+async fn non_streaming_answer_completes_and_frees_the_slot_while_prefill_is_still_open(
+    t: Transport,
+) {
     // A grace so long the test would time out waiting for it: the slot must be free before.
-    let s = setup(Duration::from_secs(3600)).await;
+    let s = setup(t, Duration::from_secs(3600)).await;
     let reply = complete_answer(&s, CHAT).await;
     let v = reply.json();
     assert_eq!(v["object"], "chat.completion");
@@ -109,9 +119,8 @@ async fn non_streaming_answer_completes_and_frees_the_slot_while_prefill_is_stil
     s.router.shutdown(Duration::from_secs(1)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_the_grace_an_open_prefill_leg_is_aborted_and_counted() {
-    let s = setup(Duration::from_millis(200)).await;
+async fn after_the_grace_an_open_prefill_leg_is_aborted_and_counted(t: Transport) {
+    let s = setup(t, Duration::from_millis(200)).await;
     for body in [CHAT, CHAT_STREAM] {
         complete_answer(&s, body).await;
     }
@@ -128,9 +137,10 @@ async fn after_the_grace_an_open_prefill_leg_is_aborted_and_counted() {
     s.router.shutdown(Duration::from_secs(1)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streaming_answer_completes_and_a_prefill_leg_ending_within_the_grace_is_drained() {
-    let s = setup(Duration::from_secs(3600)).await;
+async fn streaming_answer_completes_and_a_prefill_leg_ending_within_the_grace_is_drained(
+    t: Transport,
+) {
+    let s = setup(t, Duration::from_secs(3600)).await;
     let reply = complete_answer(&s, CHAT_STREAM).await;
     assert!(
         reply.text().trim_end().ends_with("data: [DONE]"),
@@ -158,11 +168,10 @@ async fn streaming_answer_completes_and_a_prefill_leg_ending_within_the_grace_is
 
 /// The rule that a non-streaming answer waits for the Prefill end still holds while Decode
 /// has not finished: a Prefill failure then surfaces with its real status.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prefill_failure_while_decode_is_unfinished_is_answered_as_such() {
-    let prefill = mock(Role::Prefill, 0).await;
+async fn a_prefill_failure_while_decode_is_unfinished_is_answered_as_such(t: Transport) {
+    let prefill = t.start(Role::Prefill, 0).await;
     prefill.controls().set_fail_rate(1.0);
-    let decode = mock(Role::Decode, 0).await;
+    let decode = t.start(Role::Decode, 0).await;
     // Decode sends its whole content but never ends its body, so it never finishes.
     decode.controls().set_hold_body_open(true);
     let mut cfg = pd_config(&[&prefill], &[&decode]);
@@ -179,10 +188,11 @@ async fn a_prefill_failure_while_decode_is_unfinished_is_answered_as_such() {
 }
 
 /// A Prefill worker that has not answered at all may still be computing: Decode finishing
-/// does not free its slot (a streaming client still gets its whole answer).
+/// does not free its slot (a streaming client still gets its whole answer). HTTP only: a gRPC
+/// Decode worker, like a real engine, cannot finish before its Prefill has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefill_worker_that_has_not_answered_keeps_its_slot() {
-    let s = setup(Duration::from_secs(3600)).await;
+    let s = setup(Transport::Http, Duration::from_secs(3600)).await;
     s.prefill.controls().set_hold_body_open(false);
     s.prefill.controls().set_hang(true);
     let reply = complete_answer(&s, CHAT_STREAM).await;

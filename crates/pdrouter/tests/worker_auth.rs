@@ -24,14 +24,14 @@ async fn workers(mode: Mode, key: Option<&str>) -> Vec<MockWorker> {
             keyed(Role::Prefill, key).await,
             keyed(Role::Decode, key).await,
         ],
-        Mode::Regular => vec![keyed(Role::Regular, key).await],
+        Mode::Regular | Mode::RegularGrpc => vec![keyed(Role::Regular, key).await],
     }
 }
 
 fn config(mode: Mode, ws: &[MockWorker]) -> Config {
     match mode {
         Mode::PdHttp | Mode::PdGrpc => pd_config(&[&ws[0]], &[&ws[1]]),
-        Mode::Regular => regular_config(&[&ws[0]]),
+        Mode::Regular | Mode::RegularGrpc => regular_config(&[&ws[0]]),
     }
 }
 

@@ -268,6 +268,11 @@ impl Generation {
             return Some(m);
         }
         if self.finished {
+            // The hold switch keeps the stream open after its last message, like an HTTP
+            // body that never ends; the router dropping the stream ends it.
+            if self.shared.controls.hold_body_open() {
+                self.shared.controls.body_released().await;
+            }
             return None;
         }
         let len = self.plan.ids.len();

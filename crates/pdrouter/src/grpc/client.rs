@@ -105,6 +105,30 @@ impl WorkerChannel {
         }
     }
 
+    /// `GetServerInfo`'s `dp_size` (a number in the server arguments), within `timeout`.
+    pub async fn dp_size(&self, timeout: Duration) -> Option<u32> {
+        use pdrouter_proto::prost_types::value::Kind;
+        use pdrouter_proto::scheduler::GetServerInfoRequest;
+        let mut c = self.client().ok()?;
+        let info = match tokio::time::timeout(
+            timeout,
+            c.get_server_info(self.call(GetServerInfoRequest {})),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r.into_inner(),
+            _ => return None,
+        };
+        match info.server_args?.fields.get("dp_size")?.kind {
+            Some(Kind::NumberValue(n))
+                if n >= 1.0 && n <= f64::from(u32::MAX) && n.fract() == 0.0 =>
+            {
+                Some(n as u32)
+            }
+            _ => None,
+        }
+    }
+
     /// `GetTokenizer`: receives the bundle (size-limited, checksum verified) and extracts it
     /// into a fresh private directory under `dest_parent`.
     pub async fn fetch_tokenizer(

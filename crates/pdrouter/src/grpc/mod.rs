@@ -8,10 +8,13 @@
 //! - [`translate`]: request bodies to `GenerateRequest`s, the output back to response bodies
 //!   and SSE events (per endpoint).
 //! - [`output`]: the engine's messages turned into choices (text, finish, usage, logprobs).
+//! - [`answer`]: a worker's started `Generate` streams turned into the client's answer,
+//!   shared by PD (Decode's streams) and regular mode (the one worker's).
 //!
 //! The PD flow itself (selection, admission, both legs) lives beside the HTTP one in
-//! `pd::grpc`.
+//! `pd::grpc`; the regular one beside HTTP's in `regular`.
 
+pub mod answer;
 pub mod client;
 pub mod output;
 pub mod tokenizer;

@@ -211,7 +211,7 @@ fn ready_of(state: &AppState, t: WorkerType) -> Vec<Arc<Worker>> {
 fn serving_types(state: &AppState) -> &'static [WorkerType] {
     match state.cfg.mode {
         Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
-        Mode::Regular => &[WorkerType::Regular],
+        Mode::Regular | Mode::RegularGrpc => &[WorkerType::Regular],
     }
 }
 
@@ -355,9 +355,24 @@ pub(crate) async fn health_generate(State(state): State<Arc<AppState>>) -> Respo
         .cfg
         .request_timeout
         .min(std::time::Duration::from_secs(30));
-    let checks = probes
-        .iter()
-        .map(|w| get_from(&state, w, "/health_generate", timeout));
+    // A gRPC worker is asked through its `HealthCheck` call.
+    let checks = probes.iter().map(|w| {
+        let state = &state;
+        async move {
+            match w.grpc() {
+                Some(ch) if ch.healthy(timeout).await => Ok(()),
+                Some(_) => Err(ApiError::upstream_status(
+                    Leg::Worker,
+                    w.url(),
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "HealthCheck says the worker is not healthy",
+                )),
+                None => get_from(state, w, "/health_generate", timeout)
+                    .await
+                    .map(drop),
+            }
+        }
+    });
     for result in futures_util::future::join_all(checks).await {
         if let Err(e) = result {
             return e.into_response();

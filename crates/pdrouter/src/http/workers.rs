@@ -124,7 +124,7 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
     };
     let worker_type = match obj.get("worker_type") {
         None | Some(Value::Null) => match state.cfg.mode {
-            Mode::Regular => WorkerType::Regular,
+            Mode::Regular | Mode::RegularGrpc => WorkerType::Regular,
             Mode::PdHttp | Mode::PdGrpc => {
                 return Err(ApiError::invalid_field(
                     "worker_type",
@@ -146,7 +146,7 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
         Some(_) => return Err(ApiError::invalid_field("worker_type", "must be a string")),
     };
     let fits = match state.cfg.mode {
-        Mode::Regular => worker_type == WorkerType::Regular,
+        Mode::Regular | Mode::RegularGrpc => worker_type == WorkerType::Regular,
         Mode::PdHttp | Mode::PdGrpc => worker_type != WorkerType::Regular,
     };
     if !fits {
@@ -156,20 +156,20 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
                 "'{}' does not fit this router's mode ({})",
                 worker_type.as_str(),
                 match state.cfg.mode {
-                    Mode::Regular => "regular: use regular",
+                    Mode::Regular | Mode::RegularGrpc => "regular: use regular",
                     Mode::PdHttp | Mode::PdGrpc => "PD: use prefill or decode",
                 }
             ),
         ));
     }
-    if is_grpc_url(&url) != (state.cfg.mode == Mode::PdGrpc) {
+    if is_grpc_url(&url) != state.cfg.mode.is_grpc() {
         return Err(ApiError::invalid_field(
             "url",
-            if state.cfg.mode == Mode::PdGrpc {
+            if state.cfg.mode.is_grpc() {
                 "must be a grpc:// URL: this router's workers speak gRPC"
             } else {
                 "must be an http:// or https:// URL: this router's workers speak HTTP \
-                 (grpc:// workers are served only by a router started with grpc:// PD workers)"
+                 (grpc:// workers are served only by a router started with grpc:// workers)"
             },
         ));
     }
@@ -180,12 +180,6 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::invalid_field("dp_aware", "must be true or false")),
     };
-    if dp_aware && is_grpc_url(&url) {
-        return Err(ApiError::invalid_field(
-            "dp_aware",
-            "is not served for grpc:// workers yet; leave it out",
-        ));
-    }
     Ok((
         WorkerSpec {
             url,

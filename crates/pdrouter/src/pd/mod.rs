@@ -251,7 +251,7 @@ impl Dispatcher {
         &self,
         req: &ParsedRequest,
         ctx: &RequestCtx,
-        grpc: Option<&grpc::GrpcPlan>,
+        grpc: Option<&crate::grpc::answer::GrpcPlan>,
     ) -> Result<Response, ApiError> {
         let units = req.sub_requests() as u64;
         let prefill_sel = || {

@@ -1,6 +1,6 @@
 //! Shared helpers for black-box tests: real mock workers and a real router on ephemeral
 //! loopback ports, a small HTTP client, and polling with a deadline (never a fixed sleep).
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_macros, unused_imports)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -29,14 +29,81 @@ pub fn spec(url: &str, t: WorkerType) -> WorkerSpec {
     }
 }
 
+/// The protocol mock workers and the router speak to each other; scenarios that hold for
+/// both are written once over a `Transport` and run for each (see [`both_transports`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Http,
+    Grpc,
+}
+
+impl Transport {
+    /// A mock config of `role` speaking this transport.
+    pub fn mock(self, role: Role) -> MockConfig {
+        let mut cfg = MockConfig::new(role);
+        cfg.grpc = self == Transport::Grpc;
+        cfg
+    }
+
+    /// Starts a mock of `role` with `delay_ms` before its answer.
+    pub async fn start(self, role: Role, delay_ms: u64) -> MockWorker {
+        let mut cfg = self.mock(role);
+        cfg.delay = Duration::from_millis(delay_ms);
+        MockWorker::start(cfg).await.expect("mock starts")
+    }
+}
+
+/// Runs each named `async fn(Transport)` scenario as two tests, `NAME::http` and
+/// `NAME::grpc`, with the given test attribute.
+macro_rules! both_transports {
+    (#[$attr:meta] $($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[$attr]
+            async fn http() {
+                super::$name(super::Transport::Http).await
+            }
+            #[$attr]
+            async fn grpc() {
+                super::$name(super::Transport::Grpc).await
+            }
+        }
+    )+};
+}
+pub(crate) use both_transports;
+
+/// The prompt text a mock received last: the chat message's content over HTTP, the text the
+/// router tokenized over gRPC (the rendered chat, which contains it).
+pub fn last_prompt_text(w: &MockWorker) -> String {
+    let last = w
+        .stats()
+        .last_request
+        .expect("a request reached the worker");
+    let text = if w.is_grpc() {
+        &last["original_text"]
+    } else {
+        &last["messages"][0]["content"]
+    };
+    text.as_str().expect("prompt text").to_string()
+}
+
 /// A PD config over the given mocks, health checks off (workers start ready), retries off.
+/// gRPC mocks make it a gRPC PD config, each Prefill's bootstrap port its own (where a
+/// Decode mock waits for the room).
 pub fn pd_config(prefills: &[&MockWorker], decodes: &[&MockWorker]) -> Config {
     let mut workers: Vec<WorkerSpec> = prefills
         .iter()
-        .map(|p| spec(&p.url(), WorkerType::Prefill))
+        .map(|p| {
+            let mut s = spec(&p.url(), WorkerType::Prefill);
+            if p.is_grpc() {
+                s.bootstrap_port = Some(p.bootstrap_addr().unwrap_or(p.addr()).port());
+            }
+            s
+        })
         .collect();
     workers.extend(decodes.iter().map(|d| spec(&d.url(), WorkerType::Decode)));
-    let mut cfg = Config::with_workers(Mode::PdHttp, workers);
+    let grpc = prefills.iter().chain(decodes).any(|w| w.is_grpc());
+    let mode = if grpc { Mode::PdGrpc } else { Mode::PdHttp };
+    let mut cfg = Config::with_workers(mode, workers);
     cfg.health.enabled = false;
     cfg.retry.max_attempts = 1;
     cfg.prometheus = Some(([127, 0, 0, 1].into(), 0));
@@ -62,11 +129,36 @@ pub fn regular_config(workers: &[&MockWorker]) -> Config {
         .iter()
         .map(|w| spec(&w.url(), WorkerType::Regular))
         .collect();
-    let mut cfg = Config::with_workers(Mode::Regular, specs);
+    let grpc = workers.iter().any(|w| w.is_grpc());
+    let mode = if grpc {
+        Mode::RegularGrpc
+    } else {
+        Mode::Regular
+    };
+    let mut cfg = Config::with_workers(mode, specs);
     cfg.health.enabled = false;
     cfg.retry.max_attempts = 1;
     cfg.prometheus = Some(([127, 0, 0, 1].into(), 0));
     cfg
+}
+
+/// Up to three attempts per request, with a negligible backoff.
+pub fn with_retries(cfg: &mut Config) {
+    cfg.retry.max_attempts = 3;
+    cfg.retry.initial_backoff = Duration::from_millis(1);
+}
+
+/// Sends four small `/generate` requests that must all succeed although `bad` (which fails
+/// every request) was tried: retries re-ran the selection.
+pub async fn served_around(r: &RouterHandle, bad: &MockWorker) {
+    for _ in 0..4 {
+        let reply = post(r.addr(), "/generate", r#"{"text":"x"}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    assert!(
+        bad.stats().requests_total >= 1,
+        "the failing worker was tried"
+    );
 }
 
 pub async fn router(cfg: Config) -> RouterHandle {
@@ -138,6 +230,27 @@ pub async fn send(
         headers,
         body,
     }
+}
+
+/// Starts a streaming chat request and reads its first `frames` body frames (the role event
+/// first, then text); the caller holds the rest of the body, and drops it to disconnect.
+pub async fn open_chat_stream(addr: SocketAddr, frames: usize) -> hyper::body::Incoming {
+    let req = http::Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(CHAT_STREAM)))
+        .unwrap();
+    let resp = client()
+        .request(req)
+        .await
+        .expect("request reaches the router");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    for _ in 0..frames {
+        tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("a frame in time");
+    }
+    body
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
