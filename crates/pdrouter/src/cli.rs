@@ -51,6 +51,10 @@ pub struct DemoArgs {
     /// Send a short burst through the router at start and show admission at work.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub burst: bool,
+    /// Run the mocks as gRPC workers: the router tokenizes (with the tokenizer the mocks
+    /// serve) and speaks SGLang's scheduler protocol to them.
+    #[arg(long)]
+    pub grpc: bool,
 }
 
 /// `pdrouter launch` flags.

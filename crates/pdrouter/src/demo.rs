@@ -1,6 +1,7 @@
 //! `pdrouter demo`: two embedded Prefill mocks and one Decode mock on loopback, a PD router with
 //! admission in front, an optional short burst that shows the queue at work, then serving until
-//! Ctrl-C. Needs no engine, GPU or network.
+//! Ctrl-C. Needs no engine, GPU or network. With `--grpc` the mocks speak gRPC and the router
+//! tokenizes, with the byte-level tokenizer the mocks serve through `GetTokenizer`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,9 @@ const LIMIT: u32 = 2;
 const QUEUE: usize = 16;
 const BURST: usize = 12;
 
-async fn mock(role: Role, delay_ms: u64) -> Result<MockWorker, String> {
+async fn mock(role: Role, delay_ms: u64, grpc: bool) -> Result<MockWorker, String> {
     let mut cfg = MockConfig::new(role);
+    cfg.grpc = grpc;
     cfg.delay = Duration::from_millis(delay_ms);
     cfg.token_interval = Duration::from_millis(15);
     cfg.output_tokens = 8;
@@ -29,18 +31,24 @@ async fn mock(role: Role, delay_ms: u64) -> Result<MockWorker, String> {
 
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), String> {
+    let grpc = args.grpc;
     let prefills = [
-        mock(Role::Prefill, 600).await?,
-        mock(Role::Prefill, 600).await?,
+        mock(Role::Prefill, 600, grpc).await?,
+        mock(Role::Prefill, 600, grpc).await?,
     ];
-    let decode = mock(Role::Decode, 0).await?;
+    let decode = mock(Role::Decode, 0, grpc).await?;
     let mut workers: Vec<WorkerSpec> = prefills
         .iter()
         .enumerate()
         .map(|(i, p)| WorkerSpec {
             url: p.url(),
             worker_type: WorkerType::Prefill,
-            bootstrap_port: (i == 0).then_some(8998),
+            // A gRPC Decode mock fetches its KV ticket from the Prefill mock's own port.
+            bootstrap_port: if grpc {
+                Some(p.addr().port())
+            } else {
+                (i == 0).then_some(8998)
+            },
             api_key: None,
         })
         .collect();
@@ -50,7 +58,8 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         bootstrap_port: None,
         api_key: None,
     });
-    let mut cfg = Config::with_workers(Mode::PdHttp, workers);
+    let mode = if grpc { Mode::PdGrpc } else { Mode::PdHttp };
+    let mut cfg = Config::with_workers(mode, workers);
     cfg.host = args.host;
     cfg.port = args.port;
     cfg.prometheus = Some((args.host, 0));
@@ -73,7 +82,8 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         drop(snap);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    println!("pdrouter demo: PD router on http://{addr}");
+    let transport = if grpc { "gRPC" } else { "HTTP" };
+    println!("pdrouter demo: PD router on http://{addr} ({transport} workers)");
     for p in &prefills {
         println!("  prefill mock {} (600 ms per prefill)", p.url());
     }

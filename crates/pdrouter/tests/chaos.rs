@@ -1,7 +1,8 @@
 //! Chaos: many requests with random client disconnects at random phases (queued, in Prefill,
 //! in Decode), a 10% worker failure rate, a Prefill worker killed and restarted, a Decode
 //! worker removed and re-added through /workers. Afterwards nothing is left behind: no queued
-//! waiter, no admission slot, no worker load, no 500, and the router still serves.
+//! waiter, no admission slot, no worker load, no 500, and the router still serves. Run over
+//! HTTP and over gRPC workers (`nothing_leaks_under_chaos::grpc`).
 
 mod support;
 
@@ -14,8 +15,12 @@ use support::*;
 const REQUESTS: usize = 2000;
 const CONCURRENCY: usize = 40;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_leaks_under_chaos() {
+both_transports!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    nothing_leaks_under_chaos
+);
+
+async fn nothing_leaks_under_chaos(t: Transport) {
     // Any panic anywhere in the process (router tasks included) is counted and fails the test.
     static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let default_hook = std::panic::take_hook();
@@ -24,7 +29,7 @@ async fn nothing_leaks_under_chaos() {
         default_hook(info);
     }));
     let mk = |role: Role, delay: u64| {
-        let mut c = MockConfig::new(role);
+        let mut c = t.mock(role);
         c.delay = Duration::from_millis(delay);
         c.fail_rate = 0.1;
         c.output_tokens = 4;
@@ -173,4 +178,13 @@ async fn nothing_leaks_under_chaos() {
             && adm.inflight_total() == 0)
         .await
     );
+    // Nothing is left running on the workers either: abandoned legs were aborted.
+    for w in [&p1, &p2, &d1, &d2] {
+        assert!(
+            eventually(Duration::from_secs(15), || w.stats().inflight == 0).await,
+            "{} still has {} in flight",
+            w.url(),
+            w.stats().inflight
+        );
+    }
 }
