@@ -49,7 +49,7 @@ fi
 
 # spawn NAME PATTERN CMD...: starts CMD in the background with stdout in
 # $WORK/NAME.out and stderr in $WORK/NAME.err, waits (up to 30 s) for a
-# stdout line matching PATTERN ("listening on http://ADDR") and stores the
+# stdout line matching PATTERN ("listening on http://ADDR", or grpc://) and stores the
 # URL found in it in SPAWNED_URL (and the process id in SPAWNED_PID). (Not meant for `$(...)`: the process id
 # must reach PIDS in this shell so the exit trap can stop it.)
 spawn() {
@@ -61,7 +61,7 @@ spawn() {
     SPAWNED_PID=$pid
     local deadline=$((SECONDS + 30)) url=""
     while [[ -z "$url" ]]; do
-        url=$(grep -m1 -o "$pattern http://[^ ]*" "$WORK/$name.out" 2>/dev/null | awk '{print $NF}') || true
+        url=$(grep -m1 -oE "$pattern (http|grpc)://[^ ]*" "$WORK/$name.out" 2>/dev/null | awk '{print $NF}') || true
         if [[ -n "$url" ]]; then
             break
         fi

@@ -11,12 +11,23 @@
 #                --prefill-queue-size 100), so every request takes and
 #                releases a slot but none waits
 #
-#   bench/overhead.sh [--quick] [--duration SECS] [--no-build]
+# then HTTP PD beside gRPC PD (both round_robin, no health checks) at
+# concurrency 64 with 16- and 1,024-token prompts: over gRPC the router
+# tokenizes each prompt and detokenizes the answer itself (the gRPC mocks'
+# byte-level tokenizer: one token per prompt byte).
 #
-# Setup: a decode and a prefill pdrouter-mock (no delays); each router runs
-# alone, pinned to core 0 with TOKIO_WORKER_THREADS=1; the mocks and
-# pdrouter-bench share core 1. Requests are `POST /generate` with a two-word
-# text and max_new_tokens 1, non-streaming.
+#   bench/overhead.sh [--quick] [--duration SECS] [--no-build] [--tokenize-check]
+#
+# --tokenize-check runs only this: small requests (16 tokens, concurrency 1)
+# through a gRPC PD router alone, then again while a second client sends
+# ~32k-token prompts back to back; prints both p99s and their difference
+# (target: at most 1 ms more; tokenization of large prompts runs off the
+# router's async threads).
+#
+# Setup: a decode and a prefill pdrouter-mock (no delays), and the same over
+# gRPC; each router runs alone, pinned to core 0 with TOKIO_WORKER_THREADS=1;
+# the mocks and pdrouter-bench share core 1. Requests are `POST /generate`
+# with max_new_tokens 1, non-streaming (a two-word text unless said above).
 #
 # Read the ratio with care: through the router every client request becomes
 # TWO upstream requests (the prefill leg and the decode leg, sent at once),
@@ -28,18 +39,80 @@
 #
 # Output: a table (mode, concurrency, OK req/s, p50 and p99 of OK requests,
 # router CPU seconds, OK requests per router CPU-second = capacity per router
-# core, router CPU microseconds per request) and, last, one line
+# core, router CPU microseconds per request), one line
 #   added_p50_us_c1=… default_added_p50_us_c1=… router_rps_per_core_c64=…
 #   default_rps_per_core_c64=… cpu_per_request_ratio_default_vs_round_robin_c64=… …
-# A run with any unsuccessful request prints a warning. Default 10 s per
-# measurement; --quick uses 3 s. Needs only the Rust toolchain (plus bash,
-# awk and, for pinning, taskset).
+# then the transport table (transport, prompt tokens, the same columns) and
+# one line grpc_vs_http_cpu_per_request_p16=… grpc_vs_http_cpu_per_request_p1024=…
+# (target at 16 tokens: at most 2). A run with any unsuccessful request prints
+# a warning. Default 10 s per measurement; --quick uses 3 s. Needs only the
+# Rust toolchain (plus bash, awk and, for pinning, taskset).
 
 source "$(dirname "$0")/lib.sh"
 
-scenario_args 10 3 '2,38p' "$@"
+TOKENIZE_CHECK=0
+ARGS=()
+for a in "$@"; do
+    if [[ $a == --tokenize-check ]]; then TOKENIZE_CHECK=1; else ARGS+=("$a"); fi
+done
+scenario_args 10 3 '2,49p' "${ARGS[@]}"
 
 ((BUILD)) && build
+
+# Words of the bench's prompts ("w123 w7 ...") average 4.89 bytes with their space: the
+# words giving about TOKENS byte-level tokens.
+words_for() { calc %.0f "$1 / 4.89"; }
+
+# The gRPC fleet: one Prefill and one Decode mock; the router's --prefill flags (the Decode
+# mock fetches the KV room from the Prefill mock's own port) in GRPC_PREFILL_ARGS.
+start_grpc_fleet() {
+    start_mock gprefill prefill --grpc
+    GPREFILL=$SPAWNED_URL
+    GRPC_PREFILL_ARGS=(--prefill "$GPREFILL" "${GPREFILL##*:}")
+    start_mock gdecode decode --grpc
+    GDECODE=$SPAWNED_URL
+    echo "gRPC decode $GDECODE  prefill $GPREFILL" >&2
+}
+
+# prompt_tokens: the prompt length in tokens of the gRPC Decode mock's last request.
+prompt_tokens() {
+    local ids
+    ids=$(http "http://${GDECODE#grpc://}" GET /mock/stats | grep -o '"input_ids":\[[0-9,]*\]' | head -n1)
+    echo $(( $(tr -cd ',' <<<"$ids" | wc -c) + 1 ))
+}
+
+if ((TOKENIZE_CHECK)); then
+    start_grpc_fleet
+    start_router router-grpc --pd-disaggregation "${GRPC_PREFILL_ARGS[@]}" --decode "$GDECODE" \
+        --policy round_robin --disable-health-check
+    ROUTER=$SPAWNED_URL
+    SMALL=(--path /generate --prompt-mean-tokens "$(words_for 16)" --max-tokens 1 --concurrency 1)
+    BIG=(--path /generate --prompt-mean-tokens "$(words_for 31500)" --max-tokens 1 --concurrency 1
+        --timeout 120)
+    wait_ready "$ROUTER" "${SMALL[@]}"
+    bench --url "$ROUTER" "${SMALL[@]}" --duration 0.5 >/dev/null
+    small_tokens=$(prompt_tokens)
+    echo "small requests alone for ${DURATION}s" >&2
+    bench --url "$ROUTER" "${SMALL[@]}" --duration "$DURATION" --label alone >"$WORK/alone.txt"
+    echo "small requests beside a stream of large prompts for ${DURATION}s" >&2
+    bench --url "$ROUTER" "${BIG[@]}" --duration "$DURATION" --label big >"$WORK/big.txt" &
+    big_pid=$!
+    bench --url "$ROUTER" "${SMALL[@]}" --duration "$DURATION" --label beside >"$WORK/beside.txt"
+    wait "$big_pid"
+    big_tokens=$(prompt_tokens)
+    for f in alone beside big; do
+        errors=$(( $(kv "$WORK/$f.txt" requests) - $(kv "$WORK/$f.txt" ok) ))
+        ((errors == 0)) || echo "warning: $f had $errors unsuccessful requests" >&2
+    done
+    p99_alone=$(kv "$WORK/alone.txt" lat_p99_ms)
+    p99_beside=$(kv "$WORK/beside.txt" lat_p99_ms)
+    delta=$(calc %.3f "$p99_beside - $p99_alone")
+    echo "small_prompt_tokens=$small_tokens large_prompt_tokens=$big_tokens" \
+        "large_ok_req_s=$(kv "$WORK/big.txt" ok_rps)" \
+        "small_p99_ms_alone=$p99_alone small_p99_ms_beside_large=$p99_beside" \
+        "p99_added_ms=$delta within_1ms=$(calc %s "($delta <= 1) ? \"yes\" : \"no\"")"
+    exit 0
+fi
 
 start_mock decode decode
 DECODE=$SPAWNED_URL
@@ -63,29 +136,36 @@ router_flags() {
     esac
 }
 
-run() { # MODE CONCURRENCY
-    local mode=$1 c=$2 url extra=()
-    if [[ $mode == direct ]]; then
-        url=$DECODE
-        extra=(--body-extra "$DIRECT_BODY")
-    else
-        url=$ROUTER
-    fi
+# measure LABEL URL CONCURRENCY [BENCH ARGS...]: warms up, then measures; the summary goes
+# to $WORK/LABEL.txt and, unless URL is a mock, the router's CPU seconds to $WORK/LABEL.cpu.
+measure() {
+    local label=$1 url=$2 c=$3
+    shift 3
     # Warm the connections up, then measure.
-    bench --url "$url" "${COMMON[@]}" "${extra[@]}" --concurrency "$c" --duration 0.5 >/dev/null
+    bench --url "$url" "$@" --concurrency "$c" --duration 0.5 >/dev/null
     local cpu0=0
-    [[ $mode == direct ]] || cpu0=$(router_cpu)
-    bench --url "$url" "${COMMON[@]}" "${extra[@]}" --concurrency "$c" --duration "$DURATION" \
-        --label "$mode-c$c" >"$WORK/$mode-c$c.txt"
-    if [[ $mode == direct ]]; then
-        echo 0 >"$WORK/$mode-c$c.cpu"
+    [[ $url == "$ROUTER" ]] && cpu0=$(router_cpu)
+    bench --url "$url" "$@" --concurrency "$c" --duration "$DURATION" \
+        --label "$label" >"$WORK/$label.txt"
+    if [[ $url == "$ROUTER" ]]; then
+        calc %.4f "$(router_cpu) - $cpu0" >"$WORK/$label.cpu"
     else
-        calc %.4f "$(router_cpu) - $cpu0" >"$WORK/$mode-c$c.cpu"
+        echo 0 >"$WORK/$label.cpu"
     fi
-    local errors=$(( $(kv "$WORK/$mode-c$c.txt" requests) - $(kv "$WORK/$mode-c$c.txt" ok) ))
-    ((errors == 0)) || echo "warning: $mode c$c had $errors unsuccessful requests" >&2
+    local errors=$(( $(kv "$WORK/$label.txt" requests) - $(kv "$WORK/$label.txt" ok) ))
+    ((errors == 0)) || echo "warning: $label had $errors unsuccessful requests" >&2
 }
 
+run() { # MODE CONCURRENCY
+    local mode=$1 c=$2
+    if [[ $mode == direct ]]; then
+        measure "$mode-c$c" "$DECODE" "$c" "${COMMON[@]}" --body-extra "$DIRECT_BODY"
+    else
+        measure "$mode-c$c" "$ROUTER" "$c" "${COMMON[@]}"
+    fi
+}
+
+ROUTER=none
 wait_ready "$DECODE" "${COMMON[@]}" --body-extra "$DIRECT_BODY"
 for c in "${CONCURRENCIES[@]}"; do
     echo "running direct at concurrency $c for ${DURATION}s" >&2
@@ -134,3 +214,48 @@ echo "added_p50_us_c1=$(added round_robin) default_added_p50_us_c1=$(added defau
     "rps_ratio_c64=$(calc %.3f "$router_rps / $direct_rps")" \
     "router_rps_per_core_c64=$(per_core round_robin) default_rps_per_core_c64=$(per_core default)" \
     "cpu_per_request_ratio_default_vs_round_robin_c64=$cpu_ratio"
+
+# HTTP PD beside gRPC PD, same router flags, 16- and 1,024-token prompts.
+start_grpc_fleet
+PROMPTS=(16 1024)
+TRANSPORT_C=64
+for transport in http grpc; do
+    if [[ $transport == http ]]; then
+        start_router "router-pd-$transport" --pd-disaggregation --prefill "$PREFILL" \
+            --decode "$DECODE" --policy round_robin --disable-health-check
+    else
+        start_router "router-pd-$transport" --pd-disaggregation "${GRPC_PREFILL_ARGS[@]}" \
+            --decode "$GDECODE" --policy round_robin --disable-health-check
+    fi
+    ROUTER=$SPAWNED_URL
+    ROUTER_PID=$SPAWNED_PID
+    echo "router (PD over $transport) $ROUTER" >&2
+    wait_ready "$ROUTER" --path /generate --max-tokens 1
+    for p in "${PROMPTS[@]}"; do
+        echo "running PD over $transport, ${p}-token prompts, concurrency $TRANSPORT_C for ${DURATION}s" >&2
+        measure "$transport-p$p" "$ROUTER" "$TRANSPORT_C" --path /generate \
+            --prompt-mean-tokens "$(words_for "$p")" --max-tokens 1
+        [[ $transport == grpc ]] && prompt_tokens >"$WORK/grpc-p$p.tokens"
+    done
+    stop "$ROUTER_PID"
+done
+
+echo
+printf '%-10s %13s %12s %10s %10s %12s %16s %18s\n' transport prompt_tokens ok_req/s p50_ms \
+    p99_ms router_cpu_s req/router_cpu_s router_cpu_us/req
+for p in "${PROMPTS[@]}"; do
+    for transport in http grpc; do
+        f="$WORK/$transport-p$p.txt"
+        cpu=$(cat "$WORK/$transport-p$p.cpu")
+        printf '%-10s %13s %12.1f %10.3f %10.3f %12.2f %16s %18s\n' "$transport" \
+            "$(cat "$WORK/grpc-p$p.tokens")" "$(kv "$f" ok_rps)" "$(kv "$f" lat_p50_ms)" \
+            "$(kv "$f" lat_p99_ms)" "$cpu" "$(calc %.0f "$(kv "$f" ok) / $cpu")" \
+            "$(calc %.1f "$cpu * 1000000 / $(kv "$f" ok)")"
+    done
+done
+us_per_req() { calc %.4f "$(cat "$WORK/$1.cpu") * 1000000 / $(kv "$WORK/$1.txt" ok)"; }
+ratios=()
+for p in "${PROMPTS[@]}"; do
+    ratios+=("grpc_vs_http_cpu_per_request_p$p=$(calc %.2f "$(us_per_req "grpc-p$p") / $(us_per_req "http-p$p")")")
+done
+echo "${ratios[*]}"

@@ -321,10 +321,16 @@ async fn a_prefill_failing_to_start_aborts_the_decode_leg() {
     cfg.mode = Mode::PdGrpc;
     cfg.workers[0].bootstrap_port = Some(p.addr().port());
     cfg.admission = admission(2, 2, 30);
+    cfg.breaker.failure_threshold = 1;
     let r = router(cfg).await;
     let reply = post(r.addr(), "/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(reply.error_code(), "prefill_worker_error");
+    // The failure is charged to the Prefill worker only.
+    let snap = r.registry().snapshot();
+    assert!(!snap.of_type(WorkerType::Prefill)[0].is_routable());
+    assert!(snap.of_type(WorkerType::Decode)[0].is_routable());
+    drop(snap);
     assert!(
         eventually(WAIT, || d.stats().aborts_total >= 1).await,
         "Decode aborted"
