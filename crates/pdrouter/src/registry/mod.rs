@@ -179,7 +179,24 @@ impl Registry {
         }
     }
 
-    fn build(&self, spec: &WorkerSpec, dp_rank: Option<u32>, initial: WorkerStatus) -> Arc<Worker> {
+    /// The gRPC channel of `spec`'s worker, `None` for an HTTP worker. Built once per
+    /// registration and shared by its DP-rank entries: one connection per worker.
+    fn channel(spec: &WorkerSpec) -> Option<Arc<crate::grpc::client::WorkerChannel>> {
+        crate::config::is_grpc_url(&spec.url).then(|| {
+            Arc::new(crate::grpc::client::WorkerChannel::new(
+                &spec.url,
+                spec.api_key.as_deref(),
+            ))
+        })
+    }
+
+    fn build(
+        &self,
+        spec: &WorkerSpec,
+        dp_rank: Option<u32>,
+        initial: WorkerStatus,
+        grpc: Option<Arc<crate::grpc::client::WorkerChannel>>,
+    ) -> Arc<Worker> {
         let url = match dp_rank {
             Some(r) => format!("{}@{r}", spec.url),
             None => spec.url.clone(),
@@ -217,9 +234,7 @@ impl Registry {
             model: Default::default(),
             probed: std::sync::atomic::AtomicBool::new(false),
             load_hook: self.load_hook.lock().clone(),
-            grpc: crate::config::is_grpc_url(&spec.url).then(|| {
-                crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref())
-            }),
+            grpc,
         })
     }
 
@@ -242,8 +257,13 @@ impl Registry {
                 return Err(RegisterError::Duplicate(spec.url.clone()));
             }
             let added: Vec<Arc<Worker>> = match dp_ranks {
-                Some(n) if n > 1 => (0..n).map(|r| self.build(spec, Some(r), initial)).collect(),
-                _ => vec![self.build(spec, None, initial)],
+                Some(n) if n > 1 => {
+                    let ch = Self::channel(spec);
+                    (0..n)
+                        .map(|r| self.build(spec, Some(r), initial, ch.clone()))
+                        .collect()
+                }
+                _ => vec![self.build(spec, None, initial, Self::channel(spec))],
             };
             let mut all = cur.all.clone();
             all.extend(added.iter().cloned());
@@ -266,11 +286,12 @@ impl Registry {
             let cur = self.snapshot.load_full();
             let mut all = cur.all.clone();
             let mut pairs = Vec::new();
+            let ch = Self::channel(spec);
             for entry in all
                 .iter_mut()
                 .filter(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)
             {
-                let new = self.build(spec, entry.dp_rank, entry.status());
+                let new = self.build(spec, entry.dp_rank, entry.status(), ch.clone());
                 new.model.store(entry.model());
                 pairs.push((std::mem::replace(entry, new.clone()), new));
             }
@@ -402,6 +423,28 @@ mod tests {
             bootstrap_port: None,
             api_key: None,
         }
+    }
+
+    #[test]
+    fn dp_rank_entries_of_a_grpc_worker_share_one_channel() {
+        let reg = Registry::new(cfg(), None);
+        let ws = reg
+            .register(
+                &spec("grpc://127.0.0.1:1", WorkerType::Regular),
+                Some(2),
+                WorkerStatus::Ready,
+            )
+            .unwrap();
+        let (a, b) = (ws[0].grpc.as_ref().unwrap(), ws[1].grpc.as_ref().unwrap());
+        assert!(Arc::ptr_eq(a, b));
+        let http = reg
+            .register(
+                &spec("http://127.0.0.1:1", WorkerType::Regular),
+                Some(2),
+                WorkerStatus::Ready,
+            )
+            .unwrap();
+        assert!(http.iter().all(|w| w.grpc.is_none()));
     }
 
     fn recorder(reg: &Registry) -> Arc<Mutex<Vec<String>>> {

@@ -142,8 +142,8 @@ pub struct Worker {
     pub(crate) model: ArcSwapOption<ServedModel>,
     pub(crate) probed: std::sync::atomic::AtomicBool,
     pub(crate) load_hook: Option<LoadHook>,
-    /// The gRPC channel of a `grpc://` worker.
-    pub(crate) grpc: Option<crate::grpc::client::WorkerChannel>,
+    /// The gRPC channel of a `grpc://` worker, shared by its DP-rank entries.
+    pub(crate) grpc: Option<std::sync::Arc<crate::grpc::client::WorkerChannel>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -226,7 +226,7 @@ impl Worker {
     }
     /// The gRPC channel, for a `grpc://` worker.
     pub fn grpc(&self) -> Option<&crate::grpc::client::WorkerChannel> {
-        self.grpc.as_ref()
+        self.grpc.as_deref()
     }
     /// Whether the health checker has finished at least one probe of this worker.
     pub fn probed(&self) -> bool {
