@@ -104,6 +104,7 @@ both_transports!(
     unavailable_is_503_and_never_queued_and_probes_take_no_slot,
     non_streaming_slot_is_released_at_prefill_end_not_after_decode,
     waiters_are_admitted_when_a_breaker_turns_half_open_without_polling,
+    streaming_responses_get_the_real_429_not_a_200_stream,
 );
 
 async fn readme_table_one_timeout_then_queue_full(t: Transport) {
@@ -445,9 +446,8 @@ async fn waiters_are_admitted_when_a_breaker_turns_half_open_without_polling(t: 
     assert_eq!(p.stats().requests_total, 2);
 }
 
-#[tokio::test]
-async fn streaming_responses_get_the_real_429_not_a_200_stream() {
-    let Pd { ps, d: _d, r, adm } = pd_with_admission(Transport::Http, 1, 0, 1).await;
+async fn streaming_responses_get_the_real_429_not_a_200_stream(t: Transport) {
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(t, 1, 0, 1).await;
     let p = &ps[0];
     p.controls().set_hang(true);
     let first = hold_slot(r.addr(), p, 0).await;
