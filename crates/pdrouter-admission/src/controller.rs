@@ -81,10 +81,11 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::{AdmissionConfig, deadline_after};
+use crate::drain::DrainMeter;
 use crate::ledger::{Ledger, Slot};
 use crate::permit::{Admitted, Permit};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
-use crate::selector::{Observer, Rejection, Selector};
+use crate::selector::{Observer, Rejected, Rejection, Selector};
 
 /// Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
 ///
@@ -105,6 +106,8 @@ pub(crate) struct Inner {
     queue: Mutex<WaitQueue>,
     /// Instants with a pending `notify_at` timer (so repeated calls share one timer).
     scheduled: Mutex<HashSet<Instant>>,
+    /// Admissions per second, for the `retry_after` of a rejection.
+    drain: DrainMeter,
 }
 
 /// A waiter that reserved a slot under the lock, to be granted after unlocking.
@@ -115,7 +118,7 @@ struct Pending {
 }
 
 enum SlowPath<C> {
-    Done(Result<Admitted<C>, Rejection>),
+    Done(Result<Admitted<C>, Rejected>),
     Wait {
         id: WaiterId,
         rx: oneshot::Receiver<Grant<C>>,
@@ -135,6 +138,7 @@ impl Admission {
                 waiting: AtomicUsize::new(0),
                 queue: Mutex::new(WaitQueue::new()),
                 scheduled: Mutex::new(HashSet::new()),
+                drain: DrainMeter::new(),
             }),
         }
     }
@@ -186,7 +190,7 @@ impl Admission {
     pub fn acquire<S: Selector>(
         &self,
         mut selector: S,
-    ) -> impl Future<Output = Result<Admitted<S::Choice>, Rejection>> + Send + '_ {
+    ) -> impl Future<Output = Result<Admitted<S::Choice>, Rejected>> + Send + '_ {
         async move {
             let inner = &self.inner;
             let mut backoff = None;
@@ -233,6 +237,7 @@ impl Admission {
                 }
             };
             guard.id = None;
+            inner.drain.record();
             inner.observer.admitted(grant.waited);
             Ok(Admitted {
                 choice: grant.choice,
@@ -275,6 +280,15 @@ impl Admission {
                 inner.notify();
             }
         });
+    }
+
+    /// Expected time until a request that joined the queue now would be admitted: the waiters
+    /// ahead of it plus itself, divided by the admissions per second measured over the last
+    /// [`WINDOW`](crate::WINDOW), rounded up and clamped to `[1 s,`
+    /// [`RETRY_AFTER_CAP`](crate::RETRY_AFTER_CAP)`]` (the cap when nothing was admitted in the
+    /// window). This is what a `QueueFull` or `QueueTimeout` rejection carries.
+    pub fn retry_after(&self) -> Duration {
+        self.inner.drain.retry_after(self.queued())
     }
 
     /// The number of waiting requests.
@@ -330,9 +344,18 @@ impl Inner {
         self.cfg.max_inflight_per_worker
     }
 
-    fn reject(&self, reason: Rejection) -> Rejection {
+    fn reject(&self, reason: Rejection) -> Rejected {
         self.observer.rejected(reason);
-        reason
+        let retry_after = match reason {
+            Rejection::QueueFull | Rejection::QueueTimeout => {
+                Some(self.drain.retry_after(self.waiting.load(SeqCst)))
+            }
+            Rejection::Unavailable => None,
+        };
+        Rejected {
+            reason,
+            retry_after,
+        }
     }
 
     /// `Ok(Some)`: admitted. `Ok(None)`: everything full, go slow. `Err(Some(slot))`: reserved,
@@ -362,6 +385,7 @@ impl Inner {
             self.ledger.reserved_forgotten(&slot);
         }
         self.observer.inflight_changed(slot.key(), slot.inflight());
+        self.drain.record();
         self.observer.admitted(Duration::ZERO);
         Admitted {
             choice,

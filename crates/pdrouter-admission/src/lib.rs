@@ -80,6 +80,9 @@
 //!   granted is released and passed on.
 //! - Nothing leaks: after any mix of admissions, releases, timeouts and cancellations,
 //!   [`Admission::queued`] and [`Admission::inflight_total`] return to zero.
+//! - A `QueueFull` or `QueueTimeout` [`Rejected`] carries a `retry_after` in `[1 s,`
+//!   [`RETRY_AFTER_CAP`]`]` estimated from the admissions measured over the last [`WINDOW`],
+//!   never the queue timeout (see [`Admission::retry_after`]).
 //! - Time is read only through `tokio::time`, so tests run on a paused clock.
 //! - No lock is held while a grant is sent or (except for `rank`/`commit` of waiters) while
 //!   caller code runs; no global lock is taken on the fast path when nobody waits.
@@ -90,6 +93,7 @@
 
 mod config;
 pub mod controller;
+mod drain;
 mod ledger;
 mod permit;
 mod queue;
@@ -97,9 +101,10 @@ mod selector;
 
 pub use config::{AdmissionConfig, deadline_after};
 pub use controller::Admission;
+pub use drain::{RETRY_AFTER_CAP, WINDOW};
 pub use ledger::Slot;
 pub use permit::{Admitted, Permit};
-pub use selector::{Observer, Ranking, Rejection, Selector};
+pub use selector::{Observer, Ranking, Rejected, Rejection, Selector};
 
 #[cfg(test)]
 mod tests;

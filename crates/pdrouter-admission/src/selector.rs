@@ -40,6 +40,33 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
+/// A rejection as [`Admission::acquire`](crate::Admission::acquire) returns it: the reason and,
+/// for the two queue rejections, when the client should come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejected {
+    /// Why the request was not admitted.
+    pub reason: Rejection,
+    /// For [`Rejection::QueueFull`] and [`Rejection::QueueTimeout`]: the expected time until a
+    /// request arriving now would be admitted, from the measured drain rate (see
+    /// [`Admission::retry_after`](crate::Admission::retry_after)); `None` for
+    /// [`Rejection::Unavailable`], where no admission rate says when a worker comes back.
+    pub retry_after: Option<Duration>,
+}
+
+impl PartialEq<Rejection> for Rejected {
+    fn eq(&self, other: &Rejection) -> bool {
+        self.reason == *other
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.reason, f)
+    }
+}
+
+impl std::error::Error for Rejected {}
+
 /// Metrics hooks. Every method has a no-op default.
 ///
 /// Hooks are called outside the controller's locks, so calls from different threads may reach the

@@ -567,7 +567,7 @@ mod tests {
         assert_eq!(series(&metrics, gauge), Some(1.0));
         assert_eq!(w.breaker().state(), BreakerState::Open);
         assert_eq!(
-            admission.acquire(selector()).await.err(),
+            admission.acquire(selector()).await.err().map(|r| r.reason),
             Some(Rejection::Unavailable),
             "an arrival at the due instant does not get the slot"
         );

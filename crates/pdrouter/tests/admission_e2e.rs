@@ -463,3 +463,37 @@ async fn streaming_responses_get_the_real_429_not_a_200_stream() {
     p.controls().set_hang(false);
     assert_eq!(first.await.unwrap().0.status, 200);
 }
+
+/// `Retry-After` follows the measured drain rate: one admission in the window suggests the cap,
+/// many quick admissions suggest one second. Neither is the queue timeout.
+#[tokio::test]
+async fn retry_after_follows_the_drain_rate() {
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(1, 0, 60).await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let held = hold_slot(r.addr(), p, 0).await;
+    let slow = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(slow.error_code(), "pd_prefill_queue_full");
+    let cap = pdrouter_admission::RETRY_AFTER_CAP.as_secs().to_string();
+    assert_eq!(slow.header("retry-after"), Some(cap.as_str()));
+    p.controls().set_hang(false);
+    assert_eq!(held.await.unwrap().0.status, 200);
+
+    // 40 more admissions: at least 10 of them within the last 10 s on any machine, so one
+    // request at a time drains in at most a second.
+    for _ in 0..39 {
+        // The slot is released when the Prefill ends, which may be just after the reply.
+        assert!(eventually(EVENT, || adm.inflight_total() == 0).await);
+        let ok = post(r.addr(), "/v1/chat/completions", CHAT).await;
+        assert_eq!(ok.status, 200, "{}", ok.text());
+    }
+    assert!(eventually(EVENT, || adm.inflight_total() == 0).await);
+    p.controls().set_hang(true);
+    let held = hold_slot(r.addr(), p, 0).await;
+    let fast = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(fast.error_code(), "pd_prefill_queue_full");
+    assert_eq!(fast.header("retry-after"), Some("1"));
+    p.controls().set_hang(false);
+    assert_eq!(held.await.unwrap().0.status, 200);
+    assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
+}

@@ -272,7 +272,7 @@ impl Dispatcher {
             {
                 Ok(admitted) => (admitted.choice, Some(admitted.permit)),
                 Err(r) => {
-                    tracing::debug!(reason = r.as_str(), "prefill admission rejected");
+                    tracing::debug!(reason = r.reason.as_str(), "prefill admission rejected");
                     return Err(ApiError::admission(r, adm.config().queue_timeout.as_secs()));
                 }
             },
