@@ -60,6 +60,7 @@ fn setup(n: u32, q: usize, workers: usize) -> (Admission, Arc<Vec<Arc<Slot>>>) {
     let adm = Admission::new(
         AdmissionConfig {
             max_inflight_per_worker: n,
+            max_inflight_tokens_per_worker: None,
             queue_size: q,
             queue_timeout: Duration::from_secs(3600),
         },

@@ -39,6 +39,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let cfg = AdmissionConfig {
 //!     max_inflight_per_worker: 1,
+//!     max_inflight_tokens_per_worker: None,
 //!     queue_size: 0,
 //!     queue_timeout: Duration::from_secs(60),
 //! };

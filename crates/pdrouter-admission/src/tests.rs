@@ -132,6 +132,7 @@ impl Fixture {
         let adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: n,
+                max_inflight_tokens_per_worker: None,
                 queue_size: q,
                 queue_timeout: Duration::from_secs(t_secs),
             },
@@ -795,6 +796,7 @@ async fn stress_cancel_timeout_races_multi_thread() {
         f.adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: N,
+                max_inflight_tokens_per_worker: None,
                 queue_size: 8,
                 queue_timeout: Duration::from_micros(200),
             },

@@ -147,6 +147,7 @@ impl Harness {
         let adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: n,
+                max_inflight_tokens_per_worker: None,
                 queue_size: q,
                 queue_timeout: TIMEOUT,
             },

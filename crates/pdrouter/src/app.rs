@@ -265,6 +265,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: a.max_inflight_per_worker,
+                max_inflight_tokens_per_worker: a.max_inflight_tokens_per_worker,
                 queue_size: a.queue_size,
                 queue_timeout: a.queue_timeout,
             },
@@ -489,6 +490,7 @@ mod tests {
         let admission = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: 1,
+                max_inflight_tokens_per_worker: None,
                 queue_size: 4,
                 queue_timeout: Duration::from_secs(600),
             },

@@ -45,6 +45,13 @@ pub(crate) struct GrpcPlan {
     tokenizer: Arc<Tokenizer>,
 }
 
+impl GrpcPlan {
+    /// The prompt's length as the tokenizer counted it.
+    pub(crate) fn prompt_tokens(&self) -> u64 {
+        u64::from(self.plan.prompt_tokens)
+    }
+}
+
 impl Dispatcher {
     /// Translates `req` once for every attempt.
     pub(crate) async fn grpc_plan(&self, req: &ParsedRequest) -> Result<Box<GrpcPlan>, ApiError> {
