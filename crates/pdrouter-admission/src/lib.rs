@@ -60,8 +60,9 @@
 //!
 //! # Invariants
 //!
-//! - A slot's in-flight count never exceeds `max_inflight_per_worker` (reservation is a CAS that
-//!   refuses at the limit).
+//! - A slot's in-flight count never exceeds `max_inflight_per_worker`, and its prompt tokens
+//!   never exceed `max_inflight_tokens_per_worker` unless it holds a single request (reservation
+//!   is one CAS on both that refuses beyond the limits).
 //! - At most `queue_size` requests wait; with `queue_size == 0` nothing ever waits.
 //! - A request for which no healthy worker matches is rejected `Unavailable` and never queued.
 //! - Filtering, policy ranking and reservation are one step; [`Selector::commit`] is called
