@@ -46,9 +46,11 @@ pub(crate) struct GrpcPlan {
 }
 
 impl GrpcPlan {
-    /// The prompt's length as the tokenizer counted it.
+    /// The prompts' lengths as the tokenizer counted them, summed, times the samples per
+    /// prompt (each sample is prefilled), as the HTTP estimate counts them.
     pub(crate) fn prompt_tokens(&self) -> u64 {
-        u64::from(self.plan.prompt_tokens)
+        let prompts: u64 = self.plan.prompt_tokens.iter().map(|&t| u64::from(t)).sum();
+        prompts.saturating_mul(self.plan.n as u64).max(1)
     }
 }
 
