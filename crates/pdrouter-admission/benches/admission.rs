@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use pdrouter_admission::{
-    Admission, AdmissionConfig, Admitted, Observer, Permit, Ranking, Rejection, Selector, Slot,
+    Admission, AdmissionConfig, Admitted, Observer, Permit, Ranking, Rejected, Selector, Slot,
 };
 use tokio::time::Instant;
 
@@ -60,6 +60,7 @@ fn setup(n: u32, q: usize, workers: usize) -> (Admission, Arc<Vec<Arc<Slot>>>) {
     let adm = Admission::new(
         AdmissionConfig {
             max_inflight_per_worker: n,
+            max_inflight_tokens_per_worker: None,
             queue_size: q,
             queue_timeout: Duration::from_secs(3600),
         },
@@ -73,14 +74,14 @@ fn setup(n: u32, q: usize, workers: usize) -> (Admission, Arc<Vec<Arc<Slot>>>) {
     (adm, slots)
 }
 
-type Acquire = Pin<Box<dyn Future<Output = Result<Admitted<usize>, Rejection>>>>;
+type Acquire = Pin<Box<dyn Future<Output = Result<Admitted<usize>, Rejected>>>>;
 
 fn acquire(adm: &Admission, sel: BenchSel) -> Acquire {
     let adm = adm.clone();
     Box::pin(async move { adm.acquire(sel).await })
 }
 
-fn poll_once(fut: &mut Acquire) -> Option<Result<Admitted<usize>, Rejection>> {
+fn poll_once(fut: &mut Acquire) -> Option<Result<Admitted<usize>, Rejected>> {
     match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(r) => Some(r),
         Poll::Pending => None,

@@ -12,11 +12,47 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionConfig {
     /// Cap `N` on in-flight Prefill requests per worker identity (URL, or URL@rank).
+    /// `u32::MAX` when only a token budget limits the worker.
     pub max_inflight_per_worker: u32,
+    /// Budget `B` of in-flight prompt tokens per worker identity, if any: a request is admitted
+    /// to a worker only if its [prompt tokens](crate::Selector::prompt_tokens) fit in what the
+    /// worker's admitted requests leave of `B`, except that a worker with nothing in flight
+    /// takes any one request (so a prompt larger than `B` runs alone instead of never).
+    pub max_inflight_tokens_per_worker: Option<u32>,
     /// Router-wide wait-queue depth `Q`; 0 means never wait (reject at once when full).
     pub queue_size: usize,
     /// Longest time `T` a request may wait for a slot before `QueueTimeout`.
     pub queue_timeout: Duration,
+}
+
+/// The two per-worker limits, as the reservation checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) count: u32,
+    pub(crate) tokens: Option<u32>,
+}
+
+impl Limits {
+    pub(crate) fn of(cfg: &AdmissionConfig) -> Self {
+        Limits {
+            count: cfg.max_inflight_per_worker,
+            tokens: cfg.max_inflight_tokens_per_worker,
+        }
+    }
+
+    /// Whether a request of `tokens` fits next to `count` requests holding `held` tokens.
+    pub(crate) fn fits(self, count: u32, held: u32, tokens: u32) -> bool {
+        count < self.count
+            && (count == 0
+                || self
+                    .tokens
+                    .is_none_or(|budget| u64::from(held) + u64::from(tokens) <= u64::from(budget)))
+    }
+
+    /// Whether not even a one-token request fits (every request costs at least one token).
+    pub(crate) fn full(self, count: u32, held: u32) -> bool {
+        !self.fits(count, held, 1)
+    }
 }
 
 /// `from + after` without the panic `Instant + Duration` has on overflow. Every deadline

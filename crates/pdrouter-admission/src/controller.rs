@@ -80,11 +80,12 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
-use crate::config::{AdmissionConfig, deadline_after};
+use crate::config::{AdmissionConfig, Limits, deadline_after};
+use crate::drain::DrainMeter;
 use crate::ledger::{Ledger, Slot};
 use crate::permit::{Admitted, Permit};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
-use crate::selector::{Observer, Rejection, Selector};
+use crate::selector::{Observer, Rejected, Rejection, Selector};
 
 /// Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
 ///
@@ -105,17 +106,20 @@ pub(crate) struct Inner {
     queue: Mutex<WaitQueue>,
     /// Instants with a pending `notify_at` timer (so repeated calls share one timer).
     scheduled: Mutex<HashSet<Instant>>,
+    /// Admissions per second, for the `retry_after` of a rejection.
+    drain: DrainMeter,
 }
 
 /// A waiter that reserved a slot under the lock, to be granted after unlocking.
 struct Pending {
     waiter: Box<dyn Waiter>,
     slot: Arc<Slot>,
+    tokens: u32,
     enqueued_at: Instant,
 }
 
 enum SlowPath<C> {
-    Done(Result<Admitted<C>, Rejection>),
+    Done(Result<Admitted<C>, Rejected>),
     Wait {
         id: WaiterId,
         rx: oneshot::Receiver<Grant<C>>,
@@ -135,6 +139,7 @@ impl Admission {
                 waiting: AtomicUsize::new(0),
                 queue: Mutex::new(WaitQueue::new()),
                 scheduled: Mutex::new(HashSet::new()),
+                drain: DrainMeter::new(),
             }),
         }
     }
@@ -186,7 +191,7 @@ impl Admission {
     pub fn acquire<S: Selector>(
         &self,
         mut selector: S,
-    ) -> impl Future<Output = Result<Admitted<S::Choice>, Rejection>> + Send + '_ {
+    ) -> impl Future<Output = Result<Admitted<S::Choice>, Rejected>> + Send + '_ {
         async move {
             let inner = &self.inner;
             let mut backoff = None;
@@ -233,6 +238,7 @@ impl Admission {
                 }
             };
             guard.id = None;
+            inner.drain.record();
             inner.observer.admitted(grant.waited);
             Ok(Admitted {
                 choice: grant.choice,
@@ -277,6 +283,15 @@ impl Admission {
         });
     }
 
+    /// Expected time until a request that joined the queue now would be admitted: the waiters
+    /// ahead of it plus itself, divided by the admissions per second measured over the last
+    /// [`WINDOW`](crate::WINDOW), rounded up and clamped to `[1 s,`
+    /// [`RETRY_AFTER_CAP`](crate::RETRY_AFTER_CAP)`]` (the cap when nothing was admitted in the
+    /// window). This is what a `QueueFull` or `QueueTimeout` rejection carries.
+    pub fn retry_after(&self) -> Duration {
+        self.inner.drain.retry_after(self.queued())
+    }
+
     /// The number of waiting requests.
     pub fn queued(&self) -> usize {
         self.inner.waiting.load(SeqCst)
@@ -311,6 +326,14 @@ impl fmt::Debug for Inner {
     }
 }
 
+/// What a request reserves of a token budget (read here rather than kept in the acquire
+/// future, which a waiting request holds for its whole wait).
+fn tokens_of<S: Selector>(selector: &S) -> u32 {
+    u32::try_from(selector.prompt_tokens())
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
 /// Removes the waiter if the acquire future is dropped while waiting.
 struct CancelOnDrop<'a> {
     inner: &'a Arc<Inner>,
@@ -326,13 +349,29 @@ impl Drop for CancelOnDrop<'_> {
 }
 
 impl Inner {
-    fn limit(&self) -> u32 {
-        self.cfg.max_inflight_per_worker
+    fn limits(&self) -> Limits {
+        Limits::of(&self.cfg)
     }
 
-    fn reject(&self, reason: Rejection) -> Rejection {
+    /// Tells the observer a slot's count and tokens.
+    fn report(&self, slot: &Slot) {
+        self.observer.inflight_changed(slot.key(), slot.inflight());
+        self.observer
+            .tokens_changed(slot.key(), slot.inflight_tokens());
+    }
+
+    fn reject(&self, reason: Rejection) -> Rejected {
         self.observer.rejected(reason);
-        reason
+        let retry_after = match reason {
+            Rejection::QueueFull | Rejection::QueueTimeout => {
+                Some(self.drain.retry_after(self.waiting.load(SeqCst)))
+            }
+            Rejection::Unavailable => None,
+        };
+        Rejected {
+            reason,
+            retry_after,
+        }
     }
 
     /// `Ok(Some)`: admitted. `Ok(None)`: everything full, go slow. `Err(Some(slot))`: reserved,
@@ -342,14 +381,15 @@ impl Inner {
         self: &Arc<Self>,
         selector: &mut S,
     ) -> Result<Option<Admitted<S::Choice>>, Option<Arc<Slot>>> {
+        let tokens = tokens_of(selector);
         let interest = Cell::new(0);
-        match rank_reserve(selector, self.limit(), &interest) {
+        match rank_reserve(selector, self.limits(), tokens, &interest, true) {
             Reserve::Reserved(slot, choice) => {
                 if self.contended.load(SeqCst) != 0 {
                     return Err(Some(slot));
                 }
                 selector.commit(&choice);
-                Ok(Some(self.admitted_now(slot, choice)))
+                Ok(Some(self.admitted_now(slot, tokens, choice)))
             }
             Reserve::Full => Ok(None),
             Reserve::Unavailable => Err(None),
@@ -357,15 +397,16 @@ impl Inner {
     }
 
     /// Bookkeeping for an admission that did not wait (choice already committed).
-    fn admitted_now<C>(self: &Arc<Self>, slot: Arc<Slot>, choice: C) -> Admitted<C> {
+    fn admitted_now<C>(self: &Arc<Self>, slot: Arc<Slot>, tokens: u32, choice: C) -> Admitted<C> {
         if slot.is_forgotten() {
             self.ledger.reserved_forgotten(&slot);
         }
-        self.observer.inflight_changed(slot.key(), slot.inflight());
+        self.report(&slot);
+        self.drain.record();
         self.observer.admitted(Duration::ZERO);
         Admitted {
             choice,
-            permit: Permit::new(slot, Arc::clone(self)),
+            permit: Permit::new(slot, Arc::clone(self), tokens),
             waited: Duration::ZERO,
         }
     }
@@ -375,7 +416,8 @@ impl Inner {
         selector: S,
         backoff: Option<Arc<Slot>>,
     ) -> SlowPath<S::Choice> {
-        let limit = self.limit();
+        let limits = self.limits();
+        let tokens = tokens_of(&selector);
         let now = Instant::now();
         let interest = Cell::new(0);
         let class = selector.wait_class();
@@ -386,7 +428,7 @@ impl Inner {
         let before = queue.len();
         if let Some(slot) = &backoff {
             // Older waiters get the unit first; this arrival then competes as the newest.
-            slot.inflight.fetch_sub(1, SeqCst);
+            slot.unreserve(tokens);
             self.dispatch(&mut queue, Some(slot), &mut pending);
         }
         let may_wait = queue.len() < self.cfg.queue_size;
@@ -394,14 +436,19 @@ impl Inner {
             // Announce before ranking (see the module docs: pairs with `release`).
             self.contended.fetch_add(1, SeqCst);
         }
+        // With a token budget, members of a class differ in size: an arrival that fits where its
+        // class's oldest waiter does not would overtake it, again and again, so it queues
+        // behind instead. (Without a budget, it could not fit where the head does not.)
+        let behind = limits.tokens.is_some() && queue.has_class(class.as_deref());
         let sel = selector.as_mut().expect("selector present");
-        let step = match rank_reserve(sel, limit, &interest) {
+        let step = match rank_reserve(sel, limits, tokens, &interest, !behind) {
             Reserve::Reserved(slot, choice) => Ok((slot, choice)),
             Reserve::Unavailable => Err(Rejection::Unavailable),
             Reserve::Full if !may_wait => Err(Rejection::QueueFull),
             Reserve::Full => {
                 let (tx, rx) = oneshot::channel();
-                let waiter = TypedWaiter::new(selector.take().expect("selector present"), tx);
+                let waiter =
+                    TypedWaiter::new(selector.take().expect("selector present"), tokens, tx);
                 let id = queue.push(Entry {
                     waiter: Box::new(waiter),
                     enqueued_at: now,
@@ -432,7 +479,7 @@ impl Inner {
             Ok((slot, choice)) => {
                 let mut selector = selector.expect("selector present");
                 selector.commit(&choice);
-                Ok(self.admitted_now(slot, choice))
+                Ok(self.admitted_now(slot, tokens, choice))
             }
             Err(reason) => Err(self.reject(reason)),
         })
@@ -451,8 +498,9 @@ impl Inner {
     /// interested in that slot are re-ranked, and the walk stops once the slot is full again.
     /// Called with the queue lock held.
     fn dispatch(&self, queue: &mut WaitQueue, released: Option<&Slot>, pending: &mut Vec<Pending>) {
-        let limit = self.limit();
-        let full = |slot: Option<&Slot>| slot.is_some_and(|s| s.inflight() >= limit);
+        let limits = self.limits();
+        // Full for every waiter: not even a one-token request fits.
+        let full = |slot: Option<&Slot>| slot.is_some_and(|s| s.is_full(limits));
         if full(released) {
             return;
         }
@@ -460,10 +508,15 @@ impl Inner {
         let mut from = 0;
         while let Some((generation, index)) = queue.next_head(from, bit) {
             from = generation + 1;
-            if let Some(slot) = queue.try_reserve(index, limit) {
+            let reserved = queue.try_reserve(index, limits);
+            // With a token budget the next waiter of this class may be smaller and fit on a
+            // worker its predecessor did not: it is visited even if the released slot is full.
+            let successor_may_fit = reserved.is_some() && limits.tokens.is_some();
+            if let Some(slot) = reserved {
                 let entry = queue.remove_at(index);
                 self.contended.fetch_sub(1, SeqCst);
                 pending.push(Pending {
+                    tokens: entry.waiter.tokens(),
                     waiter: entry.waiter,
                     slot,
                     enqueued_at: entry.enqueued_at,
@@ -471,7 +524,7 @@ impl Inner {
             }
             // The released unit is gone (to this waiter, or to a racing fast-path arrival that
             // will give it back through dispatch if anyone waits).
-            if full(released) {
+            if full(released) && !successor_may_fit {
                 break;
             }
         }
@@ -488,34 +541,36 @@ impl Inner {
         while let Some(Pending {
             waiter,
             slot,
+            tokens,
             enqueued_at,
         }) = work.pop_front()
         {
             if slot.is_forgotten() {
                 self.ledger.reserved_forgotten(&slot);
             }
-            self.observer.inflight_changed(slot.key(), slot.inflight());
+            self.report(&slot);
             let waited = now.saturating_duration_since(enqueued_at);
-            if let Err(permit) = waiter.grant(Permit::new(slot, Arc::clone(self)), waited) {
-                let slot = permit.disarm();
+            let permit = Permit::new(slot, Arc::clone(self), tokens);
+            if let Err(permit) = waiter.grant(permit, waited) {
+                let (slot, tokens) = permit.disarm();
                 let mut more = Vec::new();
-                self.release_into(&slot, &mut more);
+                self.release_into(&slot, tokens, &mut more);
                 work.extend(more);
             }
         }
     }
 
-    /// Releases one unit of `slot` (the permit's drop).
-    pub(crate) fn release(self: &Arc<Self>, slot: &Arc<Slot>) {
+    /// Releases one unit of `slot` holding `tokens` (the permit's drop).
+    pub(crate) fn release(self: &Arc<Self>, slot: &Arc<Slot>, tokens: u32) {
         let mut pending = Vec::new();
-        self.release_into(slot, &mut pending);
+        self.release_into(slot, tokens, &mut pending);
         self.deliver(pending);
     }
 
-    fn release_into(&self, slot: &Arc<Slot>, pending: &mut Vec<Pending>) {
+    fn release_into(&self, slot: &Arc<Slot>, tokens: u32, pending: &mut Vec<Pending>) {
         let mut queued = None;
         if self.contended.load(SeqCst) == 0 {
-            slot.inflight.fetch_sub(1, SeqCst);
+            slot.unreserve(tokens);
             // Someone may have announced between the load and the decrement (module docs).
             if self.contended.load(SeqCst) != 0 {
                 let mut queue = self.queue.lock();
@@ -527,12 +582,12 @@ impl Inner {
             // Decrement under the lock so that the unit goes to a waiter before anyone else.
             let mut queue = self.queue.lock();
             let before = queue.len();
-            slot.inflight.fetch_sub(1, SeqCst);
+            slot.unreserve(tokens);
             self.dispatch(&mut queue, Some(slot), pending);
             queued = self.unlock(queue, before);
         }
         let inflight = slot.inflight();
-        self.observer.inflight_changed(slot.key(), inflight);
+        self.report(slot);
         if let Some(len) = queued {
             self.observer.queued_changed(len);
         }

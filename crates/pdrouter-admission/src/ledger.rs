@@ -9,11 +9,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+use crate::config::Limits;
 use crate::selector::Observer;
 
 type Map = Mutex<HashMap<Box<str>, Weak<Slot>>>;
@@ -25,13 +26,17 @@ const FORGOTTEN: u8 = 1;
 /// Forgotten and `slot_forgotten` has fired for the current idle period.
 const REPORTED: u8 = 2;
 
-/// The admission state of one worker identity: its key and its in-flight Prefill count.
+/// The admission state of one worker identity: its key, its in-flight Prefill count and the
+/// prompt tokens those requests hold.
 ///
 /// Obtained from [`Admission::slot`](crate::Admission::slot); selectors return it with each
-/// candidate. The count is changed only by the controller, never beyond the configured limit.
+/// candidate. The count and tokens are changed only by the controller, together (one atomic
+/// word), never beyond the configured limits.
 pub struct Slot {
     key: Box<str>,
-    pub(crate) inflight: AtomicU32,
+    /// `count << 32 | tokens`. Tokens fit in 32 bits: a reservation either fits a budget that
+    /// is a `u32`, or is alone on the slot with at most `u32::MAX` tokens.
+    load: AtomicU64,
     /// One bit (slot number modulo 64) used as a cheap filter of waiters interested in the slot.
     pub(crate) bit: u64,
     state: AtomicU8,
@@ -46,24 +51,45 @@ impl Slot {
 
     /// The number of admitted requests currently holding this slot.
     pub fn inflight(&self) -> u32 {
-        self.inflight.load(SeqCst)
+        split(self.load.load(SeqCst)).0
     }
 
-    /// Reserves one unit if the count is below `limit`. Never exceeds `limit`.
-    pub(crate) fn try_reserve(&self, limit: u32) -> bool {
-        let mut cur = self.inflight.load(SeqCst);
+    /// The prompt tokens the admitted requests on this slot hold.
+    pub fn inflight_tokens(&self) -> u32 {
+        split(self.load.load(SeqCst)).1
+    }
+
+    /// Whether a request of `tokens` would fit now.
+    pub(crate) fn has_room(&self, limits: Limits, tokens: u32) -> bool {
+        let (count, held) = split(self.load.load(SeqCst));
+        limits.fits(count, held, tokens)
+    }
+
+    /// Whether not even a one-token request would fit now.
+    pub(crate) fn is_full(&self, limits: Limits) -> bool {
+        let (count, held) = split(self.load.load(SeqCst));
+        limits.full(count, held)
+    }
+
+    /// Reserves one request of `tokens` if it fits. Never exceeds the limits.
+    pub(crate) fn try_reserve(&self, limits: Limits, tokens: u32) -> bool {
+        let mut cur = self.load.load(SeqCst);
         loop {
-            if cur >= limit {
+            let (count, held) = split(cur);
+            if !limits.fits(count, held, tokens) {
                 return false;
             }
-            match self
-                .inflight
-                .compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst)
-            {
+            let next = (u64::from(count + 1) << 32) | u64::from(held + tokens);
+            match self.load.compare_exchange_weak(cur, next, SeqCst, SeqCst) {
                 Ok(_) => return true,
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Gives back one reservation of `tokens`.
+    pub(crate) fn unreserve(&self, tokens: u32) {
+        self.load.fetch_sub((1 << 32) | u64::from(tokens), SeqCst);
     }
 
     /// Whether the slot is in a forgotten state (the slow bookkeeping path is needed).
@@ -77,6 +103,7 @@ impl fmt::Debug for Slot {
         f.debug_struct("Slot")
             .field("key", &self.key)
             .field("inflight", &self.inflight())
+            .field("tokens", &self.inflight_tokens())
             .field("forgotten", &self.is_forgotten())
             .finish()
     }
@@ -95,6 +122,11 @@ impl Drop for Slot {
             map.remove(&*self.key);
         }
     }
+}
+
+/// `(count, tokens)` of a slot's load word.
+fn split(load: u64) -> (u32, u32) {
+    ((load >> 32) as u32, load as u32)
 }
 
 /// Key → slot map.
@@ -126,7 +158,7 @@ impl Ledger {
         let id = self.next_id.fetch_add(1, SeqCst);
         let slot = Arc::new(Slot {
             key: key.into(),
-            inflight: AtomicU32::new(0),
+            load: AtomicU64::new(0),
             bit: 1 << (id % 64),
             state: AtomicU8::new(LIVE),
             ledger: Arc::downgrade(&self.map),

@@ -39,6 +39,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let cfg = AdmissionConfig {
 //!     max_inflight_per_worker: 1,
+//!     max_inflight_tokens_per_worker: None,
 //!     queue_size: 0,
 //!     queue_timeout: Duration::from_secs(60),
 //! };
@@ -59,8 +60,9 @@
 //!
 //! # Invariants
 //!
-//! - A slot's in-flight count never exceeds `max_inflight_per_worker` (reservation is a CAS that
-//!   refuses at the limit).
+//! - A slot's in-flight count never exceeds `max_inflight_per_worker`, and its prompt tokens
+//!   never exceed `max_inflight_tokens_per_worker` unless it holds a single request (reservation
+//!   is one CAS on both that refuses beyond the limits).
 //! - At most `queue_size` requests wait; with `queue_size == 0` nothing ever waits.
 //! - A request for which no healthy worker matches is rejected `Unavailable` and never queued.
 //! - Filtering, policy ranking and reservation are one step; [`Selector::commit`] is called
@@ -80,6 +82,9 @@
 //!   granted is released and passed on.
 //! - Nothing leaks: after any mix of admissions, releases, timeouts and cancellations,
 //!   [`Admission::queued`] and [`Admission::inflight_total`] return to zero.
+//! - A `QueueFull` or `QueueTimeout` [`Rejected`] carries a `retry_after` in `[1 s,`
+//!   [`RETRY_AFTER_CAP`]`]` estimated from the admissions measured over the last [`WINDOW`],
+//!   never the queue timeout (see [`Admission::retry_after`]).
 //! - Time is read only through `tokio::time`, so tests run on a paused clock.
 //! - No lock is held while a grant is sent or (except for `rank`/`commit` of waiters) while
 //!   caller code runs; no global lock is taken on the fast path when nobody waits.
@@ -90,6 +95,7 @@
 
 mod config;
 pub mod controller;
+mod drain;
 mod ledger;
 mod permit;
 mod queue;
@@ -97,9 +103,10 @@ mod selector;
 
 pub use config::{AdmissionConfig, deadline_after};
 pub use controller::Admission;
+pub use drain::{RETRY_AFTER_CAP, WINDOW};
 pub use ledger::Slot;
 pub use permit::{Admitted, Permit};
-pub use selector::{Observer, Ranking, Rejection, Selector};
+pub use selector::{Observer, Ranking, Rejected, Rejection, Selector};
 
 #[cfg(test)]
 mod tests;

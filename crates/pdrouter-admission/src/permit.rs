@@ -18,7 +18,8 @@ pub struct Admitted<C> {
     pub waited: Duration,
 }
 
-/// One reserved unit of a worker's Prefill slot, released exactly once, when it is dropped.
+/// One reserved unit of a worker's Prefill slot (with the request's prompt tokens), released
+/// exactly once, when it is dropped.
 ///
 /// The router moves it into whatever lives until the Prefill phase ends (the Prefill response
 /// body), and shares it between all backend sub-requests of one client request by wrapping it in
@@ -28,14 +29,16 @@ pub struct Admitted<C> {
 pub struct Permit {
     slot: Arc<Slot>,
     inner: Arc<Inner>,
+    tokens: u32,
     armed: bool,
 }
 
 impl Permit {
-    pub(crate) fn new(slot: Arc<Slot>, inner: Arc<Inner>) -> Self {
+    pub(crate) fn new(slot: Arc<Slot>, inner: Arc<Inner>, tokens: u32) -> Self {
         Permit {
             slot,
             inner,
+            tokens,
             armed: true,
         }
     }
@@ -45,10 +48,15 @@ impl Permit {
         &self.slot
     }
 
+    /// The prompt tokens this reservation holds on the slot.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
     /// Takes the reservation out without releasing it (the caller releases it).
-    pub(crate) fn disarm(mut self) -> Arc<Slot> {
+    pub(crate) fn disarm(mut self) -> (Arc<Slot>, u32) {
         self.armed = false;
-        Arc::clone(&self.slot)
+        (Arc::clone(&self.slot), self.tokens)
     }
 }
 
@@ -56,7 +64,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         if self.armed {
             self.armed = false;
-            self.inner.release(&self.slot);
+            self.inner.release(&self.slot, self.tokens);
         }
     }
 }
@@ -65,6 +73,7 @@ impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("key", &self.slot.key())
+            .field("tokens", &self.tokens)
             .field("inflight", &self.slot.inflight())
             .finish()
     }

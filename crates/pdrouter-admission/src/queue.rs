@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::config::Limits;
 use crate::ledger::Slot;
 use crate::permit::Permit;
 use crate::selector::{Ranking, Selector};
@@ -45,14 +46,17 @@ pub(crate) enum Reserve<C> {
 
 /// Filtering, policy ranking and reservation as one step: reserves the first candidate (in rank
 /// order) that still has room. `interest` accumulates the bits of every slot asked about.
+/// With `reserve` false nothing has room: the ranking only tells `Full` from `Unavailable`.
 pub(crate) fn rank_reserve<S: Selector>(
     selector: &mut S,
-    limit: u32,
+    limits: Limits,
+    tokens: u32,
     interest: &Cell<u64>,
+    reserve: bool,
 ) -> Reserve<S::Choice> {
     let has_room = |slot: &Slot| {
         interest.set(interest.get() | slot.bit);
-        slot.inflight() < limit
+        reserve && slot.has_room(limits, tokens)
     };
     match selector.rank(&has_room) {
         Ranking::Unavailable => Reserve::Unavailable,
@@ -60,7 +64,7 @@ pub(crate) fn rank_reserve<S: Selector>(
             for (slot, choice) in candidates {
                 // A selector may return a slot without asking about it; it still interests us.
                 interest.set(interest.get() | slot.bit);
-                if slot.try_reserve(limit) {
+                if reserve && slot.try_reserve(limits, tokens) {
                     return Reserve::Reserved(slot, choice);
                 }
             }
@@ -73,7 +77,9 @@ pub(crate) fn rank_reserve<S: Selector>(
 pub(crate) trait Waiter: Send {
     /// Rank and reserve; on success commit the choice (kept for [`Waiter::grant`]) and return the
     /// reserved slot. Called with the queue lock held.
-    fn try_reserve(&mut self, limit: u32, interest: &Cell<u64>) -> Option<Arc<Slot>>;
+    fn try_reserve(&mut self, limits: Limits, interest: &Cell<u64>) -> Option<Arc<Slot>>;
+    /// The prompt tokens it reserves.
+    fn tokens(&self) -> u32;
     /// Hands the permit to the waiting caller. Called outside the lock. Gives the permit back if
     /// the caller is gone.
     fn grant(self: Box<Self>, permit: Permit, waited: Duration) -> Result<(), Permit>;
@@ -89,22 +95,24 @@ pub(crate) struct Grant<C> {
 pub(crate) struct TypedWaiter<S: Selector> {
     selector: S,
     choice: Option<S::Choice>,
+    tokens: u32,
     tx: oneshot::Sender<Grant<S::Choice>>,
 }
 
 impl<S: Selector> TypedWaiter<S> {
-    pub(crate) fn new(selector: S, tx: oneshot::Sender<Grant<S::Choice>>) -> Self {
+    pub(crate) fn new(selector: S, tokens: u32, tx: oneshot::Sender<Grant<S::Choice>>) -> Self {
         TypedWaiter {
             selector,
             choice: None,
+            tokens,
             tx,
         }
     }
 }
 
 impl<S: Selector> Waiter for TypedWaiter<S> {
-    fn try_reserve(&mut self, limit: u32, interest: &Cell<u64>) -> Option<Arc<Slot>> {
-        match rank_reserve(&mut self.selector, limit, interest) {
+    fn try_reserve(&mut self, limits: Limits, interest: &Cell<u64>) -> Option<Arc<Slot>> {
+        match rank_reserve(&mut self.selector, limits, self.tokens, interest, true) {
             Reserve::Reserved(slot, choice) => {
                 self.selector.commit(&choice);
                 self.choice = Some(choice);
@@ -114,10 +122,15 @@ impl<S: Selector> Waiter for TypedWaiter<S> {
         }
     }
 
+    fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
     fn grant(self: Box<Self>, permit: Permit, waited: Duration) -> Result<(), Permit> {
         let TypedWaiter {
             selector,
             choice,
+            tokens: _,
             tx,
         } = *self;
         drop(selector);
@@ -202,6 +215,11 @@ impl WaitQueue {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether requests of the named class wait (never for `None`: each such is its own class).
+    pub(crate) fn has_class(&self, key: Option<&str>) -> bool {
+        key.is_some_and(|k| self.by_key.contains_key(k))
     }
 
     /// The class for `key`, created empty if needed.
@@ -309,11 +327,11 @@ impl WaitQueue {
 
     /// Re-ranks the waiter at an occupied position (see [`Waiter::try_reserve`]) and records the
     /// slots it asked about as its class's interest.
-    pub(crate) fn try_reserve(&mut self, index: u32, limit: u32) -> Option<Arc<Slot>> {
+    pub(crate) fn try_reserve(&mut self, index: u32, limits: Limits) -> Option<Arc<Slot>> {
         let node = &mut self.nodes[index as usize];
         let (waiter, _) = node.entry.as_mut().expect("position is occupied");
         let interest = Cell::new(0);
-        let reserved = waiter.try_reserve(limit, &interest);
+        let reserved = waiter.try_reserve(limits, &interest);
         let head = self.classes[node.class as usize].head;
         let head = self.nodes[head as usize].generation;
         if let Some(h) = self.heads.get_mut(&head) {
@@ -392,8 +410,11 @@ mod tests {
 
     struct Dummy;
     impl Waiter for Dummy {
-        fn try_reserve(&mut self, _: u32, _: &Cell<u64>) -> Option<Arc<Slot>> {
+        fn try_reserve(&mut self, _: Limits, _: &Cell<u64>) -> Option<Arc<Slot>> {
             None
+        }
+        fn tokens(&self) -> u32 {
+            1
         }
         fn grant(self: Box<Self>, _: Permit, _: Duration) -> Result<(), Permit> {
             Ok(())
@@ -471,7 +492,11 @@ mod tests {
         assert_eq!(walk(&q, Some(0b100)), [5]);
         // try_reserve records the head's new interest for the class.
         let (_, index) = q.next_head(5, None).unwrap();
-        assert!(q.try_reserve(index, 1).is_none());
+        let limits = Limits {
+            count: 1,
+            tokens: None,
+        };
+        assert!(q.try_reserve(index, limits).is_none());
         assert_eq!(walk(&q, Some(0b100)), [] as [u64; 0]);
         for id in [b0, solo, a3] {
             assert!(q.remove(id).is_some());

@@ -40,6 +40,33 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
+/// A rejection as [`Admission::acquire`](crate::Admission::acquire) returns it: the reason and,
+/// for the two queue rejections, when the client should come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejected {
+    /// Why the request was not admitted.
+    pub reason: Rejection,
+    /// For [`Rejection::QueueFull`] and [`Rejection::QueueTimeout`]: the expected time until a
+    /// request arriving now would be admitted, from the measured drain rate (see
+    /// [`Admission::retry_after`](crate::Admission::retry_after)); `None` for
+    /// [`Rejection::Unavailable`], where no admission rate says when a worker comes back.
+    pub retry_after: Option<Duration>,
+}
+
+impl PartialEq<Rejection> for Rejected {
+    fn eq(&self, other: &Rejection) -> bool {
+        self.reason == *other
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.reason, f)
+    }
+}
+
+impl std::error::Error for Rejected {}
+
 /// Metrics hooks. Every method has a no-op default.
 ///
 /// Hooks are called outside the controller's locks, so calls from different threads may reach the
@@ -49,6 +76,9 @@ impl std::error::Error for Rejection {}
 pub trait Observer: Send + Sync + 'static {
     /// The in-flight count of the worker `key` changed; `inflight` is its current value.
     fn inflight_changed(&self, _key: &str, _inflight: u32) {}
+    /// The in-flight prompt tokens of the worker `key` changed; `tokens` is its current value.
+    /// Called right after each [`inflight_changed`](Observer::inflight_changed).
+    fn tokens_changed(&self, _key: &str, _tokens: u32) {}
     /// The number of waiting requests changed; `queued` is its current value.
     fn queued_changed(&self, _queued: usize) {}
     /// A request was admitted after waiting `waited` ([`Duration::ZERO`] when it did not wait).
@@ -134,5 +164,17 @@ pub trait Selector: Send + 'static {
     /// ranks only the oldest waiter of each class that asked about the released slot.
     fn wait_class(&self) -> Option<Box<str>> {
         None
+    }
+
+    /// The request's prompt tokens, charged against the worker's token budget (if one is
+    /// configured) while the permit is held. Read once per acquire; a value below 1 counts as 1
+    /// and one above `u32::MAX` as `u32::MAX`. The default, 1, suits selectors that do not know.
+    ///
+    /// Requests of one [wait class](Selector::wait_class) may differ in size: the class is still
+    /// served in arrival order, so a large request at its head waits for room (at worst until
+    /// its worker is empty) and the smaller ones behind it wait too, instead of overtaking it
+    /// for ever.
+    fn prompt_tokens(&self) -> u64 {
+        1
     }
 }

@@ -132,6 +132,7 @@ impl Fixture {
         let adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: n,
+                max_inflight_tokens_per_worker: None,
                 queue_size: q,
                 queue_timeout: Duration::from_secs(t_secs),
             },
@@ -161,11 +162,11 @@ impl Fixture {
         }
     }
 
-    async fn get(&self, target: Target) -> Result<Admitted<String>, Rejection> {
+    async fn get(&self, target: Target) -> Result<Admitted<String>, Rejected> {
         self.adm.acquire(self.sel(target)).await
     }
 
-    fn spawn(&self, target: Target) -> JoinHandle<Result<Admitted<String>, Rejection>> {
+    fn spawn(&self, target: Target) -> JoinHandle<Result<Admitted<String>, Rejected>> {
         let adm = self.adm.clone();
         let sel = self.sel(target);
         tokio::spawn(async move { adm.acquire(sel).await })
@@ -192,8 +193,8 @@ async fn settle() {
 }
 
 async fn done(
-    h: JoinHandle<Result<Admitted<String>, Rejection>>,
-) -> Result<Admitted<String>, Rejection> {
+    h: JoinHandle<Result<Admitted<String>, Rejected>>,
+) -> Result<Admitted<String>, Rejected> {
     assert!(h.is_finished(), "task should have finished");
     h.await.expect("task did not panic")
 }
@@ -795,6 +796,7 @@ async fn stress_cancel_timeout_races_multi_thread() {
         f.adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: N,
+                max_inflight_tokens_per_worker: None,
                 queue_size: 8,
                 queue_timeout: Duration::from_micros(200),
             },
@@ -851,4 +853,44 @@ async fn stress_cancel_timeout_races_multi_thread() {
         })
         .max();
     assert!(max <= Some(N));
+}
+
+// ---------------------------------------------------------------- retry-after estimate
+
+#[tokio::test(start_paused = true)]
+async fn rejections_carry_retry_after_from_the_drain_rate_never_the_timeout() {
+    let f = Fixture::new(1, 2, 600, &["w0"]);
+    // Nothing admitted yet: the cap.
+    assert_eq!(f.adm.retry_after(), RETRY_AFTER_CAP);
+    // 21 admissions in the window: 2.1 per second.
+    for _ in 0..20 {
+        drop(f.get(Target::Any).await.unwrap());
+    }
+    let held = f.get(Target::Any).await.unwrap();
+    let waiters = [f.spawn(Target::Any), f.spawn(Target::Any)];
+    settle().await;
+    assert_eq!(f.adm.queued(), 2);
+    // Two ahead plus itself at 2.1 per second: 1.43 s, rounded up.
+    let full = f.get(Target::Any).await.unwrap_err();
+    assert_eq!(full, Rejection::QueueFull);
+    assert_eq!(full.retry_after, Some(Duration::from_secs(2)));
+    // The admissions leave the window: nothing drains, so the cap.
+    tokio::time::advance(WINDOW).await;
+    let full = f.get(Target::Any).await.unwrap_err();
+    assert_eq!(full.retry_after, Some(RETRY_AFTER_CAP));
+    // A queue timeout of 600 s is not what the waiters are told.
+    tokio::time::advance(Duration::from_secs(600)).await;
+    settle().await;
+    for w in waiters {
+        let timed_out = done(w).await.unwrap_err();
+        assert_eq!(timed_out, Rejection::QueueTimeout);
+        assert_eq!(timed_out.retry_after, Some(RETRY_AFTER_CAP));
+    }
+    drop(held);
+    // No worker at all: no rate says when one comes back.
+    let none = Fixture::new(1, 2, 600, &[]);
+    let unavailable = none.get(Target::Any).await.unwrap_err();
+    assert_eq!(unavailable, Rejection::Unavailable);
+    assert_eq!(unavailable.retry_after, None);
+    f.assert_clean();
 }

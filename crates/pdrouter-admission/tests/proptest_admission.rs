@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use pdrouter_admission::{
-    Admission, AdmissionConfig, Admitted, Observer, Permit, Ranking, Rejection, Selector, Slot,
+    Admission, AdmissionConfig, Admitted, Observer, Permit, RETRY_AFTER_CAP, Ranking, Rejected,
+    Rejection, Selector, Slot,
 };
 use proptest::prelude::*;
 use tokio::sync::mpsc;
@@ -124,8 +125,8 @@ struct Harness {
     n: u32,
     q: usize,
     world: Arc<Mutex<World>>,
-    rx: mpsc::UnboundedReceiver<(u32, Result<Admitted<String>, Rejection>)>,
-    tx: mpsc::UnboundedSender<(u32, Result<Admitted<String>, Rejection>)>,
+    rx: mpsc::UnboundedReceiver<(u32, Result<Admitted<String>, Rejected>)>,
+    tx: mpsc::UnboundedSender<(u32, Result<Admitted<String>, Rejected>)>,
     next_id: u32,
     /// Whether selectors name their wait class.
     classed: bool,
@@ -146,6 +147,7 @@ impl Harness {
         let adm = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: n,
+                max_inflight_tokens_per_worker: None,
                 queue_size: q,
                 queue_timeout: TIMEOUT,
             },
@@ -295,12 +297,18 @@ impl Harness {
                     results.insert(id, Ok(()));
                     self.held.push((id, a.permit));
                 }
-                Err(Rejection::QueueTimeout) => {
-                    prop_assert!(now >= w.deadline, "timed out early: {id}");
-                    results.insert(id, Err(Rejection::QueueTimeout));
-                }
                 Err(e) => {
-                    results.insert(id, Err(e));
+                    if e.reason == Rejection::QueueTimeout {
+                        prop_assert!(now >= w.deadline, "timed out early: {id}");
+                    }
+                    // Queue rejections say when to come back, within the cap; never the timeout.
+                    let in_range =
+                        |d: Duration| d >= Duration::from_secs(1) && d <= RETRY_AFTER_CAP;
+                    match e.reason {
+                        Rejection::Unavailable => prop_assert_eq!(e.retry_after, None),
+                        _ => prop_assert!(e.retry_after.is_some_and(in_range), "{:?}", e),
+                    }
+                    results.insert(id, Err(e.reason));
                 }
             }
         }

@@ -269,6 +269,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: a.max_inflight_per_worker,
+                max_inflight_tokens_per_worker: a.max_inflight_tokens_per_worker,
                 queue_size: a.queue_size,
                 queue_timeout: a.queue_timeout,
             },
@@ -493,6 +494,7 @@ mod tests {
         let admission = Admission::new(
             AdmissionConfig {
                 max_inflight_per_worker: 1,
+                max_inflight_tokens_per_worker: None,
                 queue_size: 4,
                 queue_timeout: Duration::from_secs(600),
             },
@@ -571,7 +573,7 @@ mod tests {
         assert_eq!(series(&metrics, gauge), Some(1.0));
         assert_eq!(w.breaker().state(), BreakerState::Open);
         assert_eq!(
-            admission.acquire(selector()).await.err(),
+            admission.acquire(selector()).await.err().map(|r| r.reason),
             Some(Rejection::Unavailable),
             "an arrival at the due instant does not get the slot"
         );

@@ -216,6 +216,15 @@ pub struct LaunchArgs {
     /// admission.
     #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Prefill admission")]
     pub prefill_max_inflight_requests_per_worker: i64,
+    /// In-flight prompt tokens per Prefill worker (per DP rank), 1-1000000000: a request is
+    /// admitted to a worker only if its prompt tokens fit what the worker's admitted requests
+    /// leave; an idle worker takes any one request. Alone or with the request limit.
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        help_heading = "Prefill admission"
+    )]
+    pub prefill_max_inflight_tokens_per_worker: Option<i64>,
     /// Router-wide wait-queue depth, 0-1000000 (default 100 when admission is on; 0 = never
     /// wait).
     #[arg(
@@ -574,6 +583,7 @@ impl LaunchArgs {
         }
         let admission: Option<AdmissionSettings> = RawAdmission {
             max_inflight: self.prefill_max_inflight_requests_per_worker,
+            max_inflight_tokens: self.prefill_max_inflight_tokens_per_worker,
             queue_size: self.prefill_queue_size,
             queue_timeout_secs: self.prefill_queue_timeout_secs,
         }

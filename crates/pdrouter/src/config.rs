@@ -129,6 +129,12 @@ pub mod range {
     /// `--prefill-max-inflight-requests-per-worker` when positive (`<= 0` turns admission off).
     pub const PREFILL_MAX_INFLIGHT: FlagRange =
         FlagRange::new("--prefill-max-inflight-requests-per-worker", 1.0, 100_000.0);
+    /// `--prefill-max-inflight-tokens-per-worker` (prompt tokens per worker, up to 10^9).
+    pub const PREFILL_MAX_INFLIGHT_TOKENS: FlagRange = FlagRange::new(
+        "--prefill-max-inflight-tokens-per-worker",
+        1.0,
+        1_000_000_000.0,
+    );
     /// `--prefill-queue-size` (each waiter is a client connection).
     pub const PREFILL_QUEUE_SIZE: FlagRange =
         FlagRange::new("--prefill-queue-size", 0.0, 1_000_000.0);
@@ -217,6 +223,7 @@ pub const FLAG_RANGES: &[FlagRange] = &[
     range::EVICTION_INTERVAL_SECS,
     range::MAX_TREE_SIZE,
     range::PREFILL_MAX_INFLIGHT,
+    range::PREFILL_MAX_INFLIGHT_TOKENS,
     range::PREFILL_QUEUE_SIZE,
     range::PREFILL_QUEUE_TIMEOUT_SECS,
     range::RETRY_MAX_RETRIES,
@@ -421,11 +428,14 @@ pub struct HealthConfig {
     pub endpoint: String,
 }
 
-/// Prefill admission settings; present only when the per-worker limit is positive.
+/// Prefill admission settings; present only when a per-worker limit (count or tokens) is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmissionSettings {
-    /// In-flight Prefill requests per worker (per DP rank).
+    /// In-flight Prefill requests per worker (per DP rank); [`NO_COUNT_LIMIT`] when only the
+    /// token budget limits workers.
     pub max_inflight_per_worker: u32,
+    /// In-flight prompt tokens per worker (per DP rank), if budgeted.
+    pub max_inflight_tokens_per_worker: Option<u32>,
     /// Router-wide wait-queue depth; 0 = never wait.
     pub queue_size: usize,
     /// Longest wait for a slot.
@@ -581,11 +591,16 @@ impl RawLimiter {
 /// seconds let the first end cleanly (keeping its pooled connection) and bound the second.
 pub const PREFILL_GRACE_AFTER_DECODE: Duration = Duration::from_secs(5);
 
+/// [`AdmissionSettings::max_inflight_per_worker`] when only a token budget is given.
+pub const NO_COUNT_LIMIT: u32 = u32::MAX;
+
 /// Admission flags as given, before validation.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RawAdmission {
     /// `--prefill-max-inflight-requests-per-worker`.
     pub max_inflight: i64,
+    /// `--prefill-max-inflight-tokens-per-worker`, if given.
+    pub max_inflight_tokens: Option<i64>,
     /// `--prefill-queue-size`, if given.
     pub queue_size: Option<i64>,
     /// `--prefill-queue-timeout-secs`, if given.
@@ -615,29 +630,41 @@ impl RawAdmission {
         mode: Mode,
         priority_scheduler: bool,
     ) -> Result<Option<AdmissionSettings>, ConfigError> {
-        if self.max_inflight <= 0 {
+        // In range, so the conversions below are exact.
+        let tokens = match self.max_inflight_tokens {
+            None => None,
+            Some(t) => Some(range::PREFILL_MAX_INFLIGHT_TOKENS.check(t)? as u32),
+        };
+        if self.max_inflight <= 0 && tokens.is_none() {
             if self.queue_size.is_some() || self.queue_timeout_secs.is_some() {
                 return Err(bad(
                     "--prefill-queue-size and --prefill-queue-timeout-secs need a positive \
-                     --prefill-max-inflight-requests-per-worker (admission is off)",
+                     --prefill-max-inflight-requests-per-worker or \
+                     --prefill-max-inflight-tokens-per-worker (admission is off)",
                 ));
             }
             return Ok(None);
         }
+        let flag = if self.max_inflight > 0 {
+            "--prefill-max-inflight-requests-per-worker"
+        } else {
+            "--prefill-max-inflight-tokens-per-worker"
+        };
         if !mode.is_pd() {
-            return Err(bad(
-                "--prefill-max-inflight-requests-per-worker needs PD mode \
-                 (--pd-disaggregation with --prefill and --decode workers)",
-            ));
+            return Err(bad(format!(
+                "{flag} needs PD mode (--pd-disaggregation with --prefill and --decode workers)"
+            )));
         }
         if priority_scheduler {
-            return Err(bad(
-                "--prefill-max-inflight-requests-per-worker cannot be combined with \
-                 --priority-scheduler-enabled; choose one",
-            ));
+            return Err(bad(format!(
+                "{flag} cannot be combined with --priority-scheduler-enabled; choose one"
+            )));
         }
-        // In range, so the conversions below are exact.
-        let max = range::PREFILL_MAX_INFLIGHT.check(self.max_inflight)? as u32;
+        let max = if self.max_inflight > 0 {
+            range::PREFILL_MAX_INFLIGHT.check(self.max_inflight)? as u32
+        } else {
+            NO_COUNT_LIMIT
+        };
         let queue_size = match self.queue_size {
             None => DEFAULT_QUEUE_SIZE,
             Some(q) => range::PREFILL_QUEUE_SIZE.check(q)? as usize,
@@ -654,6 +681,7 @@ impl RawAdmission {
         }
         Ok(Some(AdmissionSettings {
             max_inflight_per_worker: max,
+            max_inflight_tokens_per_worker: tokens,
             queue_size,
             queue_timeout: Duration::from_secs(timeout),
         }))
@@ -788,7 +816,12 @@ impl Config {
             range::WORKER_STARTUP_CHECK_INTERVAL.check_duration(w.check_interval, secs)?;
         }
         if let Some(a) = self.admission {
-            range::PREFILL_MAX_INFLIGHT.check(a.max_inflight_per_worker)?;
+            if a.max_inflight_per_worker != NO_COUNT_LIMIT {
+                range::PREFILL_MAX_INFLIGHT.check(a.max_inflight_per_worker)?;
+            }
+            if let Some(t) = a.max_inflight_tokens_per_worker {
+                range::PREFILL_MAX_INFLIGHT_TOKENS.check(t)?;
+            }
             range::PREFILL_QUEUE_SIZE.check(a.queue_size)?;
             range::PREFILL_QUEUE_TIMEOUT_SECS.check_duration(a.queue_timeout, secs)?;
         }
@@ -870,7 +903,35 @@ mod tests {
             max_inflight: max,
             queue_size: q,
             queue_timeout_secs: t,
+            max_inflight_tokens: None,
         }
+    }
+
+    #[test]
+    fn a_token_budget_alone_or_with_the_count_turns_admission_on() {
+        let tokens = |max, t| RawAdmission {
+            max_inflight_tokens: Some(t),
+            ..raw(max, None, None)
+        };
+        let alone = tokens(-1, 4096)
+            .resolve(Mode::PdHttp, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(alone.max_inflight_per_worker, NO_COUNT_LIMIT);
+        assert_eq!(alone.max_inflight_tokens_per_worker, Some(4096));
+        assert_eq!(alone.queue_size, DEFAULT_QUEUE_SIZE);
+        let both = tokens(2, 1).resolve(Mode::PdGrpc, false).unwrap().unwrap();
+        assert_eq!(both.max_inflight_per_worker, 2);
+        assert_eq!(both.max_inflight_tokens_per_worker, Some(1));
+        for bad in [0, -5, 1_000_000_001] {
+            let err = tokens(2, bad).resolve(Mode::PdHttp, false).unwrap_err();
+            assert!(
+                err.0.contains("--prefill-max-inflight-tokens-per-worker"),
+                "{err:?}"
+            );
+        }
+        let regular = tokens(-1, 10).resolve(Mode::Regular, false).unwrap_err();
+        assert!(regular.0.contains("needs PD mode"), "{regular:?}");
     }
 
     #[test]

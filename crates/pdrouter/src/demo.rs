@@ -67,6 +67,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     cfg.shutdown_grace = Duration::from_secs(5);
     cfg.admission = Some(AdmissionSettings {
         max_inflight_per_worker: LIMIT,
+        max_inflight_tokens_per_worker: None,
         queue_size: QUEUE,
         queue_timeout: Duration::from_secs(10),
     });

@@ -7,7 +7,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use pdrouter_admission::Rejection;
+use pdrouter_admission::{Rejected, Rejection};
 
 /// Header carrying the machine-readable error code.
 pub const ERROR_CODE_HEADER: &str = "x-smg-error-code";
@@ -200,11 +200,16 @@ impl ApiError {
         )
     }
 
-    /// A local Prefill admission rejection (never retried).
-    pub fn admission(rejection: Rejection, queue_timeout_secs: u64) -> Self {
-        match rejection {
+    /// A local Prefill admission rejection (never retried). The two queue rejections carry
+    /// `Retry-After`: the controller's estimate from the queue's measured drain rate, in whole
+    /// seconds (already rounded up and clamped to at least 1 s and at most the admission cap).
+    pub fn admission(rejected: Rejected, queue_timeout_secs: u64) -> Self {
+        let retry_after = rejected
+            .retry_after
+            .map(|d| (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1));
+        match rejected.reason {
             Rejection::QueueFull => Self {
-                retry_after: Some(1),
+                retry_after,
                 ..Self::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "pd_prefill_queue_full",
@@ -212,7 +217,7 @@ impl ApiError {
                 )
             },
             Rejection::QueueTimeout => Self {
-                retry_after: Some(queue_timeout_secs.clamp(1, 60)),
+                retry_after,
                 ..Self::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "pd_prefill_queue_timeout",
@@ -500,20 +505,26 @@ mod tests {
 
     #[test]
     fn admission_errors_carry_retry_after_and_code() {
-        let resp = ApiError::admission(Rejection::QueueTimeout, 2).into_response();
+        let rejected = |reason, secs: Option<f64>| Rejected {
+            reason,
+            retry_after: secs.map(std::time::Duration::from_secs_f64),
+        };
+        let resp =
+            ApiError::admission(rejected(Rejection::QueueTimeout, Some(3.0)), 60).into_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(
             resp.headers()[ERROR_CODE_HEADER],
             "pd_prefill_queue_timeout"
         );
-        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
-        let full = ApiError::admission(Rejection::QueueFull, 60);
+        // The estimate, not the 60 s queue timeout.
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "3");
+        let full = ApiError::admission(rejected(Rejection::QueueFull, Some(2.5)), 60);
         assert_eq!(full.code, "pd_prefill_queue_full");
         assert!(!full.retryable);
-        assert_eq!(
-            ApiError::admission(Rejection::Unavailable, 1).status,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_eq!(full.retry_after, Some(3), "rounded up to whole seconds");
+        let unavailable = ApiError::admission(rejected(Rejection::Unavailable, None), 1);
+        assert_eq!(unavailable.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(unavailable.retry_after, None);
     }
 
     #[test]

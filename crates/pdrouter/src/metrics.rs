@@ -155,6 +155,7 @@ pub struct Metrics {
     pd_prefill_duration: Histogram,
     pd_prefill_after_decode: Family<OutcomeLabel, Counter>,
     admission_inflight: Family<WorkerLabel, Gauge>,
+    admission_inflight_tokens: Family<WorkerLabel, Gauge>,
     admission_queued: Gauge,
     admission_wait: Histogram,
     admission_rejections: Family<ReasonLabel, Counter>,
@@ -184,6 +185,7 @@ impl Metrics {
             pd_prefill_duration: latency_histogram(),
             pd_prefill_after_decode: Family::default(),
             admission_inflight: Family::default(),
+            admission_inflight_tokens: Family::default(),
             admission_queued: Gauge::default(),
             admission_wait: latency_histogram(),
             admission_rejections: Family::default(),
@@ -269,6 +271,12 @@ impl Metrics {
             "smg_pd_prefill_admission_inflight",
             "Prefill requests this router has in flight per Prefill worker (router admission only)",
             m.admission_inflight.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_inflight_tokens",
+            "Prompt tokens of the Prefill requests this router has in flight per Prefill worker \
+             (router admission only; estimated from the body for HTTP workers)",
+            m.admission_inflight_tokens.clone(),
         );
         registry.register(
             "smg_pd_prefill_admission_queued",
@@ -460,10 +468,13 @@ impl Metrics {
             .get_or_create(&l)
             .set(w.breaker().state() as i64);
         self.worker_active.get_or_create(&l).set(w.load() as i64);
-        if w.slot().is_some() {
+        if let Some(slot) = w.slot() {
             self.admission_inflight
                 .get_or_create(&l)
-                .set(w.slot().map_or(0, |s| i64::from(s.inflight())));
+                .set(i64::from(slot.inflight()));
+            self.admission_inflight_tokens
+                .get_or_create(&l)
+                .set(i64::from(slot.inflight_tokens()));
         }
     }
 
@@ -508,6 +519,14 @@ impl pdrouter_admission::Observer for Metrics {
             .set(i64::from(inflight));
     }
 
+    fn tokens_changed(&self, key: &str, tokens: u32) {
+        self.admission_inflight_tokens
+            .get_or_create(&WorkerLabel {
+                worker: key.to_string(),
+            })
+            .set(i64::from(tokens));
+    }
+
     fn queued_changed(&self, queued: usize) {
         self.admission_queued.set(queued as i64);
     }
@@ -525,8 +544,10 @@ impl pdrouter_admission::Observer for Metrics {
     }
 
     fn slot_forgotten(&self, key: &str) {
-        self.admission_inflight.remove(&WorkerLabel {
+        let label = WorkerLabel {
             worker: key.to_string(),
-        });
+        };
+        self.admission_inflight.remove(&label);
+        self.admission_inflight_tokens.remove(&label);
     }
 }

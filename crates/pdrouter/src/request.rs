@@ -75,6 +75,9 @@ pub struct ParsedRequest {
     pub n: usize,
     /// `/generate` asks for logprobs (`return_logprob` true, for the request or any prompt).
     pub logprobs: bool,
+    /// Prompt tokens the request makes its Prefill worker process (see [`estimate_tokens`]),
+    /// charged against an admission token budget.
+    pub prompt_tokens: u64,
 }
 
 impl ParsedRequest {
@@ -182,6 +185,33 @@ fn prompt_shape(
             },
         )),
     }
+}
+
+/// Bytes per token assumed when estimating from text: about right for English with common
+/// BPE tokenizers, and on the high side (more tokens) for code and most other languages' text
+/// counted in UTF-8 bytes.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// The prompt tokens of a request without a tokenizer: every integer in the prompt counts as one
+/// token (token ids are exact), and all its text counts as its UTF-8 bytes divided by
+/// [`BYTES_PER_TOKEN`], rounded up; the total is multiplied by `n` (each sample is prefilled)
+/// and is at least 1. The prompt is `messages` (chat: every string in it, roles and tool calls
+/// included), `prompt` (completions), `input` (responses) or `text`/`input_ids` (generate).
+pub fn estimate_tokens(prompt: &Value, n: usize) -> u64 {
+    fn walk(v: &Value, bytes: &mut u64, ids: &mut u64) {
+        match v {
+            Value::String(s) => *bytes = bytes.saturating_add(s.len() as u64),
+            Value::Number(_) => *ids = ids.saturating_add(1),
+            Value::Array(items) => items.iter().for_each(|i| walk(i, bytes, ids)),
+            Value::Object(fields) => fields.values().for_each(|f| walk(f, bytes, ids)),
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+    let (mut bytes, mut ids) = (0, 0);
+    walk(prompt, &mut bytes, &mut ids);
+    ids.saturating_add(bytes.div_ceil(BYTES_PER_TOKEN))
+        .saturating_mul(n as u64)
+        .max(1)
 }
 
 fn chat_text(messages: &[Value]) -> Result<Arc<str>, ApiError> {
@@ -402,6 +432,16 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
     // A named model is forwarded as is, so only an empty or null `model` may be replaced.
     let replaces_field = ROUTER_FIELDS.iter().any(|k| body.contains_key(*k))
         || (model.is_none() && body.contains_key("model"));
+    let prompt = match endpoint {
+        Endpoint::ChatCompletions => body.get("messages"),
+        Endpoint::Completions => body.get("prompt"),
+        Endpoint::Responses => body.get("input"),
+        Endpoint::Generate => body
+            .get("text")
+            .filter(|t| !t.is_null())
+            .or_else(|| body.get("input_ids")),
+    };
+    let prompt_tokens = prompt.map_or(1, |p| estimate_tokens(p, n));
     let object = replaces_field.then_some(body);
     Ok(ParsedRequest {
         endpoint,
@@ -413,6 +453,7 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
         batch,
         n,
         logprobs,
+        prompt_tokens,
     })
 }
 
@@ -534,5 +575,29 @@ mod tests {
             br#"{"messages":[{"role":"user","content":"hello"}],"n":2,"stream":true}"#,
         );
         assert_eq!((r.n, r.stream, &*r.text), (2, true, "hello"));
+    }
+
+    #[test]
+    fn prompt_tokens_are_estimated_from_text_and_counted_from_ids() {
+        // 17 bytes of text ("user" + 13): 5 tokens.
+        let chat = ok(
+            Endpoint::ChatCompletions,
+            br#"{"messages":[{"role":"user","content":"hello, world!"}]}"#,
+        );
+        assert_eq!(chat.prompt_tokens, 5);
+        // Token ids are exact, times the samples.
+        let ids = ok(
+            Endpoint::Generate,
+            br#"{"input_ids":[1,2,3,4,5,6,7],"sampling_params":{"n":2}}"#,
+        );
+        assert_eq!(ids.prompt_tokens, 14);
+        // A batch sums its prompts: 8 bytes (2) + 3 ids.
+        let batch = ok(Endpoint::Completions, br#"{"prompt":["abcdefgh",[1,2,3]]}"#);
+        assert_eq!(batch.prompt_tokens, 5);
+        // Never zero.
+        let empty = ok(Endpoint::Generate, br#"{"text":""}"#);
+        assert_eq!(empty.prompt_tokens, 1);
+        let input = ok(Endpoint::Responses, br#"{"input":"abcde"}"#);
+        assert_eq!(input.prompt_tokens, 2);
     }
 }

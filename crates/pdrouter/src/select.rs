@@ -54,6 +54,7 @@ pub struct Candidates {
     worker_type: WorkerType,
     wanted: Wanted,
     order: Vec<usize>,
+    prompt_tokens: u32,
 }
 
 impl Candidates {
@@ -70,7 +71,14 @@ impl Candidates {
             worker_type,
             wanted,
             order: Vec::new(),
+            prompt_tokens: 1,
         }
+    }
+
+    /// The request's prompt tokens, for an admission token budget (default 1).
+    pub fn with_prompt_tokens(mut self, tokens: u64) -> Self {
+        self.prompt_tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+        self
     }
 
     fn info(&self) -> RequestInfo<'_> {
@@ -171,6 +179,10 @@ impl Selector for Candidates {
 
     fn commit(&mut self, choice: &Arc<Worker>) {
         self.policy.commit(&[&**choice], 0, &self.info());
+    }
+
+    fn prompt_tokens(&self) -> u64 {
+        u64::from(self.prompt_tokens)
     }
 
     /// Requests of one worker type with the same strict target (or none) and the same model

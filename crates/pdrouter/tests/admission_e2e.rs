@@ -458,3 +458,85 @@ async fn streaming_responses_get_the_real_429_not_a_200_stream(t: Transport) {
     p.controls().set_hang(false);
     assert_eq!(first.await.unwrap().0.status, 200);
 }
+
+/// `Retry-After` follows the measured drain rate: one admission in the window suggests the cap,
+/// many quick admissions suggest one second. Neither is the queue timeout.
+#[tokio::test]
+async fn retry_after_follows_the_drain_rate() {
+    let Pd { ps, d: _d, r, adm } = pd_with_admission(Transport::Http, 1, 0, 60).await;
+    let p = &ps[0];
+    p.controls().set_hang(true);
+    let held = hold_slot(r.addr(), p, 0).await;
+    let slow = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(slow.error_code(), "pd_prefill_queue_full");
+    let cap = pdrouter_admission::RETRY_AFTER_CAP.as_secs().to_string();
+    assert_eq!(slow.header("retry-after"), Some(cap.as_str()));
+    p.controls().set_hang(false);
+    assert_eq!(held.await.unwrap().0.status, 200);
+
+    // 40 more admissions: at least 10 of them within the last 10 s on any machine, so one
+    // request at a time drains in at most a second.
+    for _ in 0..39 {
+        // The slot is released when the Prefill ends, which may be just after the reply.
+        assert!(eventually(EVENT, || adm.inflight_total() == 0).await);
+        let ok = post(r.addr(), "/v1/chat/completions", CHAT).await;
+        assert_eq!(ok.status, 200, "{}", ok.text());
+    }
+    assert!(eventually(EVENT, || adm.inflight_total() == 0).await);
+    p.controls().set_hang(true);
+    let held = hold_slot(r.addr(), p, 0).await;
+    let fast = post(r.addr(), "/v1/chat/completions", CHAT).await;
+    assert_eq!(fast.error_code(), "pd_prefill_queue_full");
+    assert_eq!(fast.header("retry-after"), Some("1"));
+    p.controls().set_hang(false);
+    assert_eq!(held.await.unwrap().0.status, 200);
+    assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
+}
+
+fn chat_with(content: &str) -> String {
+    serde_json::json!({"model": "mock-model", "messages": [{"role": "user", "content": content}]})
+        .to_string()
+}
+
+/// A token budget alone: two small prompts share a worker; a prompt larger than the whole
+/// budget waits, runs alone once the worker is empty, and a small one that arrived after it
+/// waits behind it (FIFO) although it would fit next to the first two.
+#[tokio::test]
+async fn token_budget_admits_by_prompt_size_and_a_large_prompt_runs_alone() {
+    let Pd { ps, d: _d, r, adm } = engine_pd(Transport::Http, 1, 1, 8, 60, |cfg| {
+        cfg.admission = Some(pdrouter::config::AdmissionSettings {
+            max_inflight_per_worker: pdrouter::config::NO_COUNT_LIMIT,
+            max_inflight_tokens_per_worker: Some(10),
+            queue_size: 8,
+            queue_timeout: Duration::from_secs(60),
+        });
+    })
+    .await;
+    let p = &ps[0];
+    let tokens = "smg_pd_prefill_admission_inflight_tokens{";
+    // "user" + "hello there": 15 bytes, 4 tokens each; "user" + 100 bytes: 26 tokens.
+    p.controls().set_hang(true);
+    let a = hold_slot(r.addr(), p, 0).await;
+    let b = hold_slot(r.addr(), p, 1).await;
+    assert_eq!(adm.inflight_total(), 2, "no count limit");
+    assert_eq!(metric(&r, tokens), Some(8.0));
+    let big = spawn_chat_owned(r.addr(), chat_with(&"a".repeat(100)));
+    assert!(eventually(EVENT, || adm.queued() == 1).await);
+    // One token: it would fit (8 + 1 <= 10), but it is behind the large prompt.
+    let small = spawn_chat_owned(r.addr(), chat_with(""));
+    assert!(eventually(EVENT, || adm.queued() == 2).await);
+    assert_eq!(adm.inflight_total(), 2);
+
+    // The first two go away: the worker is empty, so the large prompt runs, alone.
+    a.abort();
+    b.abort();
+    assert!(eventually(EVENT, || adm.queued() == 1 && p.controls().hung() == 1).await);
+    assert_eq!(adm.inflight_total(), 1);
+    assert_eq!(metric(&r, tokens), Some(26.0));
+
+    p.controls().set_hang(false);
+    assert_eq!(big.await.unwrap().0.status, 200);
+    assert_eq!(small.await.unwrap().0.status, 200);
+    assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
+    assert_eq!(metric(&r, tokens), Some(0.0));
+}

@@ -67,6 +67,21 @@ fn invalid_configurations_exit_non_zero_naming_the_problem() {
         ],
         "PD mode",
     );
+    for bad in ["0", "-3", "1000000001", "many"] {
+        fails_with(
+            &[&pd[..], &["--prefill-max-inflight-tokens-per-worker", bad]].concat(),
+            "--prefill-max-inflight-tokens-per-worker",
+        );
+    }
+    fails_with(
+        &[
+            "--worker-urls",
+            "http://127.0.0.1:1",
+            "--prefill-max-inflight-tokens-per-worker",
+            "4096",
+        ],
+        "PD mode",
+    );
     fails_with(
         &[
             &pd[..],

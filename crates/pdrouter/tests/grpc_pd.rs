@@ -523,3 +523,31 @@ fn mixed_pools_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// With gRPC workers the token budget charges the tokenizer's count, not the byte estimate.
+#[tokio::test]
+async fn token_budget_charges_the_tokenizer_count() {
+    let (p, _d, mut cfg) = pair(2).await;
+    cfg.admission = Some(pdrouter::config::AdmissionSettings {
+        max_inflight_per_worker: pdrouter::config::NO_COUNT_LIMIT,
+        max_inflight_tokens_per_worker: Some(100),
+        queue_size: 4,
+        queue_timeout: Duration::from_secs(30),
+    });
+    let r = router(cfg).await;
+    let gauge = "smg_pd_prefill_admission_inflight_tokens{";
+    p.controls().set_hang(true);
+    let addr = r.addr();
+    // "héllo": 6 tokens for the byte-level tokenizer; the HTTP estimate would be 2 (6 bytes).
+    let held = tokio::spawn(async move { post(addr, "/generate", r#"{"text":"héllo"}"#).await });
+    assert!(eventually(WAIT, || p.controls().hung() == 1).await);
+    assert!(eventually(WAIT, || metric(&r, gauge) == Some(6.0)).await);
+    p.controls().set_hang(false);
+    let reply = held.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        eventually(WAIT, || metric(&r, gauge) == Some(0.0)
+            && total_load(&r) == 0)
+        .await
+    );
+}

@@ -38,6 +38,15 @@ pub(crate) struct GrpcPlan {
     tokenizer: Arc<Tokenizer>,
 }
 
+impl GrpcPlan {
+    /// The prompts' lengths as the tokenizer counted them, summed, times the samples per
+    /// prompt (each sample is prefilled), as the HTTP estimate counts them.
+    pub(crate) fn prompt_tokens(&self) -> u64 {
+        let prompts: u64 = self.plan.prompt_tokens.iter().map(|&t| u64::from(t)).sum();
+        prompts.saturating_mul(self.plan.n as u64).max(1)
+    }
+}
+
 impl Dispatcher {
     /// Translates `req` once for every attempt.
     pub(crate) async fn grpc_plan(&self, req: &ParsedRequest) -> Result<Box<GrpcPlan>, ApiError> {

@@ -266,13 +266,21 @@ impl Dispatcher {
         // would keep a dead copy of it in this future for the whole wait.
         let (prefill, permit) = match &self.admission {
             Some(adm) => match crate::telemetry::in_admission_span(
-                adm.acquire(prefill_sel().checked_target()?),
+                adm.acquire(
+                    prefill_sel()
+                        // gRPC counts the prompt with the tokenizer; HTTP estimates it.
+                        .with_prompt_tokens(grpc.map_or(
+                            req.prompt_tokens,
+                            crate::grpc::answer::GrpcPlan::prompt_tokens,
+                        ))
+                        .checked_target()?,
+                ),
             )
             .await
             {
                 Ok(admitted) => (admitted.choice, Some(admitted.permit)),
                 Err(r) => {
-                    tracing::debug!(reason = r.as_str(), "prefill admission rejected");
+                    tracing::debug!(reason = r.reason.as_str(), "prefill admission rejected");
                     return Err(ApiError::admission(r, adm.config().queue_timeout.as_secs()));
                 }
             },

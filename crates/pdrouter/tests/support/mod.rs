@@ -119,6 +119,7 @@ pub fn admission(
 ) -> Option<pdrouter::config::AdmissionSettings> {
     Some(pdrouter::config::AdmissionSettings {
         max_inflight_per_worker: limit,
+        max_inflight_tokens_per_worker: None,
         queue_size: queue,
         queue_timeout: Duration::from_secs(timeout_secs),
     })
