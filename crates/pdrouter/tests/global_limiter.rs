@@ -171,3 +171,101 @@ async fn composes_with_prefill_admission_and_leaks_nothing() {
         .await
     );
 }
+
+/// Starts the binary in front of `w` with `limiter_flags`; returns the child, its address and
+/// an instant taken before it started (so before its token bucket was filled).
+async fn launch_limited(
+    w: &MockWorker,
+    limiter_flags: &[&str],
+) -> (std::process::Child, std::net::SocketAddr, Instant) {
+    let mut args = vec![
+        "--worker-urls".to_string(),
+        w.url(),
+        "--disable-health-check".to_string(),
+    ];
+    args.extend(limiter_flags.iter().map(|s| s.to_string()));
+    let before = Instant::now();
+    let (child, addr) = tokio::task::spawn_blocking(move || launch_binary(&args, &[]))
+        .await
+        .unwrap();
+    (child, addr.parse().unwrap(), before)
+}
+
+/// `--rate-limit-tokens-per-second` through the binary, without a queue: after the burst
+/// (`--max-concurrent-requests` tokens) a request finding no token is refused with 429 and
+/// never reaches the worker. Requests go one at a time, so concurrency never refuses any.
+/// The bound is exact, with no timing margin: since the bucket was filled, at most
+/// burst + rate × elapsed requests can have been admitted, and elapsed is over-estimated by
+/// starting the clock before the router starts; on any machine fast enough to send the
+/// requests in under (N − burst) seconds, that forces refusals.
+#[tokio::test]
+async fn a_rate_without_a_queue_refuses_requests_beyond_the_tokens() {
+    const BURST: usize = 2;
+    const N: usize = 12;
+    let w = mock(Role::Regular, 0).await;
+    let (child, addr, started) = launch_limited(
+        &w,
+        &[
+            "--max-concurrent-requests",
+            "2",
+            "--queue-size",
+            "0",
+            "--rate-limit-tokens-per-second",
+            "1",
+        ],
+    )
+    .await;
+    let mut admitted = 0;
+    for i in 0..N {
+        let r = post(addr, "/v1/chat/completions", CHAT).await;
+        match r.status {
+            200 => admitted += 1,
+            429 => {
+                assert!(i >= BURST, "request {i} of the burst was refused");
+                assert_eq!(r.error_code(), "rate_limit_exceeded");
+                assert!(r.header("retry-after").is_some());
+            }
+            s => panic!("request {i}: status {s}: {}", r.text()),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let bound = BURST + elapsed.floor() as usize;
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {elapsed:.2}s at 1 token/s after a burst of {BURST}"
+    );
+    assert_eq!(w.stats().requests_total, admitted as u64);
+    let (status, _) = stop_binary(child).await;
+    assert!(status.success(), "{status:?}");
+}
+
+/// With a queue, a request finding no token waits for the next one instead: every request
+/// succeeds, and the last cannot have been admitted before the bucket refilled the tokens it
+/// needed (a lower bound on elapsed time, which load can only lengthen).
+#[tokio::test]
+async fn a_rate_with_a_queue_makes_requests_wait_for_tokens() {
+    let w = mock(Role::Regular, 0).await;
+    let (child, addr, started) = launch_limited(
+        &w,
+        &[
+            "--max-concurrent-requests",
+            "1",
+            "--queue-size",
+            "4",
+            "--queue-timeout-secs",
+            "60",
+            "--rate-limit-tokens-per-second",
+            "1",
+        ],
+    )
+    .await;
+    for i in 0..3 {
+        let r = post(addr, "/v1/chat/completions", CHAT).await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+    }
+    // One token at start, then one per second: the third needed two refills.
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(w.stats().requests_total, 3);
+    let (status, _) = stop_binary(child).await;
+    assert!(status.success(), "{status:?}");
+}
