@@ -390,3 +390,33 @@ async fn the_startup_wait_ends_when_the_workers_are_ready() {
         .await
         .unwrap();
 }
+
+/// prefix_hash given a tokenizer path that holds none: the router does not start, and says
+/// which flag and path in one line that names the path once.
+#[test]
+fn prefix_hash_with_a_path_holding_no_tokenizer_fails_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().display().to_string();
+    let out = pdrouter()
+        .args([
+            "--worker-urls",
+            "http://127.0.0.1:1",
+            "--policy",
+            "prefix_hash",
+        ])
+        .args(["--model-path", &path, "--host", "127.0.0.1", "--port", "0"])
+        .args(["--prometheus-port", "0", "--disable-health-check"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(
+        line.contains("--model-path") && line.contains("no tokenizer.json"),
+        "{line}"
+    );
+    assert_eq!(line.matches(&path).count(), 1, "{line}");
+}

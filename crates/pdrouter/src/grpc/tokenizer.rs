@@ -34,7 +34,16 @@ impl std::fmt::Debug for RouterTokenizer {
 }
 
 fn load(path: &Path, template: Option<&Path>) -> Result<Tokenizer, String> {
-    Tokenizer::load(path, template).map_err(|e| format!("{}: {e}", path.display()))
+    Tokenizer::load(path, template).map_err(|e| {
+        // The load error names the file it failed on; name the given path only when that
+        // is another one (a file inside the given directory), so the line never repeats it.
+        let (shown, msg) = (path.display().to_string(), e.to_string());
+        if msg.starts_with(&shown) {
+            msg
+        } else {
+            format!("{shown}: {msg}")
+        }
+    })
 }
 
 /// Resolves the tokenizer (see the module docs); the error is one line for the operator.
