@@ -180,6 +180,10 @@ def test_models_list_is_open_and_sdk_shaped(pd):
     models = c.models.list().data
     assert [m.id for m in models] == [MODEL]
     assert models[0].object == "model" and isinstance(models[0].created, int)
+    assert c.models.retrieve(MODEL) == models[0]
+    with pytest.raises(openai.NotFoundError) as e:
+        c.models.retrieve("no-such-model")
+    assert e.value.code == "model_not_found"
 
 
 def hold_the_prefill_slot(limited):

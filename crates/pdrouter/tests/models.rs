@@ -186,3 +186,23 @@ async fn pd_pairs_serve_one_model_on_both_legs() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(total(&[&p, &d_other, &d]), [4, 0, 4]);
 }
+
+/// `GET /v1/models/{id}` (the OpenAI SDK's `models.retrieve`): open like the list, the same
+/// object, hub-style ids with a slash included; an id no worker serves is 404
+/// `model_not_found`.
+#[tokio::test]
+async fn one_model_can_be_retrieved_by_id() {
+    let w = serving(Role::Regular, "org/model-x").await;
+    let mut cfg = regular_config(&[&w]);
+    cfg.api_key = Some("s3cret".into());
+    let r = router(cfg).await;
+    let list = get(r.addr(), "/v1/models").await.json();
+    let one = get(r.addr(), "/v1/models/org/model-x").await;
+    assert_eq!(one.status, 200, "{}", one.text());
+    assert_eq!(one.json(), list["data"][0]);
+    assert_eq!(one.json()["object"], "model");
+    let missing = get(r.addr(), "/v1/models/org/other").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.error_code(), "model_not_found");
+    assert_eq!(w.stats().requests_total, 0, "nothing is forwarded");
+}

@@ -226,8 +226,8 @@ fn model_object(m: &ServedModel) -> Value {
     Value::Object(card)
 }
 
-/// `GET /v1/models`: the models the ready workers serve, once each.
-pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
+/// The models the ready workers serve, once each; asks one worker when none is known yet.
+async fn served_models(state: &AppState) -> Result<Vec<Arc<ServedModel>>, Response> {
     fn collect(models: &mut Vec<Arc<ServedModel>>, ws: &[Arc<Worker>]) {
         for m in ws.iter().filter_map(|w| w.model()) {
             if !models.iter().any(|seen| seen.id == m.id) {
@@ -236,24 +236,49 @@ pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
         }
     }
     let mut models = Vec::new();
-    for t in serving_types(&state) {
-        collect(&mut models, &ready_of(&state, *t));
+    for t in serving_types(state) {
+        collect(&mut models, &ready_of(state, *t));
     }
     if models.is_empty() {
         // Nothing learned yet (the engine did not answer so far): ask one worker now.
-        let t = serving_types(&state)[0];
-        if let Some(w) = ready_of(&state, t).first() {
+        let t = serving_types(state)[0];
+        if let Some(w) = ready_of(state, t).first() {
             if let Err(e) =
                 crate::registry::health::learn_model(&state.client, w, state.cfg.health.timeout)
                     .await
             {
-                return upstream_error(e, Leg::Worker, w.url()).into_response();
+                return Err(upstream_error(e, Leg::Worker, w.url()).into_response());
             }
             collect(&mut models, std::slice::from_ref(w));
         }
     }
-    let data: Vec<Value> = models.iter().map(|m| model_object(m)).collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    Ok(models)
+}
+
+/// `GET /v1/models`: the models the ready workers serve, once each.
+pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Response {
+    match served_models(&state).await {
+        Ok(models) => {
+            let data: Vec<Value> = models.iter().map(|m| model_object(m)).collect();
+            Json(json!({"object": "list", "data": data})).into_response()
+        }
+        Err(resp) => resp,
+    }
+}
+
+/// `GET /v1/models/{model}` (OpenAI's retrieve; the id may hold slashes, as hub names do):
+/// that model's object from `/v1/models`, or 404 `model_not_found`.
+pub(crate) async fn model(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    match served_models(&state).await {
+        Ok(models) => match models.iter().find(|m| m.id == id) {
+            Some(m) => Json(model_object(m)).into_response(),
+            None => ApiError::model_not_found(&id).into_response(),
+        },
+        Err(resp) => resp,
+    }
 }
 
 /// GETs `path` on `worker` and returns the body of a 2xx answer; anything else is the

@@ -3,7 +3,7 @@
 //!
 //! Every error leaves through [`crate::error::ApiError`], so clients always get the JSON error
 //! body (`{"error":{type,code,message,param}}`) and `X-SMG-Error-Code`. Probes (`/health`, `/liveness`, `/readiness`, `/health_generate`)
-//! and model information (`/v1/models`, `/get_model_info`, `/get_server_info`) stay open when
+//! and model information (`/v1/models` and `/v1/models/{id}`, `/get_model_info`, `/get_server_info`) stay open when
 //! `--api-key` is set, as in SMG; inference routes require it. The control plane (`/workers`)
 //! requires an admin `--control-plane-api-keys` key when such keys are given, else `--api-key`.
 
@@ -78,6 +78,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/readiness", get(handlers::readiness))
         .route("/health_generate", get(handlers::health_generate))
         .route("/v1/models", get(handlers::models))
+        .route("/v1/models/{*model}", get(handlers::model))
         .route("/get_server_info", get(handlers::server_info))
         .route("/get_model_info", get(handlers::model_info));
     let mut app = protected
