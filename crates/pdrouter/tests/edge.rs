@@ -131,6 +131,25 @@ async fn cors_preflights_are_answered_for_allowed_origins_only_and_need_no_key()
         ok.header("x-request-id").is_some(),
         "preflights are observed too"
     );
+    // An SDK's own headers (the OpenAI SDK's x-stainless-*) are allowed as asked for.
+    let sdk = "authorization, content-type, x-stainless-lang, x-stainless-retry-count";
+    let asking = |headers: Option<&'static str>| {
+        let mut h = vec![
+            ("origin", ALLOWED),
+            ("access-control-request-method", "POST"),
+        ];
+        h.extend(headers.map(|v| ("access-control-request-headers", v)));
+        async move { send(addr, "OPTIONS", "/v1/chat/completions", "", &h).await }
+    };
+    let asked = asking(Some(sdk)).await;
+    assert_eq!(asked.header("access-control-allow-headers"), Some(sdk));
+    // A preflight asking for none gets the router's own list.
+    let none = asking(None).await;
+    let own = none.header("access-control-allow-headers").unwrap();
+    assert!(
+        own.contains("authorization") && own.contains("traceparent"),
+        "{own}"
+    );
 
     let other = "https://evil.example";
     let refused = send(

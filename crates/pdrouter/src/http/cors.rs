@@ -3,7 +3,9 @@
 //! A preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) is answered here,
 //! before routing and before any key check (browsers never send credentials on a preflight):
 //! 204 with the allow headers when the origin is allowed, 204 without them otherwise, so the
-//! browser refuses the real request. Every other request from an allowed origin gets
+//! browser refuses the real request. The allowed request headers are the ones the preflight
+//! asks for (SDKs add their own, such as the OpenAI SDK's `x-stainless-*`; the origin is
+//! trusted already), or the router's own list when it asks for none. Every other request from an allowed origin gets
 //! `Access-Control-Allow-Origin` (and `Vary: Origin`) on its response; other origins get no
 //! CORS header at all. Requests without `Origin` (non-browser clients) are untouched.
 
@@ -24,7 +26,8 @@ use crate::edge::Cors;
 
 /// Methods the router serves, announced to preflights.
 const ALLOWED_METHODS: &str = "GET, POST, PUT, DELETE, OPTIONS";
-/// Headers a browser client may send; the request-id and routing headers are the router's own.
+/// Headers announced to a preflight that asks for none; the request-id and routing headers
+/// are the router's own.
 const ALLOWED_HEADERS: &str = "authorization, content-type, x-request-id, x-correlation-id, \
                                x-smg-routing-key, x-smg-target-worker, traceparent, tracestate";
 /// Response headers a browser script may read.
@@ -54,7 +57,9 @@ pub(crate) struct CorsService<S> {
     cors: Arc<Cors>,
 }
 
-fn preflight(allow: Option<HeaderValue>) -> Response {
+/// The answer to a preflight: `allow` is the origin to allow (none: refuse), `requested` the
+/// preflight's `Access-Control-Request-Headers`.
+fn preflight(allow: Option<HeaderValue>, requested: Option<HeaderValue>) -> Response {
     let mut resp = Response::new(axum::body::Body::empty());
     *resp.status_mut() = StatusCode::NO_CONTENT;
     if let Some(origin) = allow {
@@ -64,17 +69,19 @@ fn preflight(allow: Option<HeaderValue>) -> Response {
             header::ACCESS_CONTROL_ALLOW_METHODS,
             HeaderValue::from_static(ALLOWED_METHODS),
         );
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static(ALLOWED_HEADERS),
-        );
+        let headers = requested
+            .filter(|v| !v.as_bytes().iter().all(u8::is_ascii_whitespace))
+            .unwrap_or(HeaderValue::from_static(ALLOWED_HEADERS));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, headers);
         h.insert(
             header::ACCESS_CONTROL_MAX_AGE,
             HeaderValue::from_static(MAX_AGE_SECS),
         );
     }
-    resp.headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("origin"));
+    resp.headers_mut().insert(
+        header::VARY,
+        HeaderValue::from_static("origin, access-control-request-headers"),
+    );
     resp
 }
 
@@ -103,8 +110,12 @@ where
                 .headers()
                 .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
         {
+            let requested = req
+                .headers()
+                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+                .cloned();
             return CorsFuture::Preflight {
-                resp: Some(preflight(allow)),
+                resp: Some(preflight(allow, requested)),
             };
         }
         CorsFuture::Inner {
@@ -139,7 +150,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             CorsProj::Preflight { resp } => {
-                Poll::Ready(Ok(resp.take().unwrap_or_else(|| preflight(None))))
+                Poll::Ready(Ok(resp.take().unwrap_or_else(|| preflight(None, None))))
             }
             CorsProj::Inner { inner, allow } => {
                 let Ok(mut resp) = ready!(inner.poll(cx));
