@@ -183,7 +183,8 @@ def demo():
     """`pdrouter demo` (its own embedded mocks, admission on), without the start-up burst."""
     p = Proc([ROUTER_BIN, "demo", "--port", "0", "--burst", "false"])
     try:
-        url = p.wait_for("pdrouter demo: PD router on ")
+        # The line goes on after the URL (e.g. "(HTTP workers)").
+        url = p.wait_for("pdrouter demo: PD router on ").split()[0]
         yield url
     finally:
         p.stop()

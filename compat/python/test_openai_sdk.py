@@ -216,16 +216,17 @@ def test_rate_limit_error_and_retries_honouring_retry_after(limited):
             no_retry.chat.completions.create(model=MODEL, messages=USER)
         assert e.value.status_code == 429
         assert e.value.code == "pd_prefill_queue_full"
-        assert e.value.response.headers["retry-after"] == "1"
+        # The router's estimate of the wait, whole seconds in 1-10 (README: Retry-After).
+        assert 1 <= int(e.value.response.headers["retry-after"]) <= 10
         assert limited.metric(rejections) == before + 1
 
-        retrying = openai.OpenAI(base_url=limited.base_url, api_key=API_KEY, max_retries=2)
+        retrying = openai.OpenAI(base_url=limited.base_url, api_key=API_KEY, max_retries=1)
         started = time.monotonic()
         with pytest.raises(openai.RateLimitError):
             retrying.chat.completions.create(model=MODEL, messages=USER)
-        # Three attempts, each retry after the router's Retry-After of 1 s.
-        assert limited.metric(rejections) == before + 4
-        assert time.monotonic() - started >= 2.0
+        # Two attempts, the retry after the router's Retry-After (at least 1 s).
+        assert limited.metric(rejections) == before + 3
+        assert time.monotonic() - started >= 1.0
     finally:
         mock_post(limited.prefill_url, "/mock/controls", {"hang": False, "release_hung": 16})
         t.join(timeout=30)
