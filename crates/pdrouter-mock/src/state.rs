@@ -42,6 +42,29 @@ pub type Headers = BTreeMap<String, Vec<String>>;
 ///
 /// Every setter takes effect for requests that reach the corresponding
 /// decision point afterwards.
+/// Renders a recorded request as the JSON `/mock/stats` shows.
+pub(crate) type RenderRequest = Arc<dyn Fn() -> Option<serde_json::Value> + Send + Sync>;
+
+/// The last generation request, kept as cheaply as its protocol allows: a large prompt must not
+/// cost the mock a JSON encoding per request, or the mock, not the router, would dominate
+/// what a benchmark with long prompts measures.
+#[derive(Clone)]
+enum LastRequest {
+    /// A JSON body as received.
+    Body(Bytes),
+    /// A decoded gRPC request, rendered on demand.
+    Decoded(RenderRequest),
+}
+
+impl std::fmt::Debug for LastRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Body(b) => f.debug_tuple("Body").field(&b.len()).finish(),
+            Self::Decoded(_) => f.write_str("Decoded"),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct MockControls {
     delay_us: AtomicU64,
@@ -55,7 +78,7 @@ pub struct MockControls {
     requests_total: AtomicU64,
     inflight: AtomicU64,
     max_inflight: AtomicU64,
-    last_request: Mutex<Option<Bytes>>,
+    last_request: Mutex<Option<LastRequest>>,
     aborts_total: AtomicU64,
     last_output_ids: Mutex<Option<Vec<u32>>>,
     last_headers: Mutex<Option<Headers>>,
@@ -243,7 +266,10 @@ impl MockControls {
             requests_total: self.requests_total.load(Ordering::SeqCst),
             inflight: self.inflight.load(Ordering::SeqCst),
             max_inflight: self.max_inflight.load(Ordering::SeqCst),
-            last_request: last.and_then(|b| serde_json::from_slice(&b).ok()),
+            last_request: last.and_then(|r| match r {
+                LastRequest::Body(b) => serde_json::from_slice(&b).ok(),
+                LastRequest::Decoded(render) => render(),
+            }),
             aborts_total: self.aborts_total.load(Ordering::SeqCst),
             last_output_ids: self
                 .last_output_ids
@@ -273,7 +299,14 @@ impl MockControls {
 
     /// Records the last valid JSON body (kept as bytes; parsed on demand).
     pub(crate) fn record_request(&self, body: Bytes) {
-        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(body);
+        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(LastRequest::Body(body));
+    }
+
+    /// Records the last decoded request, rendered as JSON only when the stats are read.
+    pub(crate) fn record_decoded(&self, render: RenderRequest) {
+        *self.last_request.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(LastRequest::Decoded(render));
     }
 
     /// Records the headers of a generation request.

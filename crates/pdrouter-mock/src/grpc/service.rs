@@ -136,9 +136,10 @@ impl SglangScheduler for Scheduler {
         let s = &self.shared;
         let req = request.into_inner();
         let guard = InflightGuard::begin(s);
-        if let Ok(body) = serde_json::to_vec(&view::generate_request(&req)) {
-            s.controls.record_request(body.into());
-        }
+        let recorded = req.clone();
+        s.controls.record_decoded(std::sync::Arc::new(move || {
+            serde_json::to_value(view::generate_request(&recorded)).ok()
+        }));
         let rank = req.data_parallel_rank;
         if u32::try_from(rank).is_ok_and(|r| r >= s.dp_size) {
             return Err(Status::invalid_argument(format!(

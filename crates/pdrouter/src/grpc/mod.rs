@@ -4,6 +4,8 @@
 //! - [`client`]: one lazily connected tonic channel per worker, `HealthCheck`, `GetModelInfo`,
 //!   `GetTokenizer`, and [`client::LegStream`], a `Generate` stream that sends `Abort` when it
 //!   is dropped before its end.
+//! - [`cpu_pool`]: the low-priority threads large prompts are tokenized on, so they never
+//!   take the CPU from the async workers serving small requests.
 //! - [`tokenizer`]: where the router's tokenizer comes from, resolved once at startup.
 //! - [`translate`]: request bodies to `GenerateRequest`s, the output back to response bodies
 //!   and SSE events (per endpoint).
@@ -16,6 +18,7 @@
 
 pub mod answer;
 pub mod client;
+pub mod cpu_pool;
 pub mod output;
 pub mod tokenizer;
 pub mod translate;

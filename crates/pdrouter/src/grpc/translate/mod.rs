@@ -304,7 +304,7 @@ pub(crate) fn sampling(
     Ok((params, unset))
 }
 
-/// Runs `f` inline for small inputs, on the blocking pool for large ones.
+/// Runs `f` inline for small inputs, on the low-priority tokenizer threads for large ones.
 async fn offload<T: Send + 'static>(
     size: usize,
     f: impl FnOnce() -> T + Send + 'static,
@@ -312,7 +312,7 @@ async fn offload<T: Send + 'static>(
     if size <= OFFLOAD_THRESHOLD_BYTES {
         return Ok(f());
     }
-    tokio::task::spawn_blocking(f)
+    crate::grpc::cpu_pool::run(f)
         .await
         .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))
 }

@@ -1,0 +1,131 @@
+//! The low-priority threads large prompts are tokenized on.
+//!
+//! Tokenizing a 32k-token prompt costs tens of milliseconds of CPU. On tokio's blocking pool
+//! that thread competes as an equal with the runtime's worker threads, so on a router with
+//! one or two cores a small request arriving meanwhile waits for a scheduler time slice
+//! behind it. These threads lower their own scheduling priority when they start (nice
+//! [`NICE`] on Linux; elsewhere they run at normal priority), so the kernel runs the async
+//! workers first whenever both are ready, and tokenization takes the CPU they leave idle.
+//!
+//! Invariants:
+//! - At most [`threads`] jobs run at once; later ones wait in arrival order. The queue holds
+//!   one job per request being tokenized, so it is bounded by the requests the router admits.
+//! - A job whose caller went away still runs to its end; only its result is dropped.
+//! - A job that panics is reported to its caller as an error; its thread keeps serving.
+//! - The threads are started on first use and live as long as the process.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::oneshot;
+
+/// Nice value of the pool's threads: the lowest CPU share Linux offers to a normal thread,
+/// so a runtime worker woken by a socket preempts tokenization at once.
+pub const NICE: i32 = 19;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// How many threads tokenize at once: one per core, at most four.
+pub fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+}
+
+fn queue() -> &'static Mutex<Sender<Job>> {
+    static QUEUE: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
+    QUEUE.get_or_init(|| {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads() {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("pdrouter-tokenize-{i}"))
+                .spawn(move || serve(&rx));
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start a tokenizer thread");
+            }
+        }
+        Mutex::new(tx)
+    })
+}
+
+fn serve(rx: &Mutex<Receiver<Job>>) {
+    lower_priority();
+    loop {
+        // The lock is held only while taking a job, never while running one.
+        let job = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        match job {
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    // On Linux the nice value belongs to the thread, so this leaves the runtime's threads be.
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), NICE) {
+        tracing::debug!(error = %e, "tokenizer thread keeps normal priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
+
+/// Runs `f` on the pool and waits for its result without blocking the runtime.
+pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    let (tx, rx) = oneshot::channel();
+    let job: Job = Box::new(move || {
+        let out = catch_unwind(AssertUnwindSafe(f)).map_err(|_| "tokenizer job panicked");
+        let _ = tx.send(out);
+    });
+    queue()
+        .lock()
+        .map_err(|_| "tokenizer pool unavailable".to_owned())?
+        .send(job)
+        .map_err(|_| "tokenizer pool stopped".to_owned())?;
+    match rx.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_owned()),
+        Err(_) => Err("tokenizer pool stopped".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn runs_jobs_and_reports_a_panic_without_losing_a_thread() {
+        assert_eq!(run(|| 2 + 2).await.unwrap(), 4);
+        for _ in 0..threads() + 1 {
+            let err = run(|| -> u32 { panic!("boom") }).await.unwrap_err();
+            assert!(err.contains("panicked"), "{err}");
+        }
+        // Every thread has survived a panic and still serves.
+        let all: Vec<_> = (0..8).map(|i| run(move || i * 10)).collect();
+        let mut got = Vec::new();
+        for f in all {
+            got.push(f.await.unwrap());
+        }
+        assert_eq!(got, (0..8).map(|i| i * 10).collect::<Vec<_>>());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn pool_threads_run_at_low_priority() {
+        let nice = run(|| rustix::process::getpriority_process(Some(rustix::thread::gettid())))
+            .await
+            .unwrap()
+            .unwrap();
+        // An unprivileged thread may always lower its own priority.
+        assert_eq!(nice, NICE);
+    }
+}
