@@ -281,6 +281,26 @@ pub(crate) fn propagate_to_worker(headers: &mut http::HeaderMap) {
     }
 }
 
+/// With tracing on, gives a gRPC worker call the current (leg) span's `traceparent` and
+/// `tracestate` as metadata, as HTTP legs get them as headers.
+pub(crate) fn propagate_to_grpc(metadata: &mut tonic::metadata::MetadataMap) {
+    if !tracing_on() {
+        return;
+    }
+    let mut headers = http::HeaderMap::new();
+    propagate_to_worker(&mut headers);
+    for (name, value) in &headers {
+        let key = tonic::metadata::MetadataKey::from_bytes(name.as_str().as_bytes());
+        let value = value
+            .to_str()
+            .ok()
+            .and_then(|v| tonic::metadata::MetadataValue::try_from(v).ok());
+        if let (Ok(key), Some(value)) = (key, value) {
+            metadata.insert(key, value);
+        }
+    }
+}
+
 /// The span of one worker leg (see the module docs).
 pub(crate) fn leg_span(leg: Leg, url: &str) -> tracing::Span {
     match leg {

@@ -191,3 +191,46 @@ fn a_regular_pool_mixing_transports_exits_2_with_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("mix"), "{err}");
 }
+
+/// `/get_model_info` and `/get_server_info` are answered from the engine's `GetModelInfo` and
+/// `GetServerInfo`, in SGLang's HTTP shapes (launch arguments at the top level).
+#[tokio::test]
+async fn model_and_server_info_come_from_the_engines_rpcs() {
+    let w = grpc_regular(|c| c.dp_size = 2).await;
+    let r = router(regular_config(&[&w])).await;
+
+    let reply = get(r.addr(), "/get_model_info").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    assert_eq!(v["model_path"], "mock-model", "{v}");
+    assert_eq!(v["is_generation"], true, "{v}");
+    assert!(
+        v["eos_token_ids"].as_array().is_some_and(|a| !a.is_empty()),
+        "{v}"
+    );
+
+    let reply = get(r.addr(), "/get_server_info").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    assert_eq!(v["dp_size"], 2, "{v}");
+    assert_eq!(v["server_type"], "grpc", "{v}");
+    assert_eq!(v["version"], "mock", "{v}");
+    assert!(v["scheduler_info"]["max_running_requests"].is_u64(), "{v}");
+}
+
+/// A worker that stops answering makes the info routes a worker error, never a 500.
+#[tokio::test]
+async fn info_from_a_gone_worker_is_a_worker_error() {
+    let w = grpc_regular(|_| {}).await;
+    let mut cfg = regular_config(&[&w]);
+    cfg.health.timeout = Duration::from_millis(500);
+    let r = router(cfg).await;
+    drop(w);
+    let reply = get(r.addr(), "/get_server_info").await;
+    assert!(
+        [502, 503, 504].contains(&reply.status),
+        "{} {}",
+        reply.status,
+        reply.text()
+    );
+}

@@ -316,7 +316,6 @@ async fn traces_reach_the_collector_as_a_request_span_with_wait_and_leg_children
     );
 
     // The client's trace is continued, and each worker gets its own leg span as parent.
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let joined = request("trace-probe-6");
     assert_eq!(hex(&joined.trace_id), client_trace);
     assert_eq!(hex(&joined.parent_span_id), client_span);
@@ -416,5 +415,17 @@ async fn a_grpc_pd_request_has_prefill_and_decode_children() {
         let found = children(&spans, request, leg);
         assert_eq!(found.len(), 1, "{leg}: {spans:?}");
         assert_eq!(attr(found[0], "worker"), Some(worker.url().as_str()));
+        // Each Generate call carries its own leg span's trace context as metadata.
+        let got = worker.stats().last_headers.unwrap()["traceparent"].clone();
+        let want = format!(
+            "00-{}-{}-01",
+            hex(&request.trace_id),
+            hex(&found[0].span_id)
+        );
+        assert_eq!(got, [want], "{leg}");
     }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -134,6 +134,8 @@ impl SglangScheduler for Scheduler {
         request: Request<GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let s = &self.shared;
+        s.controls
+            .record_headers(&request.metadata().clone().into_headers());
         let req = request.into_inner();
         let guard = InflightGuard::begin(s);
         let recorded = req.clone();

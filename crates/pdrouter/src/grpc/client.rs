@@ -53,7 +53,7 @@ impl WorkerChannel {
     }
 
     /// `msg` as a call with the worker's credential.
-    fn call<T>(&self, msg: T) -> tonic::Request<T> {
+    pub(crate) fn call<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         if let Some(a) = &self.auth {
             r.metadata_mut().insert("authorization", a.clone());
@@ -174,7 +174,9 @@ impl WorkerChannel {
             auth: self.auth.clone(),
         };
         let samples = req.sampling_params.as_ref().map_or(1, |s| s.n.max(1));
-        let stream = client.clone().generate(self.call(req)).await?.into_inner();
+        let mut call = self.call(req);
+        crate::telemetry::propagate_to_grpc(call.metadata_mut());
+        let stream = client.clone().generate(call).await?.into_inner();
         Ok(LegStream {
             stream,
             completes_left: samples,

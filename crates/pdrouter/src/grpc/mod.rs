@@ -6,6 +6,8 @@
 //!   is dropped before its end.
 //! - [`cpu_pool`]: the low-priority threads large prompts are tokenized on, so they never
 //!   take the CPU from the async workers serving small requests.
+//! - [`info`]: `GetModelInfo` and `GetServerInfo` shown as SGLang's HTTP server shows
+//!   `/get_model_info` and `/get_server_info`.
 //! - [`tokenizer`]: where the router's tokenizer comes from, resolved once at startup.
 //! - [`translate`]: request bodies to `GenerateRequest`s, the output back to response bodies
 //!   and SSE events (per endpoint).
@@ -19,6 +21,7 @@
 pub mod answer;
 pub mod client;
 pub mod cpu_pool;
+pub mod info;
 pub mod output;
 pub mod tokenizer;
 pub mod translate;

@@ -20,6 +20,7 @@ use super::middleware::RequestId;
 use crate::config::{Mode, WorkerType};
 use crate::dispatch::{RequestCtx, upstream_error};
 use crate::error::{ApiError, Leg};
+use crate::grpc::info::{self, Info};
 use crate::proxy::forward::Forwarded;
 use crate::registry::{ServedModel, Worker};
 use crate::request::{Endpoint, parse};
@@ -307,6 +308,16 @@ async fn forward_get(state: &AppState, path: &str) -> Result<Response, ApiError>
     let Some(w) = ready_of(state, t).into_iter().next() else {
         return Err(ApiError::no_worker(t.as_str()));
     };
+    if let Some(ch) = w.grpc() {
+        let what = match path {
+            "/get_model_info" => Info::Model,
+            _ => Info::Server,
+        };
+        let v = info::fetch(ch, what, state.cfg.health.timeout)
+            .await
+            .map_err(|s| ApiError::grpc_status(Leg::Worker, w.url(), s.code(), s.message()))?;
+        return Ok(Json(v).into_response());
+    }
     let body = get_from(state, &w, path, state.cfg.health.timeout).await?;
     let v: Value = serde_json::from_slice(&body)
         .map_err(|_| ApiError::upstream_broken(Leg::Worker, w.url()))?;
