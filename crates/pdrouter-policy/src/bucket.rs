@@ -194,8 +194,12 @@ impl Bucket {
             chars.iter().copied().min().unwrap_or(0),
             chars.iter().copied().max().unwrap_or(0),
         );
-        let imbalanced = max - min > self.config.balance_abs_threshold
-            && max as f64 > f64::from(self.config.balance_rel_threshold) * min as f64;
+        let imbalanced = order::imbalanced(
+            min,
+            max,
+            self.config.balance_abs_threshold,
+            self.config.balance_rel_threshold,
+        );
         let first = if imbalanced {
             None
         } else {

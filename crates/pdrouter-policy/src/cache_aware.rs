@@ -92,8 +92,12 @@ impl CacheAware {
         let (Some(min), Some(max)) = (loads.clone().min(), loads.max()) else {
             return false;
         };
-        max - min > self.config.balance_abs_threshold
-            && max as f32 > min as f32 * self.config.balance_rel_threshold
+        order::imbalanced(
+            min,
+            max,
+            self.config.balance_abs_threshold,
+            self.config.balance_rel_threshold,
+        )
     }
 
     /// See the module docs.

@@ -112,6 +112,13 @@ pub(crate) fn rotation(n: usize, start: usize, out: &mut Vec<usize>) {
     out.extend((start..n).chain(0..start.min(n)));
 }
 
+/// Whether loads spanning `min..=max` are out of balance: apart by more than `abs` and with
+/// `max` above `rel` times `min`. The rule cache_aware and bucket share for giving up their
+/// preference and taking the least-loaded worker.
+pub(crate) fn imbalanced(min: u64, max: u64, abs: u64, rel: f32) -> bool {
+    max.saturating_sub(min) > abs && max as f64 > f64::from(rel) * min as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -528,11 +528,5 @@ async fn a_disconnect_aborts_every_prompts_generation() {
         eventually(WAIT, || d.stats().aborts_total >= 2).await,
         "both generations aborted"
     );
-    assert!(eventually(WAIT, || d.stats().inflight == 0 && p.stats().inflight == 0).await);
-    assert!(eventually(WAIT, || total_load(&r) == 0).await);
-    assert!(
-        eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_inflight")
-            == Some(0.0))
-        .await
-    );
+    assert_legs_released(&r, &p, &d).await;
 }

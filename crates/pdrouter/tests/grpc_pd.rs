@@ -268,15 +268,7 @@ async fn admission_limits_grpc_prefill_and_releases_at_prefill_end() {
 
 #[tokio::test]
 async fn the_prefill_slot_is_released_at_prefill_end_not_decode_end() {
-    let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| {
-        c.output_tokens = 10_000;
-        c.token_interval = Duration::from_millis(20);
-    })
-    .await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.mode = Mode::PdGrpc;
-    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    let (_p, d, mut cfg) = endless_pair().await;
     cfg.admission = admission(1, 0, 30);
     let r = router(cfg).await;
     let body = open_chat_stream(r.addr(), 0).await;
@@ -341,15 +333,7 @@ async fn a_prefill_failing_to_start_aborts_the_decode_leg() {
 
 #[tokio::test]
 async fn client_disconnect_aborts_the_running_legs() {
-    let p = grpc_mock(Role::Prefill, |_| {}).await;
-    let d = grpc_mock(Role::Decode, |c| {
-        c.output_tokens = 10_000;
-        c.token_interval = Duration::from_millis(20);
-    })
-    .await;
-    let mut cfg = pd_config(&[&p], &[&d]);
-    cfg.mode = Mode::PdGrpc;
-    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    let (p, d, mut cfg) = endless_pair().await;
     cfg.admission = admission(4, 4, 30);
     let r = router(cfg).await;
     let body = open_chat_stream(r.addr(), 2).await;
@@ -359,13 +343,7 @@ async fn client_disconnect_aborts_the_running_legs() {
         eventually(WAIT, || d.stats().aborts_total >= 1).await,
         "Decode aborted"
     );
-    assert!(eventually(WAIT, || d.stats().inflight == 0 && p.stats().inflight == 0).await);
-    assert!(eventually(WAIT, || total_load(&r) == 0).await);
-    assert!(
-        eventually(WAIT, || metric(&r, "smg_pd_prefill_admission_inflight")
-            == Some(0.0))
-        .await
-    );
+    assert_legs_released(&r, &p, &d).await;
 }
 
 #[tokio::test]

@@ -25,7 +25,6 @@ use crate::error::{ApiError, Leg};
 use crate::grpc::answer::{self, GrpcPlan, Source, status_error};
 use crate::grpc::client::Legs;
 use crate::grpc::output::{self, InputLogprob};
-use crate::metrics::AfterDecode;
 
 /// Largest bootstrap room (rooms are uniform in `[0, 2^31)`).
 const MAX_ROOM: i32 = i32::MAX;
@@ -157,13 +156,7 @@ impl Dispatcher {
                             // on their own channel when they do).
                             drop((permit, load));
                             let _ = outcome_tx.send(Ok(None));
-                            let r = tokio::time::timeout(grace, &mut drain).await.ok();
-                            metrics.prefill_after_decode(match &r {
-                                Some(Ok(())) => AfterDecode::Drained,
-                                Some(Err(_)) => AfterDecode::Failed,
-                                None => AfterDecode::Aborted,
-                            });
-                            r
+                            super::drain_after_decode(&mut drain, grace, &metrics).await
                         }
                         // The release point: the slot and the load go with the Prefill
                         // streams' end, their failure, or (the task aborted) cancellation.

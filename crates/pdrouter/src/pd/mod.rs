@@ -209,12 +209,7 @@ async fn run_prefill_leg(
             if !capture && let Some(tx) = outcome.take() {
                 let _ = tx.send(Ok(None));
             }
-            let r = tokio::time::timeout(grace, &mut drain).await.ok();
-            metrics.prefill_after_decode(match &r {
-                Some(Ok(_)) => AfterDecode::Drained,
-                Some(Err(_)) => AfterDecode::Failed,
-                None => AfterDecode::Aborted,
-            });
+            let r = drain_after_decode(&mut drain, grace, metrics).await;
             let status = r.as_ref().map(leg_status);
             if let Some(tx) = outcome {
                 let _ = tx.send(r.unwrap_or_else(|| Err(timed_out())));
@@ -228,6 +223,23 @@ async fn run_prefill_leg(
             Some(status)
         }
     }
+}
+
+/// Gives a Prefill leg that outlived Decode `grace` to end and counts how it went; `None`
+/// when the grace ran out (dropping `drain` then aborts the leg). Both transports' leg tasks
+/// end this way once Decode is done.
+pub(crate) async fn drain_after_decode<T>(
+    drain: impl Future<Output = Result<T, ApiError>>,
+    grace: std::time::Duration,
+    metrics: &Metrics,
+) -> Option<Result<T, ApiError>> {
+    let r = tokio::time::timeout(grace, drain).await.ok();
+    metrics.prefill_after_decode(match &r {
+        Some(Ok(_)) => AfterDecode::Drained,
+        Some(Err(_)) => AfterDecode::Failed,
+        None => AfterDecode::Aborted,
+    });
+    r
 }
 
 /// The leg's own result, without what it read.

@@ -426,6 +426,19 @@ pub async fn endless_pair() -> (MockWorker, MockWorker, Config) {
     .await
 }
 
+/// Waits until a PD request's legs are over: neither mock runs anything, and the router holds
+/// no load and no Prefill slot.
+pub async fn assert_legs_released(r: &RouterHandle, p: &MockWorker, d: &MockWorker) {
+    const WAIT: Duration = Duration::from_secs(10);
+    assert!(eventually(WAIT, || d.stats().inflight == 0 && p.stats().inflight == 0).await);
+    assert!(eventually(WAIT, || total_load(r) == 0).await);
+    assert!(
+        eventually(WAIT, || metric(r, "smg_pd_prefill_admission_inflight")
+            == Some(0.0))
+        .await
+    );
+}
+
 /// Posts `body` to `path` and returns the answer's status and body, still streaming.
 pub async fn open_stream(
     addr: SocketAddr,
