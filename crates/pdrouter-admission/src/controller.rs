@@ -73,7 +73,7 @@ use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -108,6 +108,9 @@ pub(crate) struct Inner {
     scheduled: Mutex<HashSet<Instant>>,
     /// Admissions per second, for the `retry_after` of a rejection.
     drain: DrainMeter,
+    /// Some slot has (or had) a token budget, so waiters of one wait class may differ in what
+    /// fits. Never goes back to false: the ordering it enables is only stricter.
+    budgeted: AtomicBool,
 }
 
 /// A waiter that reserved a slot under the lock, to be granted after unlocking.
@@ -130,11 +133,13 @@ enum SlowPath<C> {
 impl Admission {
     /// A controller with the given limits, reporting to `observer`.
     pub fn new(cfg: AdmissionConfig, observer: Arc<dyn Observer>) -> Self {
+        let limits = Limits::of(&cfg);
         Admission {
             inner: Arc::new(Inner {
                 cfg,
                 observer,
-                ledger: Ledger::new(),
+                ledger: Ledger::new(limits),
+                budgeted: AtomicBool::new(limits.tokens.is_some()),
                 contended: AtomicUsize::new(0),
                 waiting: AtomicUsize::new(0),
                 queue: Mutex::new(WaitQueue::new()),
@@ -144,7 +149,7 @@ impl Admission {
         }
     }
 
-    /// The limits this controller enforces.
+    /// The limits this controller was configured with (what every slot starts with).
     pub fn config(&self) -> &AdmissionConfig {
         &self.inner.cfg
     }
@@ -157,6 +162,23 @@ impl Admission {
     /// ledger entry goes away with the last `Arc<Slot>`.
     pub fn slot(&self, key: &str) -> Arc<Slot> {
         self.inner.ledger.slot(key)
+    }
+
+    /// Sets one worker identity's limits: at most `count` requests and, with `tokens`, at most
+    /// that many prompt tokens in flight (with the same lone-request exception as the
+    /// configured budget). For a controller that sizes limits at run time (a feedback loop, or
+    /// a share of a limit held with other routers).
+    ///
+    /// Raising a limit admits waiters that now fit at once. Lowering it below what is in flight
+    /// revokes nothing: new reservations wait until the load is under the new limits. The
+    /// limits belong to the slot, so they last while something holds it (the caller should keep
+    /// its `Arc<Slot>`); a slot created anew starts at the configured limits.
+    pub fn set_limits(&self, slot: &Slot, count: u32, tokens: Option<u32>) {
+        if tokens.is_some() {
+            self.inner.budgeted.store(true, SeqCst);
+        }
+        slot.set_limits(Limits { count, tokens });
+        self.notify();
     }
 
     /// The worker with this key was removed from the registry.
@@ -349,8 +371,8 @@ impl Drop for CancelOnDrop<'_> {
 }
 
 impl Inner {
-    fn limits(&self) -> Limits {
-        Limits::of(&self.cfg)
+    fn budgeted(&self) -> bool {
+        self.budgeted.load(SeqCst)
     }
 
     /// Tells the observer a slot's count and tokens.
@@ -383,7 +405,7 @@ impl Inner {
     ) -> Result<Option<Admitted<S::Choice>>, Option<Arc<Slot>>> {
         let tokens = tokens_of(selector);
         let interest = Cell::new(0);
-        match rank_reserve(selector, self.limits(), tokens, &interest, true) {
+        match rank_reserve(selector, tokens, &interest, true) {
             Reserve::Reserved(slot, choice) => {
                 if self.contended.load(SeqCst) != 0 {
                     return Err(Some(slot));
@@ -416,7 +438,6 @@ impl Inner {
         selector: S,
         backoff: Option<Arc<Slot>>,
     ) -> SlowPath<S::Choice> {
-        let limits = self.limits();
         let tokens = tokens_of(&selector);
         let now = Instant::now();
         let interest = Cell::new(0);
@@ -439,9 +460,9 @@ impl Inner {
         // With a token budget, members of a class differ in size: an arrival that fits where its
         // class's oldest waiter does not would overtake it, again and again, so it queues
         // behind instead. (Without a budget, it could not fit where the head does not.)
-        let behind = limits.tokens.is_some() && queue.has_class(class.as_deref());
+        let behind = self.budgeted() && queue.has_class(class.as_deref());
         let sel = selector.as_mut().expect("selector present");
-        let step = match rank_reserve(sel, limits, tokens, &interest, !behind) {
+        let step = match rank_reserve(sel, tokens, &interest, !behind) {
             Reserve::Reserved(slot, choice) => Ok((slot, choice)),
             Reserve::Unavailable => Err(Rejection::Unavailable),
             Reserve::Full if !may_wait => Err(Rejection::QueueFull),
@@ -498,9 +519,9 @@ impl Inner {
     /// interested in that slot are re-ranked, and the walk stops once the slot is full again.
     /// Called with the queue lock held.
     fn dispatch(&self, queue: &mut WaitQueue, released: Option<&Slot>, pending: &mut Vec<Pending>) {
-        let limits = self.limits();
+        let budgeted = self.budgeted();
         // Full for every waiter: not even a one-token request fits.
-        let full = |slot: Option<&Slot>| slot.is_some_and(|s| s.is_full(limits));
+        let full = |slot: Option<&Slot>| slot.is_some_and(Slot::is_full);
         if full(released) {
             return;
         }
@@ -508,10 +529,10 @@ impl Inner {
         let mut from = 0;
         while let Some((generation, index)) = queue.next_head(from, bit) {
             from = generation + 1;
-            let reserved = queue.try_reserve(index, limits);
+            let reserved = queue.try_reserve(index);
             // With a token budget the next waiter of this class may be smaller and fit on a
             // worker its predecessor did not: it is visited even if the released slot is full.
-            let successor_may_fit = reserved.is_some() && limits.tokens.is_some();
+            let successor_may_fit = reserved.is_some() && budgeted;
             if let Some(slot) = reserved {
                 let entry = queue.remove_at(index);
                 self.contended.fetch_sub(1, SeqCst);

@@ -1,4 +1,4 @@
-//! The slot ledger: one [`Slot`] (in-flight counter) per worker identity.
+//! The slot ledger: one [`Slot`] (in-flight counter and its limits) per worker identity.
 //!
 //! The ledger maps a key to a `Weak<Slot>`. The entry lives exactly as long as the slot does:
 //! the slot's `Drop` removes it. So the same key yields the same `Arc<Slot>` while anything (a
@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -26,17 +26,27 @@ const FORGOTTEN: u8 = 1;
 /// Forgotten and `slot_forgotten` has fired for the current idle period.
 const REPORTED: u8 = 2;
 
-/// The admission state of one worker identity: its key, its in-flight Prefill count and the
-/// prompt tokens those requests hold.
+/// `max_tokens` when the slot has no token budget.
+const NO_BUDGET: u32 = u32::MAX;
+
+/// The admission state of one worker identity: its key, its in-flight Prefill count, the
+/// prompt tokens those requests hold, and the limits they are held to.
 ///
 /// Obtained from [`Admission::slot`](crate::Admission::slot); selectors return it with each
 /// candidate. The count and tokens are changed only by the controller, together (one atomic
-/// word), never beyond the configured limits.
+/// word), never beyond the slot's limits as they were when the reservation was made. The limits
+/// start as configured and change only through
+/// [`Admission::set_limits`](crate::Admission::set_limits); lowering them never revokes a
+/// reservation, it only stops new ones until the load is under the new limits.
 pub struct Slot {
     key: Box<str>,
     /// `count << 32 | tokens`. Tokens fit in 32 bits: a reservation either fits a budget that
     /// is a `u32`, or is alone on the slot with at most `u32::MAX` tokens.
     load: AtomicU64,
+    /// The count limit.
+    max_count: AtomicU32,
+    /// The token budget; [`NO_BUDGET`] for none.
+    max_tokens: AtomicU32,
     /// One bit (slot number modulo 64) used as a cheap filter of waiters interested in the slot.
     pub(crate) bit: u64,
     state: AtomicU8,
@@ -59,20 +69,49 @@ impl Slot {
         split(self.load.load(SeqCst)).1
     }
 
+    /// The most requests this slot admits at once (its current limit).
+    pub fn limit(&self) -> u32 {
+        self.max_count.load(SeqCst)
+    }
+
+    /// The prompt tokens this slot's requests may hold at once, if it has a token budget.
+    pub fn token_limit(&self) -> Option<u32> {
+        let budget = self.max_tokens.load(SeqCst);
+        (budget != NO_BUDGET).then_some(budget)
+    }
+
+    /// The limits a reservation is checked against now. The two limits are read separately:
+    /// a reservation racing with [`set_limits`](Slot::set_limits) sees the old or the new value
+    /// of each, both of which were valid limits a moment ago.
+    fn limits(&self) -> Limits {
+        Limits {
+            count: self.limit(),
+            tokens: self.token_limit(),
+        }
+    }
+
+    pub(crate) fn set_limits(&self, limits: Limits) {
+        self.max_count.store(limits.count, SeqCst);
+        // A budget of `u32::MAX` tokens could not refuse anything a 32-bit load holds anyway.
+        self.max_tokens
+            .store(limits.tokens.unwrap_or(NO_BUDGET), SeqCst);
+    }
+
     /// Whether a request of `tokens` would fit now.
-    pub(crate) fn has_room(&self, limits: Limits, tokens: u32) -> bool {
+    pub(crate) fn has_room(&self, tokens: u32) -> bool {
         let (count, held) = split(self.load.load(SeqCst));
-        limits.fits(count, held, tokens)
+        self.limits().fits(count, held, tokens)
     }
 
     /// Whether not even a one-token request would fit now.
-    pub(crate) fn is_full(&self, limits: Limits) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         let (count, held) = split(self.load.load(SeqCst));
-        limits.full(count, held)
+        self.limits().full(count, held)
     }
 
     /// Reserves one request of `tokens` if it fits. Never exceeds the limits.
-    pub(crate) fn try_reserve(&self, limits: Limits, tokens: u32) -> bool {
+    pub(crate) fn try_reserve(&self, tokens: u32) -> bool {
+        let limits = self.limits();
         let mut cur = self.load.load(SeqCst);
         loop {
             let (count, held) = split(cur);
@@ -104,6 +143,8 @@ impl fmt::Debug for Slot {
             .field("key", &self.key)
             .field("inflight", &self.inflight())
             .field("tokens", &self.inflight_tokens())
+            .field("limit", &self.limit())
+            .field("token_limit", &self.token_limit())
             .field("forgotten", &self.is_forgotten())
             .finish()
     }
@@ -137,18 +178,21 @@ fn split(load: u64) -> (u32, u32) {
 pub(crate) struct Ledger {
     map: Arc<Map>,
     next_id: AtomicU64,
+    /// The limits a new slot starts with.
+    initial: Limits,
 }
 
 impl Ledger {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(initial: Limits) -> Self {
         Ledger {
             map: Arc::new(Mutex::new(HashMap::new())),
             next_id: AtomicU64::new(0),
+            initial,
         }
     }
 
-    /// The slot for `key`: the existing one if anything holds it, else a new idle one. A
-    /// forgotten slot becomes live again.
+    /// The slot for `key`: the existing one (with its current limits) if anything holds it,
+    /// else a new idle one with the configured limits. A forgotten slot becomes live again.
     pub(crate) fn slot(&self, key: &str) -> Arc<Slot> {
         let mut map = self.map.lock();
         if let Some(slot) = map.get(key).and_then(Weak::upgrade) {
@@ -159,6 +203,8 @@ impl Ledger {
         let slot = Arc::new(Slot {
             key: key.into(),
             load: AtomicU64::new(0),
+            max_count: AtomicU32::new(self.initial.count),
+            max_tokens: AtomicU32::new(self.initial.tokens.unwrap_or(NO_BUDGET)),
             bit: 1 << (id % 64),
             state: AtomicU8::new(LIVE),
             ledger: Arc::downgrade(&self.map),

@@ -60,9 +60,10 @@
 //!
 //! # Invariants
 //!
-//! - A slot's in-flight count never exceeds `max_inflight_per_worker`, and its prompt tokens
-//!   never exceed `max_inflight_tokens_per_worker` unless it holds a single request (reservation
-//!   is one CAS on both that refuses beyond the limits).
+//! - A slot's in-flight count never exceeds its limit (`max_inflight_per_worker` unless changed
+//!   with [`Admission::set_limits`]), and its prompt tokens never exceed its token budget unless
+//!   it holds a single request (reservation is one CAS on both that refuses beyond the limits).
+//!   A limit lowered below what is in flight revokes nothing; it holds new reservations back.
 //! - At most `queue_size` requests wait; with `queue_size == 0` nothing ever waits.
 //! - A request for which no healthy worker matches is rejected `Unavailable` and never queued.
 //! - Filtering, policy ranking and reservation are one step; [`Selector::commit`] is called

@@ -27,7 +27,6 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::config::Limits;
 use crate::ledger::Slot;
 use crate::permit::Permit;
 use crate::selector::{Ranking, Selector};
@@ -49,14 +48,13 @@ pub(crate) enum Reserve<C> {
 /// With `reserve` false nothing has room: the ranking only tells `Full` from `Unavailable`.
 pub(crate) fn rank_reserve<S: Selector>(
     selector: &mut S,
-    limits: Limits,
     tokens: u32,
     interest: &Cell<u64>,
     reserve: bool,
 ) -> Reserve<S::Choice> {
     let has_room = |slot: &Slot| {
         interest.set(interest.get() | slot.bit);
-        reserve && slot.has_room(limits, tokens)
+        reserve && slot.has_room(tokens)
     };
     match selector.rank(&has_room) {
         Ranking::Unavailable => Reserve::Unavailable,
@@ -64,7 +62,7 @@ pub(crate) fn rank_reserve<S: Selector>(
             for (slot, choice) in candidates {
                 // A selector may return a slot without asking about it; it still interests us.
                 interest.set(interest.get() | slot.bit);
-                if reserve && slot.try_reserve(limits, tokens) {
+                if reserve && slot.try_reserve(tokens) {
                     return Reserve::Reserved(slot, choice);
                 }
             }
@@ -77,7 +75,7 @@ pub(crate) fn rank_reserve<S: Selector>(
 pub(crate) trait Waiter: Send {
     /// Rank and reserve; on success commit the choice (kept for [`Waiter::grant`]) and return the
     /// reserved slot. Called with the queue lock held.
-    fn try_reserve(&mut self, limits: Limits, interest: &Cell<u64>) -> Option<Arc<Slot>>;
+    fn try_reserve(&mut self, interest: &Cell<u64>) -> Option<Arc<Slot>>;
     /// The prompt tokens it reserves.
     fn tokens(&self) -> u32;
     /// Hands the permit to the waiting caller. Called outside the lock. Gives the permit back if
@@ -111,8 +109,8 @@ impl<S: Selector> TypedWaiter<S> {
 }
 
 impl<S: Selector> Waiter for TypedWaiter<S> {
-    fn try_reserve(&mut self, limits: Limits, interest: &Cell<u64>) -> Option<Arc<Slot>> {
-        match rank_reserve(&mut self.selector, limits, self.tokens, interest, true) {
+    fn try_reserve(&mut self, interest: &Cell<u64>) -> Option<Arc<Slot>> {
+        match rank_reserve(&mut self.selector, self.tokens, interest, true) {
             Reserve::Reserved(slot, choice) => {
                 self.selector.commit(&choice);
                 self.choice = Some(choice);
@@ -327,11 +325,11 @@ impl WaitQueue {
 
     /// Re-ranks the waiter at an occupied position (see [`Waiter::try_reserve`]) and records the
     /// slots it asked about as its class's interest.
-    pub(crate) fn try_reserve(&mut self, index: u32, limits: Limits) -> Option<Arc<Slot>> {
+    pub(crate) fn try_reserve(&mut self, index: u32) -> Option<Arc<Slot>> {
         let node = &mut self.nodes[index as usize];
         let (waiter, _) = node.entry.as_mut().expect("position is occupied");
         let interest = Cell::new(0);
-        let reserved = waiter.try_reserve(limits, &interest);
+        let reserved = waiter.try_reserve(&interest);
         let head = self.classes[node.class as usize].head;
         let head = self.nodes[head as usize].generation;
         if let Some(h) = self.heads.get_mut(&head) {
@@ -410,7 +408,7 @@ mod tests {
 
     struct Dummy;
     impl Waiter for Dummy {
-        fn try_reserve(&mut self, _: Limits, _: &Cell<u64>) -> Option<Arc<Slot>> {
+        fn try_reserve(&mut self, _: &Cell<u64>) -> Option<Arc<Slot>> {
             None
         }
         fn tokens(&self) -> u32 {
@@ -492,11 +490,7 @@ mod tests {
         assert_eq!(walk(&q, Some(0b100)), [5]);
         // try_reserve records the head's new interest for the class.
         let (_, index) = q.next_head(5, None).unwrap();
-        let limits = Limits {
-            count: 1,
-            tokens: None,
-        };
-        assert!(q.try_reserve(index, limits).is_none());
+        assert!(q.try_reserve(index).is_none());
         assert_eq!(walk(&q, Some(0b100)), [] as [u64; 0]);
         for id in [b0, solo, a3] {
             assert!(q.remove(id).is_some());

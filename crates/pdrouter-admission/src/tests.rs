@@ -242,6 +242,62 @@ async fn spreads_over_workers_in_rank_order() {
     f.assert_clean();
 }
 
+#[tokio::test(start_paused = true)]
+async fn per_worker_limits_change_at_run_time() {
+    let f = Fixture::new(1, 4, 60, &["w0", "w1"]);
+    let w0 = f.slot(0);
+    assert_eq!(
+        (w0.limit(), w0.token_limit()),
+        (1, None),
+        "starts as configured"
+    );
+    f.adm.set_limits(&w0, 2, None);
+    f.adm.set_limits(&f.slot(1), 0, None);
+    let a = f.get(Target::Any).await.unwrap();
+    let b = f.get(Target::Any).await.unwrap();
+    assert_eq!((a.choice.as_str(), b.choice.as_str()), ("w0", "w0"));
+    // w0 is at its raised limit and w1 admits nothing: a third request waits.
+    let c = f.spawn(Target::Any);
+    settle().await;
+    assert_eq!(f.adm.queued(), 1);
+    // Raising w1's limit admits the waiter at once, without any release.
+    f.adm.set_limits(&f.slot(1), 1, None);
+    settle().await;
+    let c = done(c).await.unwrap();
+    assert_eq!(c.choice, "w1");
+    // Lowering w0 below what it holds revokes nothing; it admits again only under the limit.
+    f.adm.set_limits(&w0, 1, None);
+    assert_eq!(w0.inflight(), 2);
+    let d = f.spawn(Target::Strict(0));
+    settle().await;
+    drop(a);
+    settle().await;
+    assert!(!d.is_finished(), "1 in flight is not under a limit of 1");
+    assert_eq!(w0.inflight(), 1);
+    drop(b);
+    settle().await;
+    let d = done(d).await.unwrap();
+    assert_eq!(w0.inflight(), 1);
+    drop((c, d));
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn a_token_budget_set_at_run_time_is_enforced() {
+    let f = Fixture::new(8, 0, 1, &["w0"]);
+    let w0 = f.slot(0);
+    f.adm.set_limits(&w0, 8, Some(1));
+    assert_eq!(w0.token_limit(), Some(1));
+    // Every request costs at least one token: the second does not fit.
+    let a = f.get(Target::Any).await.unwrap();
+    assert_eq!(f.get(Target::Any).await.unwrap_err(), Rejection::QueueFull);
+    f.adm.set_limits(&w0, 8, None);
+    let b = f.get(Target::Any).await.unwrap();
+    assert_eq!(w0.inflight(), 2);
+    drop((a, b));
+    f.assert_clean();
+}
+
 #[tokio::test]
 async fn shared_permit_is_one_slot_released_once() {
     let f = Fixture::new(1, 0, 1, &["w0"]);
