@@ -54,8 +54,10 @@ const ROUTER_FIELDS: [&str; 5] = [
 ///
 /// The parsed JSON tree is dropped after validation on the common path: forwarded bodies are
 /// the received bytes with the router's fields spliced in at the top of the object, so a
-/// request waiting in the admission queue holds its bytes, not a tree. The tree is kept only
-/// when the body already has a field the router sets, so that field is replaced, not doubled.
+/// request waiting in the admission queue holds its bytes, not a tree. The tree is kept when
+/// the body already has a field the router sets, so that field is replaced, not doubled, and
+/// when the request is for token-id workers, whose translation reads the tree
+/// ([`parse_keeping_tree`]) rather than parsing the bytes a second time.
 #[derive(Debug)]
 pub struct ParsedRequest {
     /// Which endpoint.
@@ -81,6 +83,11 @@ pub struct ParsedRequest {
 }
 
 impl ParsedRequest {
+    /// The body's JSON object, when it was kept (see the type's docs).
+    pub fn tree(&self) -> Option<&Map<String, Value>> {
+        self.object.as_ref()
+    }
+
     /// The body to forward: as received, plus `fields`, each replacing a field of the same
     /// name. `model` may be one of them only when the client named none.
     pub fn body_with(&self, fields: &[(&'static str, Value)]) -> Bytes {
@@ -298,6 +305,16 @@ fn splice(raw: &[u8], fields: impl Iterator<Item = (&'static str, Value)>) -> By
 
 /// Parses and validates a request body for `endpoint`.
 pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> {
+    parse_body(endpoint, raw, false)
+}
+
+/// [`parse`], keeping the JSON tree for [`ParsedRequest::tree`] (requests translated for
+/// token-id workers, which read the whole body anyway).
+pub fn parse_keeping_tree(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> {
+    parse_body(endpoint, raw, true)
+}
+
+fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedRequest, ApiError> {
     let value: Value = serde_json::from_slice(&raw).map_err(ApiError::malformed_json)?;
     let Value::Object(body) = value else {
         return Err(ApiError::bad_request(
@@ -442,7 +459,7 @@ pub fn parse(endpoint: Endpoint, raw: Bytes) -> Result<ParsedRequest, ApiError> 
             .or_else(|| body.get("input_ids")),
     };
     let prompt_tokens = prompt.map_or(1, |p| estimate_tokens(p, n));
-    let object = replaces_field.then_some(body);
+    let object = (keep_tree || replaces_field).then_some(body);
     Ok(ParsedRequest {
         endpoint,
         raw,
@@ -473,6 +490,17 @@ mod tests {
 
     fn json(b: &Bytes) -> Value {
         serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn the_tree_is_kept_when_asked() {
+        let raw = Bytes::from_static(br#"{"text":"hi","sampling_params":{"temperature":0}}"#);
+        let kept = parse_keeping_tree(Endpoint::Generate, raw.clone()).unwrap();
+        assert_eq!(
+            Some(&Value::Object(kept.tree().unwrap().clone())),
+            Some(&json(&raw))
+        );
+        assert!(parse(Endpoint::Generate, raw).unwrap().tree().is_none());
     }
 
     #[test]

@@ -128,6 +128,29 @@ async fn completions_take_string_list_and_token_id_prompts() {
 }
 
 #[tokio::test]
+async fn large_bodies_are_parsed_and_checked_like_small_ones() {
+    let (_p, d, cfg) = pair(4).await;
+    let r = router(cfg).await;
+    // Well past the size parsed off the async workers.
+    let prompt = "x".repeat(16 * 1024);
+    let body = json!({"prompt": prompt, "max_tokens": 2}).to_string();
+    let reply = post(r.addr(), "/v1/completions", &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["usage"]["prompt_tokens"], 16 * 1024);
+    let sent = d.stats().last_request.unwrap();
+    assert_eq!(sent["input_ids"].as_array().unwrap().len(), 16 * 1024);
+    // The same size, malformed or of the wrong shape: the client's mistake, named.
+    let broken = format!("{{\"prompt\":\"{prompt}\"");
+    let reply = post(r.addr(), "/v1/completions", &broken).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let wrong = json!({"prompt": prompt, "max_tokens": "two"}).to_string();
+    let reply = post(r.addr(), "/v1/completions", &wrong).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("max_tokens"), "{}", reply.text());
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
 async fn streaming_completions_with_stops_and_usage() {
     let (_p, d, cfg) = pair(40).await;
     let r = router(cfg).await;

@@ -3,9 +3,12 @@
 //! Tokenizing a 32k-token prompt costs tens of milliseconds of CPU. On tokio's blocking pool
 //! that thread competes as an equal with the runtime's worker threads, so on a router with
 //! one or two cores a small request arriving meanwhile waits for a scheduler time slice
-//! behind it. These threads lower their own scheduling priority when they start (nice
-//! [`NICE`] on Linux; elsewhere they run at normal priority), so the kernel runs the async
-//! workers first whenever both are ready, and tokenization takes the CPU they leave idle.
+//! behind it. These threads lower their own scheduling priority when they start: on Linux
+//! the `SCHED_IDLE` policy, which the scheduler preempts as soon as a normal thread wakes
+//! (nice [`NICE`] if the policy is refused; a nice-19 thread still keeps the CPU for the rest
+//! of its slice, about a millisecond); elsewhere they run at normal priority. So the kernel
+//! runs the async workers first whenever both are ready, and tokenization takes the CPU they
+//! leave idle.
 //!
 //! Invariants:
 //! - At most [`threads`] jobs run at once; later ones wait in arrival order. The queue holds
@@ -18,7 +21,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use pdrouter_tokenizer::OFFLOAD_THRESHOLD_BYTES;
 use tokio::sync::oneshot;
+
+use crate::error::ApiError;
 
 /// Nice value of the pool's threads: the lowest CPU share Linux offers to a normal thread,
 /// so a runtime worker woken by a socket preempts tokenization at once.
@@ -69,7 +75,15 @@ fn serve(rx: &Mutex<Receiver<Job>>) {
 
 #[cfg(target_os = "linux")]
 fn lower_priority() {
-    // On Linux the nice value belongs to the thread, so this leaves the runtime's threads be.
+    use thread_priority::{
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+        set_thread_priority_and_policy, thread_native_id,
+    };
+    // Policy and nice value belong to the thread on Linux: the runtime's threads are left be.
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle).is_ok() {
+        return;
+    }
     let tid = rustix::thread::gettid();
     if let Err(e) = rustix::process::setpriority_process(Some(tid), NICE) {
         tracing::debug!(error = %e, "tokenizer thread keeps normal priority");
@@ -98,6 +112,20 @@ pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> R
     }
 }
 
+/// Runs `f` inline for a small input, on these threads for a large one (`size` in bytes
+/// of what `f` reads: a request body, or the text it tokenizes).
+pub(crate) async fn offload<T: Send + 'static>(
+    size: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    if size <= OFFLOAD_THRESHOLD_BYTES {
+        return Ok(f());
+    }
+    run(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,12 +148,20 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[tokio::test]
-    async fn pool_threads_run_at_low_priority() {
-        let nice = run(|| rustix::process::getpriority_process(Some(rustix::thread::gettid())))
-            .await
-            .unwrap()
-            .unwrap();
-        // An unprivileged thread may always lower its own priority.
-        assert_eq!(nice, NICE);
+    async fn pool_threads_run_at_idle_priority() {
+        use thread_priority::{
+            NormalThreadSchedulePolicy, ThreadSchedulePolicy, thread_schedule_policy,
+        };
+        let policy = run(thread_schedule_policy).await.unwrap().unwrap();
+        // An unprivileged thread may always move itself to SCHED_IDLE.
+        assert_eq!(
+            policy,
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle)
+        );
+        // The runtime's own threads are untouched.
+        assert_eq!(
+            thread_schedule_policy().unwrap(),
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other)
+        );
     }
 }

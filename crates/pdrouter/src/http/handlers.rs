@@ -23,7 +23,7 @@ use crate::error::{ApiError, Leg};
 use crate::grpc::info::{self, Info};
 use crate::proxy::forward::Forwarded;
 use crate::registry::{ServedModel, Worker};
-use crate::request::{Endpoint, parse};
+use crate::request::{Endpoint, ParsedRequest, parse, parse_keeping_tree};
 
 const TARGET_WORKER: &str = "x-smg-target-worker";
 const ROUTING_KEY: &str = "x-smg-routing-key";
@@ -190,11 +190,26 @@ async fn answer(
     } else {
         received
     };
-    let mut parsed = parse(endpoint, raw)?;
+    let mut parsed = match state.cfg.mode {
+        Mode::PdGrpc | Mode::RegularGrpc => parse_off_reactor(endpoint, raw).await?,
+        Mode::PdHttp | Mode::Regular => parse(endpoint, raw)?,
+    };
     let response = state.dispatcher.route(&mut parsed, ctx).await?;
     Ok(match permit {
         Some(permit) => crate::limiter::hold_until_body_ends(response, permit),
         None => response,
+    })
+}
+
+/// Parses a request for token-id workers, keeping its tree for the translation. A large body
+/// is parsed where its prompt will be tokenized: off the async workers. Boxed so that the
+/// future a queued request holds does not grow by this wait's state.
+fn parse_off_reactor(
+    endpoint: Endpoint,
+    raw: Bytes,
+) -> BoxFuture<'static, Result<ParsedRequest, ApiError>> {
+    Box::pin(async move {
+        crate::grpc::cpu_pool::offload(raw.len(), move || parse_keeping_tree(endpoint, raw)).await?
     })
 }
 

@@ -23,8 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, TokenizedInput, sampling_params};
 use pdrouter_tokenizer::{
-    ChatInput, DecodeOptions, FinishReason, OFFLOAD_THRESHOLD_BYTES, StopConditions, TemplateValue,
-    Tokenizer,
+    ChatInput, DecodeOptions, FinishReason, StopConditions, TemplateValue, Tokenizer,
 };
 use serde_json::{Map, Value, json};
 
@@ -304,19 +303,6 @@ pub(crate) fn sampling(
     Ok((params, unset))
 }
 
-/// Runs `f` inline for small inputs, on the low-priority tokenizer threads for large ones.
-async fn offload<T: Send + 'static>(
-    size: usize,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
-    if size <= OFFLOAD_THRESHOLD_BYTES {
-        return Ok(f());
-    }
-    crate::grpc::cpu_pool::run(f)
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))
-}
-
 /// One prompt before tokenization.
 #[derive(Debug)]
 pub(crate) enum Source {
@@ -392,15 +378,24 @@ fn tokenize(t: &Tokenizer, s: Source) -> Result<(String, Vec<u32>), ApiError> {
 
 /// Translates a request for gRPC workers.
 pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Plan, ApiError> {
-    let body: Value = serde_json::from_slice(&req.raw).map_err(ApiError::malformed_json)?;
-    let Value::Object(o) = body else {
-        return Err(ApiError::malformed_json("expected an object"));
+    // The handler keeps the tree for gRPC workers; a request parsed without it is read again.
+    let parsed;
+    let o = match req.tree() {
+        Some(o) => o,
+        None => {
+            let body: Value = serde_json::from_slice(&req.raw).map_err(ApiError::malformed_json)?;
+            let Value::Object(o) = body else {
+                return Err(ApiError::malformed_json("expected an object"));
+            };
+            parsed = o;
+            &parsed
+        }
     };
     let input = match req.endpoint {
-        Endpoint::ChatCompletions => chat::input(&o)?,
-        Endpoint::Completions => completions::input(&o)?,
-        Endpoint::Generate => generate::input(&o)?,
-        Endpoint::Responses => responses::input(&o)?,
+        Endpoint::ChatCompletions => chat::input(o)?,
+        Endpoint::Completions => completions::input(o)?,
+        Endpoint::Generate => generate::input(o)?,
+        Endpoint::Responses => responses::input(o)?,
     };
     let Input {
         prompts,
@@ -427,7 +422,7 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
     params.n = u32::try_from(n).unwrap_or(u32::MAX);
     let listed = req.endpoint == Endpoint::Generate && (req.batch.is_some() || n > 1);
     let tok = tokenizer.clone();
-    let tokenized = offload(req.raw.len(), move || {
+    let tokenized = crate::grpc::cpu_pool::offload(req.raw.len(), move || {
         prompts
             .into_iter()
             .map(|s| tokenize(&tok, s))
