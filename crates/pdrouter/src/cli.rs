@@ -736,19 +736,33 @@ pub struct TelemetryArgs {
     /// admission wait and each worker leg.
     #[arg(long, help_heading = "Observability")]
     pub enable_trace: bool,
-    /// OTLP/gRPC collector for --enable-trace, host:port or http://host:port.
-    #[arg(
-        long,
-        default_value = "localhost:4317",
-        value_name = "HOST:PORT",
-        help_heading = "Observability"
-    )]
-    pub otlp_traces_endpoint: String,
+    /// OTLP/gRPC collector for --enable-trace, host:port or http://host:port
+    /// [default: localhost:4317].
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Observability")]
+    pub otlp_traces_endpoint: Option<String>,
 }
 
+/// Where spans go when `--otlp-traces-endpoint` is not given.
+const DEFAULT_OTLP_ENDPOINT: &str = "localhost:4317";
+
 impl TelemetryArgs {
+    fn endpoint(&self) -> &str {
+        self.otlp_traces_endpoint
+            .as_deref()
+            .unwrap_or(DEFAULT_OTLP_ENDPOINT)
+    }
+
+    /// Settings that are valid but do nothing as given, one warning line each.
+    pub fn unused(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.otlp_traces_endpoint.is_some() && !self.enable_trace {
+            out.push("--otlp-traces-endpoint has no effect without --enable-trace; no spans are exported");
+        }
+        out
+    }
+
     fn check(&self) -> Result<(), ConfigError> {
-        crate::telemetry::otlp_endpoint(&self.otlp_traces_endpoint)?;
+        crate::telemetry::otlp_endpoint(self.endpoint())?;
         if let Some(dir) = &self.log_dir {
             crate::telemetry::check_log_dir(dir)?;
         }
@@ -764,7 +778,7 @@ impl TelemetryArgs {
             // Checked by `into_config` already; the scheme-less form gets `http://` here.
             otlp_endpoint: self
                 .enable_trace
-                .then(|| crate::telemetry::otlp_endpoint(&self.otlp_traces_endpoint).ok())
+                .then(|| crate::telemetry::otlp_endpoint(self.endpoint()).ok())
                 .flatten(),
         }
     }
@@ -783,6 +797,36 @@ mod tests {
             Command::Launch(a) => a.into_config().map_err(|e| e.0),
             Command::Demo(_) => unreachable!(),
         }
+    }
+
+    fn telemetry(args: &[&str]) -> TelemetryArgs {
+        let mut full = vec!["pdrouter", "launch", "--worker-urls", "http://w:1"];
+        full.extend_from_slice(args);
+        match Cli::try_parse_args(full).unwrap().command {
+            Command::Launch(a) => a.telemetry,
+            Command::Demo(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn an_otlp_endpoint_without_tracing_is_reported_unused() {
+        let t = telemetry(&["--otlp-traces-endpoint", "collector:4317"]);
+        assert_eq!(t.unused().len(), 1);
+        assert!(t.unused()[0].contains("--enable-trace"));
+        assert_eq!(t.settings("info", false).otlp_endpoint, None);
+        let t = telemetry(&["--otlp-traces-endpoint", "collector:4317", "--enable-trace"]);
+        assert!(t.unused().is_empty());
+        assert_eq!(
+            t.settings("info", false).otlp_endpoint.as_deref(),
+            Some("http://collector:4317")
+        );
+        // Tracing alone goes to the default collector.
+        let t = telemetry(&["--enable-trace"]);
+        assert!(t.unused().is_empty());
+        assert_eq!(
+            t.settings("info", false).otlp_endpoint.as_deref(),
+            Some("http://localhost:4317")
+        );
     }
 
     #[test]

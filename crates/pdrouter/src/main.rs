@@ -108,6 +108,7 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Launch(args) => {
             let log = args.telemetry.settings(&args.log_level, args.log_json);
+            let unused = args.telemetry.unused();
             let explicit_max_connections = args.max_connections.is_some();
             let mut config = match args.into_config() {
                 Ok(c) => c,
@@ -124,6 +125,9 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::from(2);
                 }
             };
+            for warning in unused {
+                tracing::warn!("{warning}");
+            }
             fit_connections_to_open_files(open_files, &mut config, explicit_max_connections);
             check_open_files(open_files, &config);
             let scheme = if config.edge.tls.is_some() {
