@@ -360,6 +360,18 @@ impl ApiError {
         )
     }
 
+    /// A client did not send its whole request body within the request timeout.
+    pub fn body_timeout(secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "client_body_timeout",
+            format!(
+                "the request body did not arrive within {secs}s (--request-timeout-secs); \
+                 send the body as fast as the network allows"
+            ),
+        )
+    }
+
     /// A feature this router does not serve for the request's workers (501, never retried).
     pub fn not_implemented(what: impl std::fmt::Display) -> Self {
         Self::new(

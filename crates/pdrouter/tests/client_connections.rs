@@ -208,3 +208,41 @@ async fn beyond_max_connections_a_connection_waits_until_one_closes() {
     );
     r.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A body that stops arriving is cut at the request timeout with a 408, and the global
+/// limiter's permit its request took is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_gets_408_and_frees_its_permit() {
+    let w = mock(Role::Regular, 0).await;
+    let mut cfg = regular_config(&[&w]);
+    cfg.request_timeout = Duration::from_secs(1);
+    cfg.limiter = Some(pdrouter::limiter::LimiterConfig {
+        max_concurrent: 1,
+        queue_size: 0,
+        queue_timeout: Duration::from_secs(1),
+        tokens_per_second: None,
+    });
+    let r = router(cfg).await;
+
+    let mut stalled = connect(r.addr()).await;
+    stalled
+        .write_all(
+            b"POST /generate HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\n\
+              content-length: 100\r\n\r\n{\"text\":",
+        )
+        .await
+        .unwrap();
+    let (status, answer) = tokio::time::timeout(PATIENCE, read_response(&mut stalled))
+        .await
+        .expect("answered");
+    assert_eq!(status, 408, "{answer}");
+    assert!(
+        answer.contains("x-smg-error-code: client_body_timeout"),
+        "{answer}"
+    );
+    assert!(answer.contains("--request-timeout-secs"), "{answer}");
+    // The only permit is free again: the next request is served, not refused.
+    let reply = post(r.addr(), "/generate", r#"{"text":"hi"}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    r.shutdown(Duration::from_secs(1)).await;
+}

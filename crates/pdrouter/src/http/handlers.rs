@@ -41,9 +41,19 @@ fn check_length(limit: usize, headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Reads a whole body of at most `limit` bytes.
-async fn collect_body(limit: usize, body: Body) -> Result<Bytes, ApiError> {
+/// Reads a whole body of at most `limit` bytes, within `timeout` (a body trickled in slower
+/// would hold its connection, and any permit taken for it, without bound).
+async fn collect_body(
+    limit: usize,
+    timeout: std::time::Duration,
+    body: Body,
+) -> Result<Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, limit);
-    match http_body_util::BodyExt::collect(limited).await {
+    let collected = tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited));
+    let Ok(collected) = collected.await else {
+        return Err(ApiError::body_timeout(timeout.as_secs()));
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(ApiError::payload_too_large(limit))
@@ -61,7 +71,7 @@ pub(crate) async fn read_body(
     headers: &HeaderMap,
 ) -> Result<Bytes, ApiError> {
     check_length(state.cfg.max_payload_size, headers)?;
-    collect_body(state.cfg.max_payload_size, body).await
+    collect_body(state.cfg.max_payload_size, state.cfg.request_timeout, body).await
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
@@ -179,7 +189,8 @@ async fn answer(
         ),
         None => None,
     };
-    let received = collect_body(state.cfg.max_payload_size, body).await?;
+    let received =
+        collect_body(state.cfg.max_payload_size, state.cfg.request_timeout, body).await?;
     // A small body is a slice of the connection's read buffer; keeping it while the request
     // waits (e.g. in the admission queue) would pin that buffer for the whole wait. `received`
     // is moved either way, so no reference into the buffer lives across the await below.
