@@ -2,7 +2,12 @@
 //! system `protoc`, then generates prost messages and tonic client/server.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/common.proto", "proto/sglang_scheduler.proto"];
+    let files = [
+        "proto/common.proto",
+        "proto/sglang_scheduler.proto",
+        "proto/tokenspeed_scheduler.proto",
+        "proto/tokenspeed_encoder.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -10,7 +10,13 @@
 //!   `GetTokenizer`) and its messages; client in
 //!   [`scheduler::sglang_scheduler_client`], server trait in
 //!   [`scheduler::sglang_scheduler_server`].
-//! * [`common`] (`smg.grpc.common`): the `GetTokenizer` request and chunk.
+//! * [`common`] (`smg.grpc.common`): the `GetTokenizer` request and chunk, and the
+//!   multimodal `Modality`.
+//! * [`tokenspeed_scheduler`] (`tokenspeed.grpc.scheduler`): TokenSpeed's `TokenSpeedScheduler`
+//!   service (the same six methods) and its messages; client in
+//!   [`tokenspeed_scheduler::token_speed_scheduler_client`].
+//! * [`tokenspeed_encoder`] (`tokenspeed.grpc.encoder`): TokenSpeed's `TokenSpeedEncoder`
+//!   service (`Encode`), used for EPD.
 //!
 //! Invariant: field numbers and types are the wire contract with real
 //! engines; the tests below pin the ones a router relies on.
@@ -39,14 +45,39 @@ pub mod sglang {
     }
 }
 
+/// Generated code of package `tokenspeed.*`.
+pub mod tokenspeed {
+    /// Generated code of package `tokenspeed.grpc.*`.
+    pub mod grpc {
+        /// Package `tokenspeed.grpc.scheduler`.
+        #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+        pub mod scheduler {
+            include!(concat!(env!("OUT_DIR"), "/tokenspeed.grpc.scheduler.rs"));
+        }
+        /// Package `tokenspeed.grpc.encoder`.
+        #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+        pub mod encoder {
+            include!(concat!(env!("OUT_DIR"), "/tokenspeed.grpc.encoder.rs"));
+        }
+    }
+}
+
 /// The well-known types (`Struct`, `Value`, `Timestamp`) the messages use.
 pub use prost_types;
 pub use sglang::grpc::scheduler;
 pub use smg::grpc::common;
+pub use tokenspeed::grpc::encoder as tokenspeed_encoder;
+pub use tokenspeed::grpc::scheduler as tokenspeed_scheduler;
 
 /// Full name of the scheduler service, the first segment of its method paths
 /// (`/sglang.grpc.scheduler.SglangScheduler/Generate`, ...).
 pub const SCHEDULER_SERVICE: &str = "sglang.grpc.scheduler.SglangScheduler";
+
+/// Full name of TokenSpeed's scheduler service.
+pub const TOKENSPEED_SCHEDULER_SERVICE: &str = "tokenspeed.grpc.scheduler.TokenSpeedScheduler";
+
+/// Full name of TokenSpeed's encode service.
+pub const TOKENSPEED_ENCODER_SERVICE: &str = "tokenspeed.grpc.encoder.TokenSpeedEncoder";
 
 #[cfg(test)]
 mod tests {
@@ -234,5 +265,219 @@ mod tests {
     fn method_paths_name_the_engines_service() {
         use scheduler::sglang_scheduler_server::SERVICE_NAME;
         assert_eq!(SERVICE_NAME, SCHEDULER_SERVICE);
+    }
+
+    mod tokenspeed {
+        use prost::Message;
+
+        use super::{field, fields, varint};
+        use crate::tokenspeed_encoder::{EncodeItemAssignment, EncodeRequest, EncodeResponse};
+        use crate::tokenspeed_scheduler::{
+            EncodeBootstrapInfo, EncodeItemBootstrapInfo, GenerateComplete, GenerateRequest,
+            GenerateResponse, GenerateStreamChunk, HealthCheckResponse, KvBootstrapInfo,
+            MultimodalInputs, MultimodalItem, PlaceholderRange, SamplingParams, TensorData,
+            TokenizedInput, generate_complete, generate_response, tensor_data,
+        };
+
+        fn request() -> GenerateRequest {
+            GenerateRequest {
+                request_id: "req-1".to_owned(),
+                tokenized: Some(TokenizedInput {
+                    input_ids: vec![104, 105],
+                    original_text: "hi".to_owned(),
+                }),
+                sampling_params: Some(SamplingParams {
+                    temperature: Some(0.0),
+                    top_k: Some(-1),
+                    max_new_tokens: Some(9),
+                    stop_token_ids: vec![7],
+                    n: 2,
+                    ..Default::default()
+                }),
+                logprob_start_len: Some(0),
+                stream: true,
+                kv_bootstrap_info: Some(KvBootstrapInfo {
+                    bootstrap_host: "10.0.0.1".to_owned(),
+                    bootstrap_port: 8998,
+                    bootstrap_room: (1 << 62) + 5,
+                }),
+                encode_bootstrap_info: Some(EncodeBootstrapInfo {
+                    items: vec![EncodeItemBootstrapInfo {
+                        item_index: 1,
+                        bootstrap_host: "10.0.0.2".to_owned(),
+                        bootstrap_port: 9100,
+                        bootstrap_room: i64::MAX,
+                    }],
+                }),
+                data_parallel_rank: Some(3),
+                ..Default::default()
+            }
+        }
+
+        #[test]
+        fn generate_request_field_numbers_match_the_engine() {
+            let bytes = request().encode_to_vec();
+            assert_eq!(field(&bytes, 1), (2, b"req-1".to_vec()));
+            assert_eq!(varint(&field(&bytes, 5).1), 0);
+            assert_eq!(field(&bytes, 8), (0, vec![1]));
+            assert_eq!(varint(&field(&bytes, 12).1), 3);
+
+            // Swapped against SGLang: ids are field 1, the text field 2.
+            let (_, tokenized) = field(&bytes, 2);
+            assert_eq!(field(&tokenized, 1), (2, vec![104, 105]));
+            assert_eq!(field(&tokenized, 2).1, b"hi".to_vec());
+
+            let (_, kv) = field(&bytes, 11);
+            assert_eq!(field(&kv, 1).1, b"10.0.0.1".to_vec());
+            assert_eq!(varint(&field(&kv, 2).1), 8998);
+            // int64: a room above 2^31 survives.
+            assert_eq!(varint(&field(&kv, 3).1), (1 << 62) + 5);
+
+            let (_, enc) = field(&bytes, 10);
+            let (_, item) = field(&enc, 1);
+            assert_eq!(varint(&field(&item, 1).1), 1);
+            assert_eq!(field(&item, 2).1, b"10.0.0.2".to_vec());
+            assert_eq!(varint(&field(&item, 3).1), 9100);
+            assert_eq!(varint(&field(&item, 4).1), i64::MAX as u64);
+
+            let (_, sampling) = field(&bytes, 3);
+            // `optional`: explicit zeros are on the wire.
+            assert_eq!(field(&sampling, 1), (5, 0f32.to_le_bytes().to_vec()));
+            assert_eq!(varint(&field(&sampling, 3).1) as i64 as i32, -1);
+            assert_eq!(varint(&field(&sampling, 8).1), 9);
+            assert_eq!(field(&sampling, 11), (2, vec![7]));
+            assert_eq!(varint(&field(&sampling, 15).1), 2);
+        }
+
+        #[test]
+        fn unset_sampling_scalars_are_absent() {
+            let bytes = SamplingParams::default().encode_to_vec();
+            assert!(fields(&bytes).is_empty(), "{:?}", fields(&bytes));
+            let only_top_p = SamplingParams {
+                top_p: Some(0.5),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let numbers: Vec<u32> = fields(&only_top_p).iter().map(|f| f.0).collect();
+            assert_eq!(numbers, vec![2]);
+        }
+
+        #[test]
+        fn multimodal_items_field_numbers_match_the_engine() {
+            let mm = MultimodalInputs {
+                items: vec![MultimodalItem {
+                    modality: crate::common::Modality::Image as i32,
+                    content_hash: vec![0xab],
+                    encoder_input: Some(TensorData {
+                        shape: vec![4, 1176],
+                        dtype: "bfloat16".to_owned(),
+                        payload: Some(tensor_data::Payload::Inline(vec![1, 2])),
+                    }),
+                    placeholders: vec![PlaceholderRange {
+                        offset: 3,
+                        length: 1,
+                    }],
+                    placeholder_token_id: Some(151_655),
+                    ..Default::default()
+                }],
+            }
+            .encode_to_vec();
+            let (_, item) = field(&mm, 1);
+            assert_eq!(varint(&field(&item, 1).1), 1);
+            assert_eq!(field(&item, 2).1, vec![0xab]);
+            let (_, t) = field(&item, 3);
+            assert_eq!(field(&t, 1).1, {
+                let mut b = vec![4];
+                prost::encoding::encode_varint(1176, &mut b);
+                b
+            });
+            assert_eq!(field(&t, 2).1, b"bfloat16".to_vec());
+            assert_eq!(field(&t, 3).1, vec![1, 2]);
+            let (_, ph) = field(&item, 5);
+            assert_eq!(varint(&field(&ph, 1).1), 3);
+            assert_eq!(varint(&field(&item, 6).1), 151_655);
+        }
+
+        #[test]
+        fn generate_response_field_numbers_match_the_engine() {
+            let chunk = GenerateResponse {
+                request_id: "r".to_owned(),
+                response: Some(generate_response::Response::Chunk(GenerateStreamChunk {
+                    token_ids: vec![65],
+                    prompt_tokens: 2,
+                    completion_tokens: 1,
+                    cached_tokens: 4,
+                    index: 1,
+                    ..Default::default()
+                })),
+            }
+            .encode_to_vec();
+            let (_, c) = field(&chunk, 2);
+            assert_eq!(field(&c, 1), (2, vec![65]));
+            assert_eq!(varint(&field(&c, 2).1), 2);
+            assert_eq!(varint(&field(&c, 3).1), 1);
+            assert_eq!(varint(&field(&c, 4).1), 4);
+            assert_eq!(varint(&field(&c, 6).1), 1);
+
+            let complete = GenerateResponse {
+                request_id: "r".to_owned(),
+                response: Some(generate_response::Response::Complete(GenerateComplete {
+                    output_ids: vec![65, 66],
+                    finish_reason: "stop".to_owned(),
+                    prompt_tokens: 2,
+                    completion_tokens: 2,
+                    matched_stop: Some(generate_complete::MatchedStop::MatchedStopStr(
+                        "x".to_owned(),
+                    )),
+                    index: 1,
+                    ..Default::default()
+                })),
+            }
+            .encode_to_vec();
+            let (_, c) = field(&complete, 3);
+            assert_eq!(field(&c, 1), (2, vec![65, 66]));
+            assert_eq!(field(&c, 2).1, b"stop".to_vec());
+            assert_eq!(varint(&field(&c, 3).1), 2);
+            assert_eq!(varint(&field(&c, 4).1), 2);
+            assert_eq!(field(&c, 8).1, b"x".to_vec());
+            assert_eq!(varint(&field(&c, 9).1), 1);
+
+            let health = HealthCheckResponse {
+                healthy: true,
+                message: "ok".to_owned(),
+            }
+            .encode_to_vec();
+            assert_eq!(field(&health, 1), (0, vec![1]));
+        }
+
+        #[test]
+        fn encode_request_field_numbers_match_the_engine() {
+            let bytes = EncodeRequest {
+                request_id: "e".to_owned(),
+                mm_inputs: Some(MultimodalInputs {
+                    items: vec![MultimodalItem::default()],
+                }),
+                items: vec![EncodeItemAssignment {
+                    bootstrap_room: (1 << 40) + 1,
+                }],
+            }
+            .encode_to_vec();
+            assert_eq!(field(&bytes, 1).1, b"e".to_vec());
+            let (wire, mm) = field(&bytes, 2);
+            assert_eq!(wire, 2);
+            assert_eq!(field(&mm, 1).1, Vec::<u8>::new());
+            let (_, a) = field(&bytes, 3);
+            assert_eq!(varint(&field(&a, 1).1), (1 << 40) + 1);
+            let accepted = EncodeResponse { accepted: true }.encode_to_vec();
+            assert_eq!(field(&accepted, 1), (0, vec![1]));
+        }
+
+        #[test]
+        fn method_paths_name_the_engines_services() {
+            use crate::tokenspeed_encoder::token_speed_encoder_server::SERVICE_NAME as ENC;
+            use crate::tokenspeed_scheduler::token_speed_scheduler_server::SERVICE_NAME;
+            assert_eq!(SERVICE_NAME, crate::TOKENSPEED_SCHEDULER_SERVICE);
+            assert_eq!(ENC, crate::TOKENSPEED_ENCODER_SERVICE);
+        }
     }
 }
