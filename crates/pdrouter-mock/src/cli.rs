@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::config::{MockConfig, Role};
+use crate::config::{GrpcRuntime, MockConfig, Role};
 use crate::engine::EngineConfig;
 use crate::worker::MockWorker;
 
@@ -74,6 +74,10 @@ pub struct MockArgs {
     /// /room/{room}.
     #[arg(long)]
     pub grpc: bool,
+    /// gRPC: the engine protocol spoken, sglang or tokenspeed (only that
+    /// one's service answers).
+    #[arg(long, value_enum, default_value_t = GrpcRuntime::Sglang, requires = "grpc")]
+    pub runtime: GrpcRuntime,
     /// Require `Authorization: Bearer KEY` on every route but /mock/* (401
     /// without it).
     #[arg(long, value_name = "KEY")]
@@ -129,6 +133,7 @@ impl MockArgs {
                 bootstrap_port: self.bootstrap_port,
             }),
             grpc: self.grpc,
+            grpc_runtime: self.runtime,
             api_key: self.api_key.clone(),
             default_sampling_params: self.default_sampling_params.clone(),
         }

@@ -108,6 +108,8 @@ pub struct MockConfig {
     /// Speak SGLang's scheduler gRPC protocol instead of the HTTP API (see
     /// the crate docs, gRPC mode).
     pub grpc: bool,
+    /// gRPC: which engine protocol the worker speaks.
+    pub grpc_runtime: GrpcRuntime,
     /// Key every route but `/mock/*` requires as `Authorization: Bearer KEY` (401 without
     /// it), like an engine started with `--api-key`; `None` leaves the routes open.
     pub api_key: Option<String>,
@@ -115,6 +117,18 @@ pub struct MockConfig {
     /// (`default_sampling_params_json`, a JSON object), as an engine reports
     /// the ones of its model's generation config; `None` reports none.
     pub default_sampling_params: Option<String>,
+}
+
+/// The engine protocol of a gRPC-mode worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum GrpcRuntime {
+    /// SGLang's `sglang.grpc.scheduler.SglangScheduler`.
+    #[default]
+    Sglang,
+    /// TokenSpeed's `tokenspeed.grpc.scheduler.TokenSpeedScheduler` (only that service: a
+    /// router asking SGLang's gets `Unimplemented`).
+    #[value(name = "tokenspeed")]
+    TokenSpeed,
 }
 
 impl MockConfig {
@@ -134,6 +148,7 @@ impl MockConfig {
             model: "mock-model".to_owned(),
             engine: None,
             grpc: false,
+            grpc_runtime: GrpcRuntime::Sglang,
             api_key: None,
             default_sampling_params: None,
         }

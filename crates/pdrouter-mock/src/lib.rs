@@ -77,7 +77,7 @@ mod state;
 mod worker;
 
 pub use cli::{CliError, MockArgs, run_cli};
-pub use config::{MockConfig, ParseRoleError, Role};
+pub use config::{GrpcRuntime, MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
 pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;
 pub use state::{Headers, MockControls, MockStats};

@@ -364,6 +364,8 @@ pub(crate) struct Shared {
     pub(crate) role: Role,
     pub(crate) model: String,
     pub(crate) dp_size: u32,
+    /// gRPC mode: the engine protocol spoken.
+    pub(crate) grpc_runtime: crate::config::GrpcRuntime,
     pub(crate) api_key: Option<String>,
     /// gRPC: the default sampling parameters `GetModelInfo` reports (a JSON
     /// object), if any.
@@ -383,6 +385,7 @@ impl Shared {
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
+            grpc_runtime: cfg.grpc_runtime,
             api_key: cfg.api_key.clone(),
             default_sampling_params: cfg.default_sampling_params.clone(),
             controls: MockControls::new(cfg),

@@ -127,14 +127,16 @@ async fn wait_for_signal() {
     }
 }
 
-/// Asks a worker for its `dp_size` (for `--dp-aware`).
+/// Asks a worker for its `dp_size` (for `--dp-aware`); a gRPC worker's runtime is learned
+/// with `hint` asked first.
 pub async fn discover_dp_size(
     client: &UpstreamClient,
     spec: &WorkerSpec,
     timeout: Duration,
+    hint: Option<crate::grpc::runtime::Runtime>,
 ) -> Option<u32> {
     if crate::config::is_grpc_url(&spec.url) {
-        let ch = crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref());
+        let ch = crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref(), hint);
         return ch.dp_size(timeout).await;
     }
     let url = format!("{}/get_server_info", spec.url);
@@ -277,6 +279,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         )
     });
     let registry = Registry::new(cfg.breaker, admission.clone());
+    registry.set_runtime_hint(cfg.grpc_runtime);
     let settings = PolicySettings {
         cache: cfg.cache,
         prefix_hash: cfg.prefix_hash,
@@ -305,7 +308,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             ..spec.clone()
         };
         let dp = if cfg.dp_aware {
-            discover_dp_size(&client, spec, cfg.health.timeout).await
+            discover_dp_size(&client, spec, cfg.health.timeout, cfg.grpc_runtime).await
         } else {
             None
         };
@@ -547,6 +550,7 @@ mod tests {
                     target: None,
                     model: None,
                     prefix_tokens: None,
+                    runtime: None,
                 },
             )
         };

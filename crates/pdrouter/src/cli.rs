@@ -131,6 +131,11 @@ pub struct LaunchArgs {
     /// MODEL (repeatable; exact, case-sensitive match).
     #[arg(long, value_name = "ALIAS=MODEL", action = clap::ArgAction::Append, help_heading = "Workers")]
     pub model_alias: Vec<String>,
+    /// Runtime of the grpc:// workers, asked first when learning each worker's runtime:
+    /// sglang or tokenspeed. Without it the router asks SGLang's service, then TokenSpeed's;
+    /// either way each worker's runtime is what its HealthCheck answers.
+    #[arg(long, visible_alias = "backend", value_name = "RUNTIME", value_parser = ["sglang", "tokenspeed"], help_heading = "Workers")]
+    pub runtime: Option<String>,
 
     // ---- Tokenizer ----
     /// Tokenizer the router uses: a tokenizer.json file or the directory holding it (default:
@@ -572,6 +577,10 @@ impl LaunchArgs {
                     .unwrap_or(DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS),
             ),
         });
+        let grpc_runtime = self
+            .runtime
+            .as_deref()
+            .and_then(crate::grpc::runtime::Runtime::parse);
         let mut model_aliases = Vec::new();
         for raw in &self.model_alias {
             let Some((alias, canonical)) = raw.split_once('=') else {
@@ -681,6 +690,7 @@ impl LaunchArgs {
             limiter,
             startup_wait,
             model_aliases,
+            grpc_runtime,
         };
         config.validate()?;
         Ok(config)
@@ -1023,6 +1033,7 @@ mod tests {
             "log_level",
             "tokenizer_path",
             "model_path",
+            "runtime",
             "chat_template",
             "request_id_headers",
             "cors_allowed_origins",

@@ -508,6 +508,8 @@ pub struct Config {
     /// `--model-alias ALIAS=CANONICAL`: requests naming `ALIAS` go to the workers serving
     /// `CANONICAL`.
     pub model_aliases: Vec<(String, String)>,
+    /// `--runtime`: the runtime asked first when learning a gRPC worker's runtime.
+    pub grpc_runtime: Option<crate::grpc::runtime::Runtime>,
 }
 
 /// `--worker-startup-timeout-secs` / `--worker-startup-check-interval`.
@@ -707,6 +709,14 @@ impl Config {
                  grpc:// workers, HTTP modes http(s):// ones)",
             ));
         }
+        if let Some(rt) = self.grpc_runtime
+            && !self.workers.is_empty()
+            && !self.mode.is_grpc()
+        {
+            return Err(bad(format!(
+                "--runtime {rt} applies to grpc:// workers; these workers are http(s)://"
+            )));
+        }
         match self.mode {
             Mode::PdHttp | Mode::PdGrpc => {
                 if count(WorkerType::Prefill) == 0 {
@@ -881,6 +891,7 @@ impl Config {
             limiter: None,
             startup_wait: None,
             model_aliases: Vec::new(),
+            grpc_runtime: None,
         }
     }
 

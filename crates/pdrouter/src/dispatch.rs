@@ -143,6 +143,7 @@ impl Dispatcher {
             prefix_tokens: (policy.kind() == pdrouter_policy::PolicyKind::PrefixHash)
                 .then(|| self.prefix_tokens(req))
                 .flatten(),
+            runtime: None,
         }
     }
 

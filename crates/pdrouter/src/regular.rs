@@ -83,21 +83,31 @@ impl Dispatcher {
                 "a gRPC regular worker without a channel",
             ));
         };
+        let runtime = ch
+            .detect(self.cfg.health.timeout)
+            .await
+            .map_err(|s| crate::grpc::answer::status_error(Leg::Worker, worker.url(), &s))?;
+        if grpc.plan.logprobs.input_from.is_some() && !runtime.serves_prompt_logprobs() {
+            return Err(crate::grpc::translate::unsupported_on(
+                "prompt logprobs (logprob_start_len)",
+                runtime,
+            ));
+        }
         let defaults = worker
             .model()
             .map(|m| m.sampling_defaults.clone())
             .unwrap_or_default();
-        let mut reqs = grpc.plan.requests_with(&defaults);
+        let mut reqs = grpc.plan.calls(runtime, &defaults);
         // Fresh ids per attempt, so an abort of a failed one never hits its retry.
         let base = format!("{}-{:x}", ctx.request_id, rand::random::<u32>());
         let several = reqs.len() > 1;
         for (i, r) in reqs.iter_mut().enumerate() {
-            r.request_id = if several {
+            r.req.request_id = if several {
                 format!("{base}-{i}")
             } else {
                 base.clone()
             };
-            r.data_parallel_rank = crate::pd::grpc::rank(&worker);
+            r.dp_rank = worker.dp_rank();
         }
         let deadline = crate::config::deadline_after(Instant::now(), self.cfg.request_timeout);
         let stream = tracing::Instrument::instrument(

@@ -44,6 +44,8 @@ pub struct Wanted {
     /// The prompt's leading token ids, when the router has a tokenizer and prefix_hash is in
     /// use with http:// workers.
     pub prefix_tokens: Option<Arc<Vec<u32>>>,
+    /// Only gRPC workers of this runtime (a Decode paired with its Prefill); `None`: any.
+    pub runtime: Option<crate::grpc::runtime::Runtime>,
 }
 
 /// A selector for one request and one worker type.
@@ -122,9 +124,14 @@ impl Candidates {
         // Borrow from the snapshot; only the workers the policy ranks are cloned out.
         let mut any_routable = false;
         let model = self.wanted.model.as_deref();
+        let runtime = self.wanted.runtime;
         let with_room: Vec<&Arc<Worker>> = pool
             .iter()
-            .filter(|w| w.is_routable() && model.is_none_or(|m| w.serves(m)))
+            .filter(|w| {
+                w.is_routable()
+                    && model.is_none_or(|m| w.serves(m))
+                    && runtime.is_none_or(|r| w.runtime() == Some(r))
+            })
             .inspect(|_| any_routable = true)
             .filter(|w| has_room(w))
             .collect();
@@ -194,8 +201,9 @@ impl Selector for Candidates {
             .map_or(String::from("any"), |i| i.to_string());
         // The model goes last and marked, so no model name can make two keys collide.
         let model = self.wanted.model.as_deref().map(|m| format!("model={m}"));
+        let runtime = self.wanted.runtime.map_or("any-runtime", |r| r.name());
         let class = format!(
-            "{} {target} {}",
+            "{} {target} {runtime} {}",
             self.worker_type.as_str(),
             model.as_deref().unwrap_or("any-model")
         );
@@ -231,6 +239,7 @@ mod tests {
             target,
             model: model.map(Into::into),
             prefix_tokens: None,
+            runtime: None,
         };
         Candidates::new(registry, policy, worker_type, wanted)
             .wait_class()

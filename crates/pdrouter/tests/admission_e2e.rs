@@ -94,7 +94,7 @@ async fn hold_slot(
     t
 }
 
-both_transports!(
+all_transports!(
     #[tokio::test]
     readme_table_one_timeout_then_queue_full,
     readme_table_two_all_served_in_arrival_order,

@@ -15,7 +15,7 @@ use support::*;
 const REQUESTS: usize = 2000;
 const CONCURRENCY: usize = 40;
 
-both_transports!(
+all_transports!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     nothing_leaks_under_chaos
 );

@@ -45,6 +45,7 @@ async fn demo_answers_a_chat_request(t: Transport) {
     let args: &[&str] = match t {
         Transport::Http => &[],
         Transport::Grpc => &["--grpc"],
+        Transport::TokenSpeed => unreachable!("the demo runs SGLang's protocol"),
     };
     let (mut child, addr) = tokio::task::spawn_blocking(move || start_demo(args))
         .await

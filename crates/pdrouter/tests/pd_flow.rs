@@ -227,7 +227,7 @@ async fn readiness_needs_both_roles() {
     assert_eq!(get(r.addr(), "/liveness").await.status, 200);
 }
 
-both_transports!(
+all_transports!(
     #[tokio::test]
     dp_aware_registers_each_rank_with_its_own_limit
 );
@@ -269,6 +269,11 @@ async fn dp_aware_registers_each_rank_with_its_own_limit(t: Transport) {
             // Each leg gets its own worker's rank; the Decode worker is not DP.
             Transport::Grpc => {
                 assert_eq!(dl["data_parallel_rank"], 0);
+                pl["data_parallel_rank"].as_u64().unwrap()
+            }
+            // Optional in TokenSpeed's protocol: absent for a worker that is not DP.
+            Transport::TokenSpeed => {
+                assert_eq!(dl["data_parallel_rank"], serde_json::Value::Null);
                 pl["data_parallel_rank"].as_u64().unwrap()
             }
         };

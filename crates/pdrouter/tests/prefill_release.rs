@@ -89,7 +89,7 @@ async fn check_next_request_is_admitted(s: &Setup) {
     assert_eq!(reply.json()["object"], "chat.completion");
 }
 
-both_transports!(
+all_transports!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     non_streaming_answer_completes_and_frees_the_slot_while_prefill_is_still_open,
     after_the_grace_an_open_prefill_leg_is_aborted_and_counted,

@@ -1,14 +1,18 @@
-//! gRPC front-end: SGLang's scheduler protocol over the same engine model
-//! as the HTTP front-end (roles, delays, rooms, stats, controls).
+//! gRPC front-end: SGLang's or TokenSpeed's scheduler protocol over the
+//! same engine model as the HTTP front-end (roles, delays, rooms, stats,
+//! controls).
 //!
-//! One port serves HTTP/2 gRPC (`/sglang.grpc.scheduler.SglangScheduler/*`)
-//! and plain HTTP/1.1 `GET /health`, `GET /mock/stats`, `POST
+//! One port serves HTTP/2 gRPC (`/sglang.grpc.scheduler.SglangScheduler/*`,
+//! or `/tokenspeed.grpc.scheduler.TokenSpeedScheduler/*` for a TokenSpeed
+//! worker: only its runtime's service answers, so a router detecting the
+//! runtime gets `Unimplemented` from the other) and plain HTTP/1.1 `GET /health`, `GET /mock/stats`, `POST
 //! /mock/controls` and the KV bootstrap long poll `GET /room/{room}`, which
 //! a decode worker asks with the ticket's `bootstrap_host:bootstrap_port`.
 
 mod aborts;
 mod generate;
 mod service;
+mod tokenspeed;
 mod view;
 
 use std::sync::Arc;
@@ -17,12 +21,14 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use pdrouter_proto::SCHEDULER_SERVICE;
 use pdrouter_proto::scheduler::sglang_scheduler_server::SglangSchedulerServer;
+use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_server::TokenSpeedSchedulerServer;
+use pdrouter_proto::{SCHEDULER_SERVICE, TOKENSPEED_SCHEDULER_SERVICE};
 use serde_json::{Value, json};
 
 pub use generate::OUTPUT_TEXT;
 
+use crate::config::GrpcRuntime;
 use crate::engine::room_routes;
 use crate::http::handlers;
 use crate::state::Shared;
@@ -33,17 +39,32 @@ const MESSAGE_LIMIT: usize = 64 * 1024 * 1024;
 /// The routes of a gRPC-mode worker.
 pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
     let scheduler = service::Scheduler::new(Arc::clone(&shared))?;
-    let grpc = SglangSchedulerServer::new(scheduler)
-        .max_decoding_message_size(MESSAGE_LIMIT)
-        .max_encoding_message_size(MESSAGE_LIMIT);
+    let runtime = shared.grpc_runtime;
     let rooms = Arc::clone(&shared.rooms);
-    Ok(Router::new()
+    let router = Router::new()
         .route("/health", get(handlers::health))
         .route("/mock/stats", get(stats))
         .route("/mock/controls", post(handlers::set_controls))
         .with_state(shared)
-        .merge(room_routes(rooms))
-        .route_service(&format!("/{SCHEDULER_SERVICE}/{{*method}}"), grpc))
+        .merge(room_routes(rooms));
+    Ok(match runtime {
+        GrpcRuntime::Sglang => {
+            let grpc = SglangSchedulerServer::new(scheduler)
+                .max_decoding_message_size(MESSAGE_LIMIT)
+                .max_encoding_message_size(MESSAGE_LIMIT);
+            router.route_service(&format!("/{SCHEDULER_SERVICE}/{{*method}}"), grpc)
+        }
+        GrpcRuntime::TokenSpeed => {
+            let front = tokenspeed::TokenSpeedFront { inner: scheduler };
+            let grpc = TokenSpeedSchedulerServer::new(front)
+                .max_decoding_message_size(MESSAGE_LIMIT)
+                .max_encoding_message_size(MESSAGE_LIMIT);
+            router.route_service(
+                &format!("/{TOKENSPEED_SCHEDULER_SERVICE}/{{*method}}"),
+                grpc,
+            )
+        }
+    })
 }
 
 /// `GET /mock/stats` of a gRPC worker: the common fields, the abort count

@@ -53,7 +53,7 @@ impl Scheduler {
     /// Everything before the first token: hang switch, injected failure,
     /// then the role's work (prefill compute and room hand-over, or the
     /// decode wait for its prefill), then the configured delay.
-    async fn prepare(&self, req: &GenerateRequest) -> Result<(), Status> {
+    async fn prepare(&self, req: &GenerateRequest, ticket: Option<&Ticket>) -> Result<(), Status> {
         let s = &self.shared;
         // An engine-mode prefill is held inside the engine (holding its slot, like a stalled
         // engine), as in the HTTP front-end.
@@ -65,12 +65,10 @@ impl Scheduler {
             return Err(Status::internal("mock injected failure"));
         }
         let delay = s.controls.delay();
-        let ticket = req.disaggregated_params.as_ref();
         match s.role {
             Role::Prefill => {
-                // Plan::new checked the ticket exists and its room is not
-                // negative.
-                let room = ticket.map_or(0, |d| d.bootstrap_room as u64);
+                // Plan::new checked the ticket exists.
+                let room = ticket.map_or(0, |d| d.room);
                 match &s.engine {
                     Some(engine) => {
                         let tokens = req.tokenized.as_ref().map_or(0, |t| t.input_ids.len());
@@ -86,18 +84,13 @@ impl Scheduler {
                 return Ok(());
             }
             Role::Decode => {
-                if let Some(d) =
-                    ticket.filter(|d| d.bootstrap_port > 0 && !d.bootstrap_host.is_empty())
-                {
-                    let port = u16::try_from(d.bootstrap_port).map_err(|_| {
-                        Status::invalid_argument(format!("bad bootstrap_port {}", d.bootstrap_port))
+                if let Some(d) = ticket.filter(|d| d.port > 0 && !d.host.is_empty()) {
+                    let port = u16::try_from(d.port).map_err(|_| {
+                        Status::invalid_argument(format!("bad bootstrap_port {}", d.port))
                     })?;
-                    let room = d.bootstrap_room as u64;
-                    match tokio::time::timeout(
-                        LONG_POLL_LIMIT,
-                        await_room(&d.bootstrap_host, port, room),
-                    )
-                    .await
+                    let room = d.room;
+                    match tokio::time::timeout(LONG_POLL_LIMIT, await_room(&d.host, port, room))
+                        .await
                     {
                         Ok(Ok(())) => {}
                         Ok(Err(msg)) => return Err(Status::unavailable(msg)),
@@ -114,6 +107,45 @@ impl Scheduler {
         sleep(delay).await;
         Ok(())
     }
+
+    /// One generation of either protocol front-end, in SGLang's messages: validation, the
+    /// role's work before the first token (see [`Scheduler::prepare`]), then the stream.
+    pub(crate) async fn run(
+        &self,
+        req: GenerateRequest,
+        ticket: Option<Ticket>,
+    ) -> Result<Stream<GenerateResponse>, Status> {
+        let s = &self.shared;
+        let guard = InflightGuard::begin(s);
+        let rank = req.data_parallel_rank;
+        if u32::try_from(rank).is_ok_and(|r| r >= s.dp_size) {
+            return Err(Status::invalid_argument(format!(
+                "data_parallel_rank {rank} is out of range (dp_size {})",
+                s.dp_size
+            )));
+        }
+        let plan = Plan::new(s.role, &req, s.controls.output_tokens(), s.engine.is_some())?;
+        let mut abort = self.aborts.register(&req.request_id);
+        tokio::select! {
+            r = self.prepare(&req, ticket.as_ref()) => r?,
+            // The generation then reports the abort as its only message.
+            () = abort.aborted() => {}
+        }
+        let interval = match s.role {
+            Role::Prefill => Duration::ZERO,
+            _ => s.controls.token_interval(),
+        };
+        let generation = Generation::new(&req, plan, interval, abort, guard, Arc::clone(s));
+        Ok(generation.into_stream())
+    }
+}
+
+/// The KV hand-over ticket of a request, whichever protocol carried it.
+#[derive(Debug, Clone)]
+pub(crate) struct Ticket {
+    pub(crate) host: String,
+    pub(crate) port: i32,
+    pub(crate) room: u64,
 }
 
 async fn sleep(d: Duration) {
@@ -122,7 +154,7 @@ async fn sleep(d: Duration) {
     }
 }
 
-type Stream<T> = BoxStream<'static, Result<T, Status>>;
+pub(crate) type Stream<T> = BoxStream<'static, Result<T, Status>>;
 
 #[tonic::async_trait]
 impl SglangScheduler for Scheduler {
@@ -137,31 +169,17 @@ impl SglangScheduler for Scheduler {
         s.controls
             .record_headers(&request.metadata().clone().into_headers());
         let req = request.into_inner();
-        let guard = InflightGuard::begin(s);
         let recorded = req.clone();
         s.controls.record_decoded(std::sync::Arc::new(move || {
             serde_json::to_value(view::generate_request(&recorded)).ok()
         }));
-        let rank = req.data_parallel_rank;
-        if u32::try_from(rank).is_ok_and(|r| r >= s.dp_size) {
-            return Err(Status::invalid_argument(format!(
-                "data_parallel_rank {rank} is out of range (dp_size {})",
-                s.dp_size
-            )));
-        }
-        let plan = Plan::new(s.role, &req, s.controls.output_tokens(), s.engine.is_some())?;
-        let mut abort = self.aborts.register(&req.request_id);
-        tokio::select! {
-            r = self.prepare(&req) => r?,
-            // The generation then reports the abort as its only message.
-            () = abort.aborted() => {}
-        }
-        let interval = match s.role {
-            Role::Prefill => Duration::ZERO,
-            _ => s.controls.token_interval(),
-        };
-        let generation = Generation::new(&req, plan, interval, abort, guard, Arc::clone(s));
-        Ok(Response::new(generation.into_stream()))
+        let ticket = req.disaggregated_params.as_ref().map(|d| Ticket {
+            host: d.bootstrap_host.clone(),
+            port: d.bootstrap_port,
+            // A negative room is refused by Plan::new before the ticket is used.
+            room: u64::try_from(d.bootstrap_room).unwrap_or(0),
+        });
+        Ok(Response::new(self.run(req, ticket).await?))
     }
 
     async fn health_check(

@@ -2,6 +2,7 @@
 //! `GenerateRequest`, and `google.protobuf.Struct` <-> JSON.
 
 use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, sampling_params::Constraint};
+use pdrouter_proto::tokenspeed_scheduler as ts;
 use prost_types::value::Kind;
 use serde_json::{Map, Value, json};
 
@@ -70,6 +71,59 @@ pub(crate) fn generate_request(r: &GenerateRequest) -> Value {
         "top_logprobs_num": r.top_logprobs_num,
         "data_parallel_rank": r.data_parallel_rank,
         "lora_id": r.lora_id,
+    })
+}
+
+/// The fields of a TokenSpeed `GenerateRequest` a router test checks, as sent: a sampling
+/// scalar the request left out is `null`, and `sampling_set` names the ones it carried.
+pub(crate) fn tokenspeed_request(r: &ts::GenerateRequest) -> Value {
+    let tokenized = r.tokenized.as_ref();
+    let sampling = r.sampling_params.as_ref().map(|p| {
+        let opt = |v: Option<f32>| v.map_or(Value::Null, float);
+        let scalars = [
+            ("temperature", opt(p.temperature)),
+            ("top_p", opt(p.top_p)),
+            ("top_k", json!(p.top_k)),
+            ("min_p", opt(p.min_p)),
+            ("frequency_penalty", opt(p.frequency_penalty)),
+            ("presence_penalty", opt(p.presence_penalty)),
+            ("repetition_penalty", opt(p.repetition_penalty)),
+            ("max_new_tokens", json!(p.max_new_tokens)),
+        ];
+        let set: Vec<&str> = scalars
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, _)| *k)
+            .collect();
+        let mut map: Map<String, Value> = scalars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        map.insert("sampling_set".to_owned(), json!(set));
+        map.insert("stop".to_owned(), json!(p.stop));
+        map.insert("stop_token_ids".to_owned(), json!(p.stop_token_ids));
+        map.insert("n".to_owned(), json!(p.n));
+        map.insert("ignore_eos".to_owned(), json!(p.ignore_eos));
+        Value::Object(map)
+    });
+    json!({
+        "runtime": "tokenspeed",
+        "request_id": r.request_id,
+        "input_ids": tokenized.map(|t| t.input_ids.as_slice()).unwrap_or_default(),
+        "original_text": tokenized.map(|t| t.original_text.as_str()).unwrap_or_default(),
+        "sampling_params": sampling,
+        "kv_bootstrap_info": r.kv_bootstrap_info.as_ref().map(|d| json!({
+            "bootstrap_host": d.bootstrap_host,
+            "bootstrap_port": d.bootstrap_port,
+            "bootstrap_room": d.bootstrap_room,
+        })),
+        "has_mm_inputs": r.mm_inputs.is_some(),
+        "has_encode_bootstrap_info": r.encode_bootstrap_info.is_some(),
+        "stream": r.stream,
+        "return_logprob": r.return_logprob,
+        "logprob_start_len": r.logprob_start_len,
+        "top_logprobs_num": r.top_logprobs_num,
+        "data_parallel_rank": r.data_parallel_rank,
     })
 }
 

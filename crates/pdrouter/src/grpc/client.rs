@@ -1,24 +1,33 @@
-//! One tonic channel per gRPC worker, and `Generate` streams that abort themselves.
+//! One tonic channel per gRPC worker, its runtime, and `Generate` streams that abort
+//! themselves.
 //!
 //! Invariants: a worker's channel is created on first use and reused by every call after it
-//! (HTTP/2 multiplexes the streams); a [`LegStream`] that is dropped before its stream ended
-//! (or before the `Complete` of its last sample) sends `Abort` for its request id, so a client
-//! disconnect or a failed sibling leg never leaves a generation running on a worker; [`Legs`]
-//! holds the streams of one leg (one per prompt) and drops them together.
+//! (HTTP/2 multiplexes the streams); the worker's runtime is learned by asking each known
+//! service's `HealthCheck` (the configured hint first) and cached on the channel until a call
+//! finds the service gone (`Unimplemented`), which forgets it; a [`LegStream`] that is
+//! dropped before its stream ended (or before the `Complete` of its last sample) sends `Abort`
+//! for its request id, so a client disconnect or a failed sibling leg never leaves a
+//! generation running on a worker; [`Legs`] holds the streams of one leg (one per prompt) and
+//! drops them together.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use pdrouter_proto::common::GetTokenizerRequest;
 use pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient;
 use pdrouter_proto::scheduler::{
-    AbortRequest, GenerateRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest,
+    AbortRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
+    GetServerInfoRequest, GetServerInfoResponse, HealthCheckRequest,
 };
+use pdrouter_proto::tokenspeed_scheduler as ts;
+use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_client::TokenSpeedSchedulerClient;
 use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Status, Streaming};
+use tonic::{Code, Status, Streaming};
+
+use super::runtime::{self, Call, Runtime};
 
 /// HTTP/2 keep-alive ping period on worker channels.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -28,6 +37,14 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on an `Abort` sent from a drop.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on learning the runtime of a worker before a `Generate` (normally already known
+/// from its health checks).
+const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest message accepted from a worker.
+const MESSAGE_LIMIT: usize = 64 << 20;
+
+/// `authorization` metadata value.
+type Auth = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
 
 /// A gRPC worker's client, connected lazily and shared by every request to it.
 #[derive(Debug)]
@@ -35,46 +52,46 @@ pub struct WorkerChannel {
     /// `http://host:port` for tonic.
     endpoint: String,
     /// `authorization: Bearer KEY` sent with every call, when the worker has a key.
-    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
-    client: OnceLock<Result<SglangSchedulerClient<Channel>, String>>,
+    auth: Option<Auth>,
+    /// The runtime to ask first.
+    hint: Option<Runtime>,
+    /// The learned runtime: 0 unknown, else 1 + its index in [`Runtime::ALL`].
+    runtime: AtomicU8,
+    channel: OnceLock<Result<Channel, String>>,
 }
 
 impl WorkerChannel {
     /// A channel to `grpc://host:port` (already validated), sending `api_key` as a bearer
-    /// token; nothing connects yet. A key that cannot be a header value is not sent (the
-    /// registry's key validation refuses those first).
-    pub fn new(grpc_url: &str, api_key: Option<&str>) -> Self {
+    /// token, asking `hint`'s service first; nothing connects yet. A key that cannot be a
+    /// header value is not sent (the registry's key validation refuses those first).
+    pub fn new(grpc_url: &str, api_key: Option<&str>, hint: Option<Runtime>) -> Self {
         let rest = grpc_url.strip_prefix("grpc://").unwrap_or(grpc_url);
         Self {
             endpoint: format!("http://{rest}"),
             auth: api_key.and_then(|k| format!("Bearer {k}").parse().ok()),
-            client: OnceLock::new(),
+            hint,
+            runtime: AtomicU8::new(0),
+            channel: OnceLock::new(),
         }
     }
 
     /// `msg` as a call with the worker's credential.
     pub(crate) fn call<T>(&self, msg: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(msg);
-        if let Some(a) = &self.auth {
-            r.metadata_mut().insert("authorization", a.clone());
-        }
-        r
+        with_auth(tonic::Request::new(msg), self.auth.as_ref())
     }
 
-    /// The shared client; the first call builds the channel (must run on a tokio runtime).
-    pub fn client(&self) -> Result<SglangSchedulerClient<Channel>, Status> {
-        let built = self.client.get_or_init(|| {
+    /// The shared channel; the first call builds it (must run on a tokio runtime).
+    fn channel(&self) -> Result<Channel, Status> {
+        let built = self.channel.get_or_init(|| {
             Endpoint::from_shared(self.endpoint.clone())
                 .map(|e| {
-                    let channel = e
-                        .tcp_nodelay(true)
+                    e.tcp_nodelay(true)
                         .connect_timeout(CONNECT_TIMEOUT)
                         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
                         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
                         .keep_alive_while_idle(true)
                         .http2_adaptive_window(true)
-                        .connect_lazy();
-                    SglangSchedulerClient::new(channel).max_decoding_message_size(64 << 20)
+                        .connect_lazy()
                 })
                 .map_err(|e| e.to_string())
         });
@@ -83,42 +100,158 @@ impl WorkerChannel {
             .map_err(|e| Status::invalid_argument(format!("bad worker endpoint: {e}")))
     }
 
-    /// `HealthCheck`: whether the worker says it is healthy, within `timeout`.
-    pub async fn healthy(&self, timeout: Duration) -> bool {
-        let Ok(mut c) = self.client() else {
-            return false;
-        };
-        matches!(
-            tokio::time::timeout(timeout, c.health_check(self.call(HealthCheckRequest {}))).await,
-            Ok(Ok(r)) if r.get_ref().healthy
+    fn sglang(&self) -> Result<SglangSchedulerClient<Channel>, Status> {
+        Ok(SglangSchedulerClient::new(self.channel()?).max_decoding_message_size(MESSAGE_LIMIT))
+    }
+
+    fn tokenspeed(&self) -> Result<TokenSpeedSchedulerClient<Channel>, Status> {
+        Ok(
+            TokenSpeedSchedulerClient::new(self.channel()?)
+                .max_decoding_message_size(MESSAGE_LIMIT),
         )
     }
 
-    /// `GetModelInfo`, within `timeout`.
-    pub async fn model_info(&self, timeout: Duration) -> Option<GetModelInfoResponse> {
-        let mut c = self.client().ok()?;
-        match tokio::time::timeout(timeout, c.get_model_info(self.call(GetModelInfoRequest {})))
-            .await
+    /// The worker's runtime, once a `HealthCheck` has told it.
+    pub fn runtime(&self) -> Option<Runtime> {
+        let i = self.runtime.load(Ordering::Acquire);
+        Runtime::ALL.get(usize::from(i).checked_sub(1)?).copied()
+    }
+
+    fn learn(&self, r: Option<Runtime>) {
+        let i = r.and_then(|r| Runtime::ALL.iter().position(|&x| x == r));
+        self.runtime
+            .store(i.map_or(0, |i| i as u8 + 1), Ordering::Release);
+    }
+
+    /// Forgets the runtime when `status` says its service is gone, so the next health check
+    /// asks every service again.
+    fn check<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
+        if let Err(s) = &r
+            && s.code() == Code::Unimplemented
         {
-            Ok(Ok(r)) => Some(r.into_inner()),
-            _ => None,
+            self.learn(None);
         }
+        r
+    }
+
+    /// One runtime's `HealthCheck`.
+    async fn health_of(&self, rt: Runtime, timeout: Duration) -> Result<bool, Status> {
+        let late = |_| Status::deadline_exceeded("HealthCheck did not answer in time");
+        match rt {
+            Runtime::Sglang => {
+                let mut c = self.sglang()?;
+                let call = c.health_check(self.call(HealthCheckRequest {}));
+                Ok(tokio::time::timeout(timeout, call)
+                    .await
+                    .map_err(late)??
+                    .get_ref()
+                    .healthy)
+            }
+            Runtime::TokenSpeed => {
+                let mut c = self.tokenspeed()?;
+                let call = c.health_check(self.call(ts::HealthCheckRequest {}));
+                Ok(tokio::time::timeout(timeout, call)
+                    .await
+                    .map_err(late)??
+                    .get_ref()
+                    .healthy)
+            }
+        }
+    }
+
+    /// `HealthCheck` of the known runtime, or of each known service in turn (the hint first)
+    /// until one answers: that one is the worker's runtime. A service that is not there
+    /// answers `Unimplemented`; any other failure ends the search (the worker is down).
+    pub async fn health(&self, timeout: Duration) -> Result<(Runtime, bool), Status> {
+        if let Some(rt) = self.runtime() {
+            let healthy = self.check(self.health_of(rt, timeout).await)?;
+            return Ok((rt, healthy));
+        }
+        for rt in Runtime::detection_order(self.hint) {
+            match self.health_of(rt, timeout).await {
+                Ok(healthy) => {
+                    self.learn(Some(rt));
+                    return Ok((rt, healthy));
+                }
+                Err(s) if s.code() == Code::Unimplemented => continue,
+                Err(s) => return Err(s),
+            }
+        }
+        Err(Status::unimplemented(
+            "the worker serves none of the known scheduler services (SGLang, TokenSpeed)",
+        ))
+    }
+
+    /// `HealthCheck`: whether the worker says it is healthy, within `timeout`.
+    pub async fn healthy(&self, timeout: Duration) -> bool {
+        matches!(self.health(timeout).await, Ok((_, true)))
+    }
+
+    /// The worker's runtime, asking its services when it is not known yet.
+    pub async fn detect(&self, timeout: Duration) -> Result<Runtime, Status> {
+        match self.runtime() {
+            Some(rt) => Ok(rt),
+            None => self.health(timeout).await.map(|(rt, _)| rt),
+        }
+    }
+
+    /// `GetModelInfo` in SGLang's form, within `timeout`.
+    pub async fn fetch_model_info(
+        &self,
+        timeout: Duration,
+    ) -> Result<GetModelInfoResponse, Status> {
+        let late = |_| Status::deadline_exceeded("GetModelInfo did not answer in time");
+        let work = async {
+            let r = match self.detect(timeout).await? {
+                Runtime::Sglang => self
+                    .sglang()?
+                    .get_model_info(self.call(GetModelInfoRequest {}))
+                    .await
+                    .map(|r| r.into_inner()),
+                Runtime::TokenSpeed => self
+                    .tokenspeed()?
+                    .get_model_info(self.call(ts::GetModelInfoRequest {}))
+                    .await
+                    .map(|r| runtime::model_info_from_tokenspeed(r.into_inner())),
+            };
+            self.check(r)
+        };
+        tokio::time::timeout(timeout, work).await.map_err(late)?
+    }
+
+    /// `GetModelInfo`, within `timeout`; `None` on any failure.
+    pub async fn model_info(&self, timeout: Duration) -> Option<GetModelInfoResponse> {
+        self.fetch_model_info(timeout).await.ok()
+    }
+
+    /// `GetServerInfo` in SGLang's form, within `timeout`.
+    pub async fn fetch_server_info(
+        &self,
+        timeout: Duration,
+    ) -> Result<GetServerInfoResponse, Status> {
+        let late = |_| Status::deadline_exceeded("GetServerInfo did not answer in time");
+        let work = async {
+            let r = match self.detect(timeout).await? {
+                Runtime::Sglang => self
+                    .sglang()?
+                    .get_server_info(self.call(GetServerInfoRequest {}))
+                    .await
+                    .map(|r| r.into_inner()),
+                Runtime::TokenSpeed => self
+                    .tokenspeed()?
+                    .get_server_info(self.call(ts::GetServerInfoRequest {}))
+                    .await
+                    .map(|r| runtime::server_info_from_tokenspeed(r.into_inner())),
+            };
+            self.check(r)
+        };
+        tokio::time::timeout(timeout, work).await.map_err(late)?
     }
 
     /// `GetServerInfo`'s `dp_size` (a number in the server arguments), within `timeout`.
     pub async fn dp_size(&self, timeout: Duration) -> Option<u32> {
         use pdrouter_proto::prost_types::value::Kind;
-        use pdrouter_proto::scheduler::GetServerInfoRequest;
-        let mut c = self.client().ok()?;
-        let info = match tokio::time::timeout(
-            timeout,
-            c.get_server_info(self.call(GetServerInfoRequest {})),
-        )
-        .await
-        {
-            Ok(Ok(r)) => r.into_inner(),
-            _ => return None,
-        };
+        let info = self.fetch_server_info(timeout).await.ok()?;
         match info.server_args?.fields.get("dp_size")?.kind {
             Some(Kind::NumberValue(n))
                 if n >= 1.0 && n <= f64::from(u32::MAX) && n.fract() == 0.0 =>
@@ -137,10 +270,21 @@ impl WorkerChannel {
         dest_parent: &std::path::Path,
     ) -> Result<bundle::Unpacked, String> {
         let fetch = async {
-            let mut c = self.client().map_err(|s| s.message().to_owned())?;
-            let mut stream = c
-                .get_tokenizer(self.call(GetTokenizerRequest {}))
+            let started = match self
+                .detect(timeout)
                 .await
+                .map_err(|s| s.message().to_owned())?
+            {
+                Runtime::Sglang => {
+                    let mut c = self.sglang().map_err(|s| s.message().to_owned())?;
+                    c.get_tokenizer(self.call(GetTokenizerRequest {})).await
+                }
+                Runtime::TokenSpeed => {
+                    let mut c = self.tokenspeed().map_err(|s| s.message().to_owned())?;
+                    c.get_tokenizer(self.call(GetTokenizerRequest {})).await
+                }
+            };
+            let mut stream = started
                 .map_err(|s| format!("GetTokenizer failed: {}", s.message()))?
                 .into_inner();
             let mut receiver = bundle::Receiver::new(bundle::Limits::default());
@@ -164,41 +308,69 @@ impl WorkerChannel {
             .map_err(|e| e.to_string())?
     }
 
-    /// Starts `Generate`. The returned stream aborts the request if dropped before its end;
-    /// so does a call dropped while it is still starting.
-    pub async fn generate(&self, req: GenerateRequest) -> Result<LegStream, Status> {
-        let client = self.client()?;
+    /// Starts `Generate` in the worker's runtime. The returned stream aborts the request if
+    /// dropped before its end; so does a call dropped while it is still starting.
+    pub async fn generate(&self, call: Call) -> Result<LegStream, Status> {
+        let rt = self.detect(DETECT_TIMEOUT).await?;
         let mut guard = AbortOnDrop {
-            client: Some(client.clone()),
-            request_id: req.request_id.clone(),
+            channel: Some(self.channel()?),
+            runtime: rt,
+            request_id: call.request_id().to_owned(),
             auth: self.auth.clone(),
         };
-        let samples = req.sampling_params.as_ref().map_or(1, |s| s.n.max(1));
-        let mut call = self.call(req);
-        crate::telemetry::propagate_to_grpc(call.metadata_mut());
-        let stream = client.clone().generate(call).await?.into_inner();
+        let samples = call.samples();
+        let stream = match rt {
+            Runtime::Sglang => {
+                let mut req = self.call(call.into_sglang());
+                crate::telemetry::propagate_to_grpc(req.metadata_mut());
+                let r = self.sglang()?.generate(req).await;
+                Inner::Sglang(self.check(r)?.into_inner())
+            }
+            Runtime::TokenSpeed => {
+                let mut req = self.call(call.into_tokenspeed());
+                crate::telemetry::propagate_to_grpc(req.metadata_mut());
+                let r = self.tokenspeed()?.generate(req).await;
+                Inner::TokenSpeed(self.check(r)?.into_inner())
+            }
+        };
         Ok(LegStream {
             stream,
             completes_left: samples,
-            abort: AbortOnDrop {
-                client: guard.client.take(),
-                request_id: std::mem::take(&mut guard.request_id),
-                auth: guard.auth.take(),
-            },
+            abort: guard.disarm_into(),
         })
     }
 }
 
-/// Sends `Abort` for `request_id` on drop, unless disarmed (`client` taken).
+fn with_auth<T>(mut r: tonic::Request<T>, auth: Option<&Auth>) -> tonic::Request<T> {
+    if let Some(a) = auth {
+        r.metadata_mut().insert("authorization", a.clone());
+    }
+    r
+}
+
+/// Sends `Abort` for `request_id` on drop, unless disarmed (`channel` taken).
 struct AbortOnDrop {
-    client: Option<SglangSchedulerClient<Channel>>,
+    channel: Option<Channel>,
+    runtime: Runtime,
     request_id: String,
-    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    auth: Option<Auth>,
+}
+
+impl AbortOnDrop {
+    /// Moves the armed abort out, leaving this one disarmed.
+    fn disarm_into(&mut self) -> AbortOnDrop {
+        AbortOnDrop {
+            channel: self.channel.take(),
+            runtime: self.runtime,
+            request_id: std::mem::take(&mut self.request_id),
+            auth: self.auth.take(),
+        }
+    }
 }
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        let Some(mut client) = self.client.take() else {
+        let Some(channel) = self.channel.take() else {
             return;
         };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -206,23 +378,41 @@ impl Drop for AbortOnDrop {
         };
         let request_id = std::mem::take(&mut self.request_id);
         let auth = self.auth.take();
+        let runtime = self.runtime;
+        let reason = "client went away or the other leg failed".to_owned();
         rt.spawn(async move {
-            let mut req = tonic::Request::new(AbortRequest {
-                request_id,
-                reason: "client went away or the other leg failed".to_owned(),
-            });
-            if let Some(a) = auth {
-                req.metadata_mut().insert("authorization", a);
+            match runtime {
+                Runtime::Sglang => {
+                    let req = with_auth(
+                        tonic::Request::new(AbortRequest { request_id, reason }),
+                        auth.as_ref(),
+                    );
+                    let mut c = SglangSchedulerClient::new(channel);
+                    let _ = tokio::time::timeout(ABORT_TIMEOUT, c.abort(req)).await;
+                }
+                Runtime::TokenSpeed => {
+                    let req = with_auth(
+                        tonic::Request::new(ts::AbortRequest { request_id, reason }),
+                        auth.as_ref(),
+                    );
+                    let mut c = TokenSpeedSchedulerClient::new(channel);
+                    let _ = tokio::time::timeout(ABORT_TIMEOUT, c.abort(req)).await;
+                }
             }
-            let _ = tokio::time::timeout(ABORT_TIMEOUT, client.abort(req)).await;
         });
     }
+}
+
+/// A `Generate` response stream of either runtime.
+enum Inner {
+    Sglang(Streaming<GenerateResponse>),
+    TokenSpeed(Streaming<ts::GenerateResponse>),
 }
 
 /// A running `Generate` stream. Dropping it before [`LegStream::next`] returned `None` (or an
 /// error) sends `Abort` for its request.
 pub struct LegStream {
-    stream: Streaming<GenerateResponse>,
+    stream: Inner,
     /// Samples whose `Complete` has not come yet.
     completes_left: u32,
     abort: AbortOnDrop,
@@ -241,7 +431,13 @@ impl LegStream {
     /// and any error disarm the abort (there is nothing left running to abort).
     pub async fn next(&mut self) -> Result<Option<GenerateResponse>, Status> {
         use pdrouter_proto::scheduler::generate_response::Response;
-        let r = self.stream.message().await;
+        let r = match &mut self.stream {
+            Inner::Sglang(s) => s.message().await,
+            Inner::TokenSpeed(s) => s
+                .message()
+                .await
+                .map(|m| m.map(runtime::response_from_tokenspeed)),
+        };
         let finished = match &r {
             Ok(Some(m)) => match m.response {
                 Some(Response::Complete(_)) => {
@@ -254,7 +450,7 @@ impl LegStream {
             _ => true,
         };
         if finished {
-            self.abort.client = None;
+            self.abort.channel = None;
         }
         r
     }
@@ -278,14 +474,11 @@ impl std::fmt::Debug for Legs {
 }
 
 impl Legs {
-    /// Starts one `Generate` per request on `channel`, all at once. If one fails to start,
+    /// Starts one `Generate` per call on `channel`, all at once. If one fails to start,
     /// the ones already started are dropped (aborted) and its status is returned.
-    pub async fn start(
-        channel: &WorkerChannel,
-        reqs: Vec<GenerateRequest>,
-    ) -> Result<Self, Status> {
+    pub async fn start(channel: &WorkerChannel, calls: Vec<Call>) -> Result<Self, Status> {
         let streams =
-            futures_util::future::try_join_all(reqs.into_iter().map(|r| channel.generate(r)))
+            futures_util::future::try_join_all(calls.into_iter().map(|c| channel.generate(c)))
                 .await?;
         let mut set = futures_util::stream::SelectAll::new();
         for (i, leg) in streams.into_iter().enumerate() {
@@ -317,11 +510,11 @@ mod tests {
 
     #[test]
     fn calls_carry_the_workers_key() {
-        let ch = WorkerChannel::new("grpc://h:1", Some("k1"));
+        let ch = WorkerChannel::new("grpc://h:1", Some("k1"), None);
         assert_eq!(ch.endpoint, "http://h:1");
         let r = ch.call(HealthCheckRequest {});
         assert_eq!(r.metadata().get("authorization").unwrap(), "Bearer k1");
-        let plain = WorkerChannel::new("grpc://h:1", None);
+        let plain = WorkerChannel::new("grpc://h:1", None, None);
         assert!(plain.call(()).metadata().get("authorization").is_none());
     }
 }

@@ -10,9 +10,7 @@
 use std::time::Duration;
 
 use pdrouter_proto::prost_types::{self, value::Kind};
-use pdrouter_proto::scheduler::{
-    GetModelInfoRequest, GetModelInfoResponse, GetServerInfoRequest, GetServerInfoResponse,
-};
+use pdrouter_proto::scheduler::{GetModelInfoResponse, GetServerInfoResponse};
 use serde_json::{Map, Value, json};
 use tonic::Status;
 
@@ -26,20 +24,11 @@ pub enum Info {
 }
 
 /// Asks the worker for `what` within `timeout` and renders it.
+/// Either runtime's answer is shown in SGLang's shape.
 pub async fn fetch(ch: &WorkerChannel, what: Info, timeout: Duration) -> Result<Value, Status> {
-    let mut c = ch.client()?;
-    let late = |_| Status::deadline_exceeded("the worker did not answer in time");
     match what {
-        Info::Model => {
-            let call = c.get_model_info(ch.call(GetModelInfoRequest {}));
-            let r = tokio::time::timeout(timeout, call).await.map_err(late)??;
-            Ok(model_info_json(r.get_ref()))
-        }
-        Info::Server => {
-            let call = c.get_server_info(ch.call(GetServerInfoRequest {}));
-            let r = tokio::time::timeout(timeout, call).await.map_err(late)??;
-            Ok(server_info_json(r.get_ref()))
-        }
+        Info::Model => Ok(model_info_json(&ch.fetch_model_info(timeout).await?)),
+        Info::Server => Ok(server_info_json(&ch.fetch_server_info(timeout).await?)),
     }
 }
 

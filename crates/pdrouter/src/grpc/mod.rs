@@ -1,9 +1,12 @@
-//! gRPC workers (SGLang's scheduler protocol): the per-worker channel, the router-side
-//! tokenizer, and the translation between OpenAI/SGLang JSON and token-id generation.
+//! gRPC workers (SGLang's or TokenSpeed's scheduler protocol): the per-worker channel and
+//! runtime, the router-side tokenizer, and the translation between OpenAI/SGLang JSON and
+//! token-id generation.
 //!
-//! - [`client`]: one lazily connected tonic channel per worker, `HealthCheck`, `GetModelInfo`,
-//!   `GetTokenizer`, and [`client::LegStream`], a `Generate` stream that sends `Abort` when it
-//!   is dropped before its end.
+//! - [`runtime`]: the two engine protocols, the router's one working form of a `Generate`
+//!   call ([`runtime::Call`]) and its conversion to and from each protocol's messages.
+//! - [`client`]: one lazily connected tonic channel per worker, runtime detection by
+//!   `HealthCheck`, `GetModelInfo`, `GetTokenizer`, and [`client::LegStream`], a `Generate`
+//!   stream that sends `Abort` when it is dropped before its end.
 //! - [`cpu_pool`]: the low-priority threads large prompts are tokenized on, so they never
 //!   take the CPU from the async workers serving small requests.
 //! - [`info`]: `GetModelInfo` and `GetServerInfo` shown as SGLang's HTTP server shows
@@ -23,5 +26,6 @@ pub mod client;
 pub mod cpu_pool;
 pub mod info;
 pub mod output;
+pub mod runtime;
 pub mod tokenizer;
 pub mod translate;

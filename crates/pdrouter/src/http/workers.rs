@@ -35,6 +35,8 @@ fn describe(w: &Worker, snap: &Snapshot) -> Value {
         "models": models,
         "worker_type": w.worker_type().as_str(),
         "connection_mode": "http",
+        // A gRPC worker's runtime once its health checks learned it.
+        "runtime": w.runtime().map(|r| r.name()),
         "is_healthy": w.status() == WorkerStatus::Ready,
         "status": w.status().as_str(),
         "load": w.load(),
@@ -196,7 +198,13 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
     let result = async {
         let (spec, dp_aware) = parse_spec(&state, &json_body(&state, req).await?)?;
         let dp = if dp_aware || state.cfg.dp_aware {
-            crate::app::discover_dp_size(&state.client, &spec, state.cfg.health.timeout).await
+            crate::app::discover_dp_size(
+                &state.client,
+                &spec,
+                state.cfg.health.timeout,
+                state.cfg.grpc_runtime,
+            )
+            .await
         } else {
             None
         };

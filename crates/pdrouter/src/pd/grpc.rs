@@ -15,7 +15,6 @@
 use std::future::poll_fn;
 
 use axum::response::Response;
-use pdrouter_proto::scheduler::DisaggregatedParams;
 use pdrouter_proto::scheduler::generate_response::Response as Msg;
 use tokio::time::Instant;
 
@@ -25,9 +24,7 @@ use crate::error::{ApiError, Leg};
 use crate::grpc::answer::{self, GrpcPlan, Source, status_error};
 use crate::grpc::client::Legs;
 use crate::grpc::output::{self, InputLogprob};
-
-/// Largest bootstrap room (rooms are uniform in `[0, 2^31)`).
-const MAX_ROOM: i32 = i32::MAX;
+use crate::grpc::runtime::KvTicket;
 
 impl Dispatcher {
     /// The gRPC half of a PD attempt, once the pair is chosen (see `pd_attempt`).
@@ -42,17 +39,49 @@ impl Dispatcher {
         let Some(dch) = decode.grpc() else {
             return Err(ApiError::internal("a gRPC Decode worker without a channel"));
         };
+        let Some(pch) = prefill.grpc() else {
+            return Err(ApiError::internal(
+                "a gRPC Prefill worker without a channel",
+            ));
+        };
+        // Known from the health checks, so selection already paired the Decode worker with
+        // the Prefill's runtime; learned here when health checks are off.
+        let timeout = self.cfg.health.timeout;
+        let runtime = pch
+            .detect(timeout)
+            .await
+            .map_err(|s| status_error(Leg::Prefill, prefill.url(), &s))?;
+        let decode_runtime = dch
+            .detect(timeout)
+            .await
+            .map_err(|s| status_error(Leg::Decode, decode.url(), &s))?;
+        if runtime != decode_runtime {
+            return Err(ApiError::not_implemented(format!(
+                "Prefill worker {} speaks {runtime} and Decode worker {} speaks \
+                 {decode_runtime}; a PD pair must share one runtime",
+                prefill.url(),
+                decode.url()
+            )));
+        }
+        if plan.logprobs.input_from.is_some() && !runtime.serves_prompt_logprobs() {
+            return Err(crate::grpc::translate::unsupported_on(
+                "prompt logprobs (logprob_start_len)",
+                runtime,
+            ));
+        }
         let defaults = decode
             .model()
             .map(|m| m.sampling_defaults.clone())
             .unwrap_or_default();
-        let mut reqs = plan.requests_with(&defaults);
+        let mut calls = plan.calls(runtime, &defaults);
         // The answer's id: the first prompt's request id, the only one for a single prompt.
         let mut request_id = String::new();
-        let several = reqs.len() > 1;
-        for (i, greq) in reqs.iter_mut().enumerate() {
-            let room = rand::random_range(0..=MAX_ROOM);
-            greq.request_id = if several {
+        let several = calls.len() > 1;
+        for (i, call) in calls.iter_mut().enumerate() {
+            let ticket =
+                KvTicket::fresh(prefill.bootstrap_host(), prefill.bootstrap_port(), runtime);
+            let room = ticket.room;
+            call.req.request_id = if several {
                 format!("{}-{room:x}-{i}", ctx.request_id)
             } else {
                 format!("{}-{room:x}", ctx.request_id)
@@ -60,20 +89,18 @@ impl Dispatcher {
             if i == 0 {
                 request_id = format!("{}-{room:x}", ctx.request_id);
             }
-            greq.disaggregated_params = Some(DisaggregatedParams {
-                bootstrap_host: prefill.bootstrap_host().to_owned(),
-                bootstrap_port: prefill.bootstrap_port().map_or(0, i32::from),
-                bootstrap_room: room,
-            });
+            call.kv = Some(ticket);
         }
         // A DP-aware pool routes each leg to its own worker entry's rank.
-        let mut dreqs = reqs.clone();
-        for r in &mut reqs {
-            r.data_parallel_rank = rank(&prefill);
+        let mut dcalls = calls.clone();
+        for c in &mut calls {
+            c.dp_rank = prefill.dp_rank();
         }
-        for r in &mut dreqs {
-            r.data_parallel_rank = rank(&decode);
+        for c in &mut dcalls {
+            c.dp_rank = decode.dp_rank();
         }
+        let reqs = calls;
+        let dreqs = dcalls;
         let started = Instant::now();
         let deadline = crate::config::deadline_after(started, self.cfg.request_timeout);
         let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
@@ -219,10 +246,4 @@ impl Dispatcher {
         };
         self.grpc_answer(ctx, grpc, request_id, src, deadline).await
     }
-}
-
-/// The `data_parallel_rank` for a worker entry: its rank in a DP-aware pool, else 0.
-pub(crate) fn rank(w: &crate::registry::Worker) -> i32 {
-    w.dp_rank()
-        .map_or(0, |r| i32::try_from(r).unwrap_or(i32::MAX))
 }

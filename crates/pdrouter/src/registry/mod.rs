@@ -132,6 +132,8 @@ pub struct Registry {
     // Load counters by URL, so a URL registered again keeps its in-flight count.
     loads: Mutex<HashMap<String, std::sync::Weak<LoadCounter>>>,
     load_hook: Mutex<Option<LoadHook>>,
+    /// The runtime asked first when a gRPC worker's runtime is learned (`--runtime`).
+    runtime_hint: Mutex<Option<crate::grpc::runtime::Runtime>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -154,7 +156,13 @@ impl Registry {
             admission,
             loads: Mutex::new(HashMap::new()),
             load_hook: Mutex::new(None),
+            runtime_hint: Mutex::new(None),
         })
+    }
+
+    /// Sets the runtime asked first for gRPC workers registered afterwards.
+    pub fn set_runtime_hint(&self, hint: Option<crate::grpc::runtime::Runtime>) {
+        *self.runtime_hint.lock() = hint;
     }
 
     /// Adds a listener for every later event.
@@ -181,11 +189,12 @@ impl Registry {
 
     /// The gRPC channel of `spec`'s worker, `None` for an HTTP worker. Built once per
     /// registration and shared by its DP-rank entries: one connection per worker.
-    fn channel(spec: &WorkerSpec) -> Option<Arc<crate::grpc::client::WorkerChannel>> {
+    fn channel(&self, spec: &WorkerSpec) -> Option<Arc<crate::grpc::client::WorkerChannel>> {
         crate::config::is_grpc_url(&spec.url).then(|| {
             Arc::new(crate::grpc::client::WorkerChannel::new(
                 &spec.url,
                 spec.api_key.as_deref(),
+                *self.runtime_hint.lock(),
             ))
         })
     }
@@ -258,12 +267,12 @@ impl Registry {
             }
             let added: Vec<Arc<Worker>> = match dp_ranks {
                 Some(n) if n > 1 => {
-                    let ch = Self::channel(spec);
+                    let ch = self.channel(spec);
                     (0..n)
                         .map(|r| self.build(spec, Some(r), initial, ch.clone()))
                         .collect()
                 }
-                _ => vec![self.build(spec, None, initial, Self::channel(spec))],
+                _ => vec![self.build(spec, None, initial, self.channel(spec))],
             };
             let mut all = cur.all.clone();
             all.extend(added.iter().cloned());
@@ -286,7 +295,7 @@ impl Registry {
             let cur = self.snapshot.load_full();
             let mut all = cur.all.clone();
             let mut pairs = Vec::new();
-            let ch = Self::channel(spec);
+            let ch = self.channel(spec);
             for entry in all
                 .iter_mut()
                 .filter(|w| w.base_url == spec.url && w.worker_type == spec.worker_type)

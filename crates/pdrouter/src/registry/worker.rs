@@ -228,6 +228,11 @@ impl Worker {
     pub fn grpc(&self) -> Option<&crate::grpc::client::WorkerChannel> {
         self.grpc.as_deref()
     }
+    /// A gRPC worker's runtime, once its health checks learned it.
+    pub fn runtime(&self) -> Option<crate::grpc::runtime::Runtime> {
+        self.grpc()
+            .and_then(crate::grpc::client::WorkerChannel::runtime)
+    }
     /// Whether the health checker has finished at least one probe of this worker.
     pub fn probed(&self) -> bool {
         self.probed.load(Ordering::Acquire)

@@ -34,14 +34,20 @@ pub fn spec(url: &str, t: WorkerType) -> WorkerSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     Http,
+    /// gRPC workers speaking SGLang's protocol.
     Grpc,
+    /// gRPC workers speaking TokenSpeed's protocol.
+    TokenSpeed,
 }
 
 impl Transport {
     /// A mock config of `role` speaking this transport.
     pub fn mock(self, role: Role) -> MockConfig {
         let mut cfg = MockConfig::new(role);
-        cfg.grpc = self == Transport::Grpc;
+        cfg.grpc = self != Transport::Http;
+        if self == Transport::TokenSpeed {
+            cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed;
+        }
         cfg
     }
 
@@ -70,6 +76,28 @@ macro_rules! both_transports {
     )+};
 }
 pub(crate) use both_transports;
+
+/// [`both_transports`] plus `NAME::tokenspeed`: the scenario over gRPC workers speaking
+/// TokenSpeed's protocol.
+macro_rules! all_transports {
+    (#[$attr:meta] $($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[$attr]
+            async fn http() {
+                super::$name(super::Transport::Http).await
+            }
+            #[$attr]
+            async fn grpc() {
+                super::$name(super::Transport::Grpc).await
+            }
+            #[$attr]
+            async fn tokenspeed() {
+                super::$name(super::Transport::TokenSpeed).await
+            }
+        }
+    )+};
+}
+pub(crate) use all_transports;
 
 /// The prompt text a mock received last: the chat message's content over HTTP, the text the
 /// router tokenized over gRPC (the rendered chat, which contains it).

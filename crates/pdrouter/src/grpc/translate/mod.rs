@@ -28,6 +28,7 @@ use pdrouter_tokenizer::{
 use serde_json::{Map, Value, json};
 
 use super::output::{Delta, Output};
+use super::runtime::{Call, Runtime};
 use crate::error::ApiError;
 use crate::request::{Endpoint, ParsedRequest};
 
@@ -89,7 +90,7 @@ pub struct Plan {
     /// Logprobs asked for.
     pub logprobs: LogprobAsk,
     /// Sampling fields the client left unset (engine names).
-    pub unset: Vec<&'static str>,
+    pub unset: Arc<[&'static str]>,
     /// `/v1/responses`: the instructions, echoed in the answer.
     pub instructions: Option<String>,
     /// `/v1/completions` `echo`: each choice's text starts with its prompt.
@@ -126,6 +127,26 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The calls of one attempt on a worker of `runtime`, without ids, rank or ticket: for
+    /// SGLang the unset sampling fields filled from `defaults` (see [`Plan::requests_with`]);
+    /// TokenSpeed leaves them out and applies its own.
+    pub fn calls(&self, runtime: Runtime, defaults: &Map<String, Value>) -> Vec<Call> {
+        let reqs = match runtime {
+            Runtime::Sglang => self.requests_with(defaults),
+            Runtime::TokenSpeed => self.requests.clone(),
+        };
+        reqs.into_iter()
+            .map(|req| Call {
+                req,
+                unset: Arc::clone(&self.unset),
+                dp_rank: None,
+                kv: None,
+            })
+            .collect()
+    }
+}
+
 fn apply_defaults(sp: &mut SamplingParams, unset: &[&str], d: &Map<String, Value>) {
     for &k in unset {
         let Some(v) = d.get(k) else { continue };
@@ -156,6 +177,13 @@ fn apply_defaults(sp: &mut SamplingParams, unset: &[&str], d: &Map<String, Value
 pub(crate) fn unsupported(what: &str) -> ApiError {
     ApiError::not_implemented(format!(
         "{what} is not served for gRPC workers yet; leave it out or use HTTP workers"
+    ))
+}
+
+/// A request's shape, for 501s: what workers of `runtime` cannot serve.
+pub(crate) fn unsupported_on(what: &str, runtime: Runtime) -> ApiError {
+    ApiError::not_implemented(format!(
+        "{what} is not served by {runtime} workers; leave it out or use SGLang workers"
     ))
 }
 
@@ -480,7 +508,7 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
         n,
         listed,
         logprobs,
-        unset,
+        unset: unset.into(),
         instructions,
         echo,
     })
