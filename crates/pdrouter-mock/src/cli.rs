@@ -255,4 +255,22 @@ mod tests {
             assert!(MockArgs::try_parse_from(argv).is_err(), "{bad:?}");
         }
     }
+
+    #[test]
+    fn runtime_picks_the_grpc_protocol() {
+        let parse = |extra: &[&str]| {
+            let argv = ["pdrouter-mock", "--role", "decode"]
+                .into_iter()
+                .chain(extra.iter().copied());
+            MockArgs::try_parse_from(argv).map(|a| a.to_config().grpc_runtime)
+        };
+        assert_eq!(parse(&["--grpc"]).unwrap(), GrpcRuntime::Sglang);
+        assert_eq!(
+            parse(&["--grpc", "--runtime", "tokenspeed"]).unwrap(),
+            GrpcRuntime::TokenSpeed
+        );
+        assert!(parse(&["--runtime", "tokenspeed"]).is_err(), "needs --grpc");
+        assert!(parse(&["--grpc", "--runtime", "vllm"]).is_err());
+        assert_eq!(parse(&[]).unwrap(), GrpcRuntime::Sglang);
+    }
 }

@@ -56,7 +56,9 @@
 //! the same port answers HTTP/1.1 `GET /health`, `GET /mock/stats` (adding
 //! `aborts_total` and `last_output_ids`, with `last_request` the decoded
 //! `GenerateRequest`) and `POST /mock/controls`. [`MockWorker::url`] is then
-//! `grpc://ADDR`.
+//! `grpc://ADDR`. With [`MockConfig::grpc_runtime`] [`GrpcRuntime::TokenSpeed`]
+//! (`--runtime tokenspeed`) the worker speaks TokenSpeed's scheduler protocol
+//! instead, over the same engine model, and only that service answers.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {

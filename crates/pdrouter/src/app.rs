@@ -550,7 +550,6 @@ mod tests {
                     target: None,
                     model: None,
                     prefix_tokens: None,
-                    runtime: None,
                 },
             )
         };

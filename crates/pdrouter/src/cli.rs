@@ -932,6 +932,24 @@ mod tests {
     }
 
     #[test]
+    fn runtime_hint_names_a_known_runtime_of_grpc_workers() {
+        use crate::grpc::runtime::Runtime;
+        let c = parse(&["--worker-urls", "grpc://h:1", "--runtime", "tokenspeed"]).unwrap();
+        assert_eq!(c.grpc_runtime, Some(Runtime::TokenSpeed));
+        let c = parse(&["--worker-urls", "grpc://h:1", "--backend", "sglang"]).unwrap();
+        assert_eq!(c.grpc_runtime, Some(Runtime::Sglang));
+        let c = parse(&["--worker-urls", "grpc://h:1"]).unwrap();
+        assert_eq!(c.grpc_runtime, None);
+        let e = parse(&["--worker-urls", "grpc://h:1", "--runtime", "vllm"]).unwrap_err();
+        assert!(e.contains("vllm"), "{e}");
+        let e = parse(&["--worker-urls", "http://h:1", "--runtime", "tokenspeed"]).unwrap_err();
+        assert!(
+            e.contains("--runtime tokenspeed applies to grpc:// workers"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn epd_is_validated_like_pd_then_refused() {
         let epd = [
             "--epd-disaggregation",

@@ -143,7 +143,6 @@ impl Dispatcher {
             prefix_tokens: (policy.kind() == pdrouter_policy::PolicyKind::PrefixHash)
                 .then(|| self.prefix_tokens(req))
                 .flatten(),
-            runtime: None,
         }
     }
 

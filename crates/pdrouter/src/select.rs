@@ -44,8 +44,6 @@ pub struct Wanted {
     /// The prompt's leading token ids, when the router has a tokenizer and prefix_hash is in
     /// use with http:// workers.
     pub prefix_tokens: Option<Arc<Vec<u32>>>,
-    /// Only gRPC workers of this runtime (a Decode paired with its Prefill); `None`: any.
-    pub runtime: Option<crate::grpc::runtime::Runtime>,
 }
 
 /// A selector for one request and one worker type.
@@ -57,6 +55,9 @@ pub struct Candidates {
     wanted: Wanted,
     order: Vec<usize>,
     prompt_tokens: u32,
+    /// Only gRPC workers of this runtime (a Decode paired with its Prefill); `None`: any.
+    /// Kept out of [`Wanted`]: it fits this struct's padding, and queued waiters hold one.
+    runtime: Option<crate::grpc::runtime::Runtime>,
 }
 
 impl Candidates {
@@ -74,7 +75,14 @@ impl Candidates {
             wanted,
             order: Vec::new(),
             prompt_tokens: 1,
+            runtime: None,
         }
+    }
+
+    /// Only workers of `runtime`, when given.
+    pub fn with_runtime(mut self, runtime: Option<crate::grpc::runtime::Runtime>) -> Self {
+        self.runtime = runtime;
+        self
     }
 
     /// The request's prompt tokens, for an admission token budget (default 1).
@@ -124,7 +132,7 @@ impl Candidates {
         // Borrow from the snapshot; only the workers the policy ranks are cloned out.
         let mut any_routable = false;
         let model = self.wanted.model.as_deref();
-        let runtime = self.wanted.runtime;
+        let runtime = self.runtime;
         let with_room: Vec<&Arc<Worker>> = pool
             .iter()
             .filter(|w| {
@@ -201,7 +209,7 @@ impl Selector for Candidates {
             .map_or(String::from("any"), |i| i.to_string());
         // The model goes last and marked, so no model name can make two keys collide.
         let model = self.wanted.model.as_deref().map(|m| format!("model={m}"));
-        let runtime = self.wanted.runtime.map_or("any-runtime", |r| r.name());
+        let runtime = self.runtime.map_or("any-runtime", |r| r.name());
         let class = format!(
             "{} {target} {runtime} {}",
             self.worker_type.as_str(),
@@ -239,7 +247,6 @@ mod tests {
             target,
             model: model.map(Into::into),
             prefix_tokens: None,
-            runtime: None,
         };
         Candidates::new(registry, policy, worker_type, wanted)
             .wait_class()

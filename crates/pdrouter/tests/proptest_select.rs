@@ -55,7 +55,7 @@ proptest! {
             }
             let kind = PolicyKind::parse(PolicyKind::NAMES[policy]).unwrap();
             let policy = Arc::new(Policy::new(kind, CacheAwareConfig::default()));
-            let wanted = Wanted { text: Arc::from(text.as_str()), routing_key: None, target, model: None, prefix_tokens: None, runtime: None };
+            let wanted = Wanted { text: Arc::from(text.as_str()), routing_key: None, target, model: None, prefix_tokens: None };
             let picked = Candidates::new(reg.clone(), policy, WorkerType::Prefill, wanted).pick();
             let snap = reg.snapshot();
             let prefills = snap.of_type(WorkerType::Prefill);

@@ -309,11 +309,11 @@ impl Dispatcher {
                 model: self
                     .routed_model(req)
                     .or_else(|| prefill.model().map(|m| Arc::from(m.id.as_str()))),
-                // A gRPC Decode worker must speak its Prefill's runtime (same KV hand-over).
-                runtime: prefill.runtime(),
                 ..self.wanted(req, ctx, &self.decode_policy)
             },
         )
+        // A gRPC Decode worker must speak its Prefill's runtime (same KV hand-over).
+        .with_runtime(prefill.runtime())
         .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
         let holds = Holds {
