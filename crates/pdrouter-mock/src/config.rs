@@ -18,6 +18,9 @@ pub enum Role {
     Decode,
     /// Ordinary (non-disaggregated) worker: no `bootstrap_room` required.
     Regular,
+    /// EPD encode worker (gRPC, TokenSpeed's protocol only): serves `Encode`, finishing each
+    /// item's room for the Prefill worker that waits for it.
+    Encode,
 }
 
 impl Role {
@@ -27,6 +30,7 @@ impl Role {
             Role::Prefill => "prefill",
             Role::Decode => "decode",
             Role::Regular => "regular",
+            Role::Encode => "encode",
         }
     }
 
@@ -36,12 +40,13 @@ impl Role {
             Role::Prefill => "prefill",
             Role::Decode => "decode",
             Role::Regular => "null",
+            Role::Encode => "encode",
         }
     }
 
     /// Whether generation requests must carry a `bootstrap_room`.
     pub fn requires_bootstrap(self) -> bool {
-        !matches!(self, Role::Regular)
+        matches!(self, Role::Prefill | Role::Decode)
     }
 }
 
@@ -59,7 +64,7 @@ impl fmt::Display for ParseRoleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown role {:?} (expected prefill, decode or regular)",
+            "unknown role {:?} (expected prefill, decode, regular or encode)",
             self.0
         )
     }
@@ -75,6 +80,7 @@ impl FromStr for Role {
             "prefill" => Ok(Role::Prefill),
             "decode" => Ok(Role::Decode),
             "regular" => Ok(Role::Regular),
+            "encode" => Ok(Role::Encode),
             _ => Err(ParseRoleError(s.to_owned())),
         }
     }

@@ -28,6 +28,8 @@ pub struct MockStats {
     pub last_request: Option<serde_json::Value>,
     /// `Abort` calls received (gRPC mode).
     pub aborts_total: u64,
+    /// Multimodal items accepted by `Encode` (encode role).
+    pub encode_items_total: u64,
     /// Token ids of the last finished generation (gRPC mode).
     pub last_output_ids: Option<Vec<u32>>,
     /// The headers of the last generation request (names lower-case, every value of a
@@ -80,6 +82,7 @@ pub struct MockControls {
     max_inflight: AtomicU64,
     last_request: Mutex<Option<LastRequest>>,
     aborts_total: AtomicU64,
+    encode_items_total: AtomicU64,
     last_output_ids: Mutex<Option<Vec<u32>>>,
     last_headers: Mutex<Option<Headers>>,
 }
@@ -111,6 +114,7 @@ impl MockControls {
             max_inflight: AtomicU64::new(0),
             last_request: Mutex::new(None),
             aborts_total: AtomicU64::new(0),
+            encode_items_total: AtomicU64::new(0),
             last_output_ids: Mutex::new(None),
             last_headers: Mutex::new(None),
         }
@@ -271,6 +275,7 @@ impl MockControls {
                 LastRequest::Decoded(render) => render(),
             }),
             aborts_total: self.aborts_total.load(Ordering::SeqCst),
+            encode_items_total: self.encode_items_total.load(Ordering::SeqCst),
             last_output_ids: self
                 .last_output_ids
                 .lock()
@@ -287,6 +292,11 @@ impl MockControls {
     /// Counts one `Abort` call.
     pub(crate) fn record_abort(&self) {
         self.aborts_total.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts `n` multimodal items accepted by `Encode`.
+    pub(crate) fn record_encode_items(&self, n: u64) {
+        self.encode_items_total.fetch_add(n, Ordering::SeqCst);
     }
 
     /// Records the ids of a finished generation.

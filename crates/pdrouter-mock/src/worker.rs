@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpSocket, lookup_host};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::config::{MockConfig, Role};
+use crate::config::{GrpcRuntime, MockConfig, Role};
 use crate::engine;
 use crate::state::{MockControls, MockStats, Shared};
 use crate::{grpc, http};
@@ -45,6 +45,13 @@ impl MockWorker {
     /// Binds `cfg.host:cfg.port` (port 0 picks a free one) and starts serving
     /// on the current tokio runtime.
     pub async fn start(cfg: MockConfig) -> io::Result<MockWorker> {
+        if cfg.role == Role::Encode && !(cfg.grpc && cfg.grpc_runtime == GrpcRuntime::TokenSpeed) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the encode role is served over gRPC with TokenSpeed's protocol only \
+                 (--grpc --runtime tokenspeed)",
+            ));
+        }
         let listener = bind(&cfg.host, cfg.port).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(&cfg));

@@ -10,6 +10,7 @@
 //! a decode worker asks with the ticket's `bootstrap_host:bootstrap_port`.
 
 mod aborts;
+mod encoder;
 mod generate;
 mod service;
 mod tokenspeed;
@@ -22,8 +23,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use pdrouter_proto::scheduler::sglang_scheduler_server::SglangSchedulerServer;
+use pdrouter_proto::tokenspeed_encoder::token_speed_encoder_server::TokenSpeedEncoderServer;
 use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_server::TokenSpeedSchedulerServer;
-use pdrouter_proto::{SCHEDULER_SERVICE, TOKENSPEED_SCHEDULER_SERVICE};
+use pdrouter_proto::{SCHEDULER_SERVICE, TOKENSPEED_ENCODER_SERVICE, TOKENSPEED_SCHEDULER_SERVICE};
 use serde_json::{Value, json};
 
 pub use generate::OUTPUT_TEXT;
@@ -40,6 +42,10 @@ const MESSAGE_LIMIT: usize = 64 * 1024 * 1024;
 pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
     let scheduler = service::Scheduler::new(Arc::clone(&shared))?;
     let runtime = shared.grpc_runtime;
+    let encode = shared.role == crate::config::Role::Encode;
+    let encoder = encoder::Encoder {
+        shared: Arc::clone(&shared),
+    };
     let rooms = Arc::clone(&shared.rooms);
     let router = Router::new()
         .route("/health", get(handlers::health))
@@ -47,6 +53,15 @@ pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
         .route("/mock/controls", post(handlers::set_controls))
         .with_state(shared)
         .merge(room_routes(rooms));
+    if encode {
+        // Checked at start: an encode worker speaks TokenSpeed's protocol.
+        let grpc = TokenSpeedEncoderServer::new(encoder)
+            .max_decoding_message_size(MESSAGE_LIMIT)
+            .max_encoding_message_size(MESSAGE_LIMIT);
+        return Ok(
+            router.route_service(&format!("/{TOKENSPEED_ENCODER_SERVICE}/{{*method}}"), grpc)
+        );
+    }
     Ok(match runtime {
         GrpcRuntime::Sglang => {
             let grpc = SglangSchedulerServer::new(scheduler)
@@ -73,6 +88,10 @@ async fn stats(State(s): State<Arc<Shared>>) -> Response {
     let st = s.controls.stats();
     let mut map = handlers::stats_fields(&s, &st);
     map.insert("aborts_total".to_owned(), json!(st.aborts_total));
+    map.insert(
+        "encode_items_total".to_owned(),
+        json!(st.encode_items_total),
+    );
     map.insert("last_output_ids".to_owned(), json!(st.last_output_ids));
     axum::Json(Value::Object(map)).into_response()
 }

@@ -53,7 +53,12 @@ impl Scheduler {
     /// Everything before the first token: hang switch, injected failure,
     /// then the role's work (prefill compute and room hand-over, or the
     /// decode wait for its prefill), then the configured delay.
-    async fn prepare(&self, req: &GenerateRequest, ticket: Option<&Ticket>) -> Result<(), Status> {
+    async fn prepare(
+        &self,
+        req: &GenerateRequest,
+        ticket: Option<&Ticket>,
+        encoded: &[Ticket],
+    ) -> Result<(), Status> {
         let s = &self.shared;
         // An engine-mode prefill is held inside the engine (holding its slot, like a stalled
         // engine), as in the HTTP front-end.
@@ -65,6 +70,11 @@ impl Scheduler {
             return Err(Status::internal("mock injected failure"));
         }
         let delay = s.controls.delay();
+        // EPD: every item's embedding must have reached this worker (its encode worker
+        // finished the item's room) before the prompt can be computed.
+        for item in encoded {
+            await_ticket(item, "encode of room").await?;
+        }
         match s.role {
             Role::Prefill => {
                 // Plan::new checked the ticket exists.
@@ -84,25 +94,11 @@ impl Scheduler {
                 return Ok(());
             }
             Role::Decode => {
-                if let Some(d) = ticket.filter(|d| d.port > 0 && !d.host.is_empty()) {
-                    let port = u16::try_from(d.port).map_err(|_| {
-                        Status::invalid_argument(format!("bad bootstrap_port {}", d.port))
-                    })?;
-                    let room = d.room;
-                    match tokio::time::timeout(LONG_POLL_LIMIT, await_room(&d.host, port, room))
-                        .await
-                    {
-                        Ok(Ok(())) => {}
-                        Ok(Err(msg)) => return Err(Status::unavailable(msg)),
-                        Err(_) => {
-                            return Err(Status::deadline_exceeded(format!(
-                                "prefill of room {room} did not finish in time"
-                            )));
-                        }
-                    }
+                if let Some(d) = ticket {
+                    await_ticket(d, "prefill of room").await?;
                 }
             }
-            Role::Regular => {}
+            Role::Regular | Role::Encode => {}
         }
         sleep(delay).await;
         Ok(())
@@ -114,6 +110,7 @@ impl Scheduler {
         &self,
         req: GenerateRequest,
         ticket: Option<Ticket>,
+        encoded: Vec<Ticket>,
     ) -> Result<Stream<GenerateResponse>, Status> {
         let s = &self.shared;
         let guard = InflightGuard::begin(s);
@@ -127,7 +124,7 @@ impl Scheduler {
         let plan = Plan::new(s.role, &req, s.controls.output_tokens(), s.engine.is_some())?;
         let mut abort = self.aborts.register(&req.request_id);
         tokio::select! {
-            r = self.prepare(&req, ticket.as_ref()) => r?,
+            r = self.prepare(&req, ticket.as_ref(), &encoded) => r?,
             // The generation then reports the abort as its only message.
             () = abort.aborted() => {}
         }
@@ -137,6 +134,25 @@ impl Scheduler {
         };
         let generation = Generation::new(&req, plan, interval, abort, guard, Arc::clone(s));
         Ok(generation.into_stream())
+    }
+}
+
+/// Waits (at most [`LONG_POLL_LIMIT`]) until the ticket's room is finished at its
+/// `host:port`; a ticket without an address is not waited for. `what` names the awaited work
+/// in the deadline error.
+async fn await_ticket(t: &Ticket, what: &str) -> Result<(), Status> {
+    if t.port <= 0 || t.host.is_empty() {
+        return Ok(());
+    }
+    let port = u16::try_from(t.port)
+        .map_err(|_| Status::invalid_argument(format!("bad bootstrap_port {}", t.port)))?;
+    match tokio::time::timeout(LONG_POLL_LIMIT, await_room(&t.host, port, t.room)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(msg)) => Err(Status::unavailable(msg)),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "{what} {} did not finish in time",
+            t.room
+        ))),
     }
 }
 
@@ -179,7 +195,7 @@ impl SglangScheduler for Scheduler {
             // A negative room is refused by Plan::new before the ticket is used.
             room: u64::try_from(d.bootstrap_room).unwrap_or(0),
         });
-        Ok(Response::new(self.run(req, ticket).await?))
+        Ok(Response::new(self.run(req, ticket, Vec::new()).await?))
     }
 
     async fn health_check(

@@ -23,8 +23,25 @@ pub(crate) struct TokenSpeedFront {
     pub(crate) inner: Scheduler,
 }
 
-/// TokenSpeed's request as SGLang's, and its KV ticket.
-fn to_sglang(r: ts::GenerateRequest) -> Result<(sg::GenerateRequest, Option<Ticket>), Status> {
+/// TokenSpeed's request as SGLang's, its KV ticket and its items' encode tickets (EPD).
+type Converted = (sg::GenerateRequest, Option<Ticket>, Vec<Ticket>);
+
+fn to_sglang(r: ts::GenerateRequest) -> Result<Converted, Status> {
+    let encoded = r
+        .encode_bootstrap_info
+        .as_ref()
+        .map_or(&[][..], |e| &e.items[..])
+        .iter()
+        .map(|i| {
+            Ok(Ticket {
+                host: i.bootstrap_host.clone(),
+                port: i.bootstrap_port,
+                room: u64::try_from(i.bootstrap_room).map_err(|_| {
+                    Status::invalid_argument("an encode bootstrap_room is negative")
+                })?,
+            })
+        })
+        .collect::<Result<Vec<_>, Status>>()?;
     let ticket = match &r.kv_bootstrap_info {
         Some(kv) => Some(Ticket {
             host: kv.bootstrap_host.clone(),
@@ -73,7 +90,7 @@ fn to_sglang(r: ts::GenerateRequest) -> Result<(sg::GenerateRequest, Option<Tick
         stream: r.stream,
         ..Default::default()
     };
-    Ok((req, ticket))
+    Ok((req, ticket, encoded))
 }
 
 fn output_logprobs(l: sg::OutputLogProbs) -> ts::OutputLogProbs {
@@ -148,8 +165,8 @@ impl TokenSpeedScheduler for TokenSpeedFront {
         s.controls.record_decoded(std::sync::Arc::new(move || {
             serde_json::to_value(view::tokenspeed_request(&recorded)).ok()
         }));
-        let (req, ticket) = to_sglang(req)?;
-        let stream = self.inner.run(req, ticket).await?;
+        let (req, ticket, encoded) = to_sglang(req)?;
+        let stream = self.inner.run(req, ticket, encoded).await?;
         Ok(Response::new(
             stream.map(|m| m.and_then(to_tokenspeed)).boxed(),
         ))
@@ -249,7 +266,7 @@ mod tests {
 
     #[test]
     fn unset_scalars_take_engine_defaults_and_the_room_is_kept() {
-        let (req, ticket) = to_sglang(ts::GenerateRequest {
+        let (req, ticket, _) = to_sglang(ts::GenerateRequest {
             request_id: "r".to_owned(),
             sampling_params: Some(ts::SamplingParams {
                 temperature: Some(0.0),

@@ -315,7 +315,8 @@ async fn generation(State(s): AppState, api: Api, headers: HeaderMap, body: Byte
                     return body::error(StatusCode::BAD_GATEWAY, &msg, Some(guard));
                 }
             }
-            Role::Regular => {}
+            // An encode worker is never an HTTP worker (refused at start).
+            Role::Regular | Role::Encode => {}
         }
     }
     drop(req);

@@ -284,7 +284,8 @@ fn input_positions(role: Role, prompt: usize) -> std::ops::Range<usize> {
     match role {
         Role::Prefill => 0..last,
         Role::Decode => last..prompt,
-        Role::Regular => 0..prompt,
+        // An encode worker never generates (it serves gRPC `Encode` only).
+        Role::Regular | Role::Encode => 0..prompt,
     }
 }
 

@@ -1,0 +1,157 @@
+//! The encode role: TokenSpeed's `TokenSpeedEncoder` service over the shared engine model.
+//!
+//! `Encode` carries one multimodal item and its room per call. The mock checks the item (an
+//! encoder input with a shape and a dtype, exactly one room, not negative), waits like any
+//! worker (hang switch, injected failure, delay), counts the item and finishes its room, which
+//! is what a Prefill worker waiting for the item's embedding polls (`GET /room/{room}` on this
+//! worker's port). `/mock/stats` shows the request: item hashes, rooms and tensor shapes.
+
+use std::sync::Arc;
+
+use pdrouter_proto::tokenspeed_encoder::token_speed_encoder_server::TokenSpeedEncoder;
+use pdrouter_proto::tokenspeed_encoder::{EncodeRequest, EncodeResponse};
+use serde_json::{Value, json};
+use tonic::{Request, Response, Status};
+
+use crate::state::{InflightGuard, Shared};
+
+/// The encode service of one mock worker.
+#[derive(Debug)]
+pub(crate) struct Encoder {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// The rooms of `req`'s items, one per item, checked.
+fn rooms(req: &EncodeRequest) -> Result<Vec<u64>, Status> {
+    let items = req.mm_inputs.as_ref().map_or(&[][..], |m| &m.items[..]);
+    if items.is_empty() {
+        return Err(Status::invalid_argument("mm_inputs has no items"));
+    }
+    if items.len() != req.items.len() {
+        return Err(Status::invalid_argument(format!(
+            "{} items but {} room assignments",
+            items.len(),
+            req.items.len()
+        )));
+    }
+    if let Some(i) = items.iter().position(|it| {
+        it.encoder_input
+            .as_ref()
+            .is_none_or(|t| t.shape.is_empty() || t.dtype.is_empty())
+    }) {
+        return Err(Status::invalid_argument(format!(
+            "item {i} has no encoder_input shape and dtype"
+        )));
+    }
+    req.items
+        .iter()
+        .map(|a| {
+            u64::try_from(a.bootstrap_room)
+                .map_err(|_| Status::invalid_argument("bootstrap_room is negative"))
+        })
+        .collect()
+}
+
+/// What `/mock/stats` shows of an `Encode` request.
+fn view(req: &EncodeRequest) -> Value {
+    let items = req.mm_inputs.as_ref().map_or(&[][..], |m| &m.items[..]);
+    let shown: Vec<Value> = items
+        .iter()
+        .zip(&req.items)
+        .map(|(it, a)| {
+            let tensor = it.encoder_input.as_ref();
+            let hash: String = it.content_hash.iter().map(|b| format!("{b:02x}")).collect();
+            json!({
+                "content_hash": hash,
+                "bootstrap_room": a.bootstrap_room,
+                "modality": it.modality,
+                "shape": tensor.map(|t| t.shape.clone()),
+                "dtype": tensor.map(|t| t.dtype.clone()),
+                "model_specific_tensors": it.model_specific_tensors.iter()
+                    .map(|(k, t)| (k.clone(), json!(t.shape)))
+                    .collect::<serde_json::Map<_, _>>(),
+                "placeholders": it.placeholders.iter()
+                    .map(|p| json!([p.offset, p.length]))
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "request_id": req.request_id, "items": shown })
+}
+
+#[tonic::async_trait]
+impl TokenSpeedEncoder for Encoder {
+    async fn encode(
+        &self,
+        request: Request<EncodeRequest>,
+    ) -> Result<Response<EncodeResponse>, Status> {
+        let s = &self.shared;
+        s.controls
+            .record_headers(&request.metadata().clone().into_headers());
+        let req = request.into_inner();
+        let _guard = InflightGuard::begin(s);
+        let shown = view(&req);
+        s.controls
+            .record_decoded(Arc::new(move || Some(shown.clone())));
+        let rooms = rooms(&req)?;
+        s.controls.wait_while_hung().await;
+        if s.controls.draw_failure() {
+            return Err(Status::internal("mock injected failure"));
+        }
+        let delay = s.controls.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        s.controls.record_encode_items(rooms.len() as u64);
+        for room in rooms {
+            s.rooms.finish(room);
+        }
+        Ok(Response::new(EncodeResponse { accepted: true }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pdrouter_proto::tokenspeed_encoder::EncodeItemAssignment;
+    use pdrouter_proto::tokenspeed_scheduler::{MultimodalInputs, MultimodalItem, TensorData};
+
+    use super::*;
+
+    fn req(rooms: &[i64], items: usize) -> EncodeRequest {
+        EncodeRequest {
+            request_id: "e".to_owned(),
+            mm_inputs: Some(MultimodalInputs {
+                items: (0..items)
+                    .map(|_| MultimodalItem {
+                        content_hash: vec![0xab, 0x01],
+                        encoder_input: Some(TensorData {
+                            shape: vec![4, 1176],
+                            dtype: "bfloat16".to_owned(),
+                            payload: None,
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            }),
+            items: rooms
+                .iter()
+                .map(|&r| EncodeItemAssignment { bootstrap_room: r })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_room_per_item_is_required() {
+        assert_eq!(rooms(&req(&[1 << 40], 1)).unwrap(), vec![1 << 40]);
+        assert!(rooms(&req(&[1, 2], 1)).is_err());
+        assert!(rooms(&req(&[], 0)).is_err());
+        assert!(rooms(&req(&[-1], 1)).is_err());
+        let mut no_tensor = req(&[1], 1);
+        no_tensor.mm_inputs.as_mut().unwrap().items[0].encoder_input = None;
+        assert!(rooms(&no_tensor).is_err());
+        let v = view(&req(&[7], 1));
+        assert_eq!(v["items"][0]["content_hash"], "ab01");
+        assert_eq!(v["items"][0]["shape"], json!([4, 1176]));
+        assert_eq!(v["items"][0]["bootstrap_room"], 7);
+    }
+}
