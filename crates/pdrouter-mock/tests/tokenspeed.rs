@@ -127,6 +127,25 @@ async fn encode_role_needs_tokenspeed_over_grpc() {
     let err = enc.encode(two_rooms).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(w.stats().encode_items_total, 0);
+
+    // The standard health service follows the `healthy` control.
+    use pdrouter_proto::grpc::health::v1::health_check_response::ServingStatus;
+    use pdrouter_proto::grpc::health::v1::{
+        HealthCheckRequest as Check, health_client::HealthClient,
+    };
+    let mut health = HealthClient::connect(url(&w)).await.unwrap();
+    let status = |r: tonic::Response<pdrouter_proto::grpc::health::v1::HealthCheckResponse>| {
+        r.into_inner().status
+    };
+    assert_eq!(
+        status(health.check(Check::default()).await.unwrap()),
+        ServingStatus::Serving as i32
+    );
+    w.controls().set_healthy(false);
+    assert_eq!(
+        status(health.check(Check::default()).await.unwrap()),
+        ServingStatus::NotServing as i32
+    );
 }
 
 #[tokio::test]

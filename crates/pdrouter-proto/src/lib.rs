@@ -17,6 +17,8 @@
 //!   [`tokenspeed_scheduler::token_speed_scheduler_client`].
 //! * [`tokenspeed_encoder`] (`tokenspeed.grpc.encoder`): TokenSpeed's `TokenSpeedEncoder`
 //!   service (`Encode`), used for EPD.
+//! * [`grpc::health::v1`] (`grpc.health.v1`): the standard health service's `Check`, how
+//!   encode workers are health-checked.
 //!
 //! Invariant: field numbers and types are the wire contract with real
 //! engines; the tests below pin the ones a router relies on.
@@ -58,6 +60,18 @@ pub mod tokenspeed {
         #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
         pub mod encoder {
             include!(concat!(env!("OUT_DIR"), "/tokenspeed.grpc.encoder.rs"));
+        }
+    }
+}
+
+/// Generated code of package `grpc.*`.
+pub mod grpc {
+    /// Generated code of package `grpc.health.*`.
+    pub mod health {
+        /// Package `grpc.health.v1`: the standard health service.
+        #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
         }
     }
 }
@@ -470,6 +484,27 @@ mod tests {
             assert_eq!(varint(&field(&a, 1).1), (1 << 40) + 1);
             let accepted = EncodeResponse { accepted: true }.encode_to_vec();
             assert_eq!(field(&accepted, 1), (0, vec![1]));
+        }
+
+        #[test]
+        fn standard_health_check_field_numbers() {
+            use crate::grpc::health::v1::health_check_response::ServingStatus;
+            use crate::grpc::health::v1::{HealthCheckRequest, HealthCheckResponse};
+            let req = HealthCheckRequest {
+                service: "s".to_owned(),
+            }
+            .encode_to_vec();
+            assert_eq!(field(&req, 1).1, b"s".to_vec());
+            let resp = HealthCheckResponse {
+                status: ServingStatus::Serving as i32,
+            }
+            .encode_to_vec();
+            assert_eq!(field(&resp, 1), (0, vec![1]));
+            assert_eq!(ServingStatus::NotServing as i32, 2);
+            assert_eq!(
+                crate::grpc::health::v1::health_server::SERVICE_NAME,
+                "grpc.health.v1.Health"
+            );
         }
 
         #[test]

@@ -107,13 +107,17 @@ pub struct LaunchArgs {
     /// Decode worker (repeatable).
     #[arg(long, value_name = "URL", action = clap::ArgAction::Append, help_heading = "Workers")]
     pub decode: Vec<String>,
-    /// Encode/Prefill/Decode mode over gRPC (flags accepted and validated, not served by this
-    /// build yet).
+    /// Encode/Prefill/Decode mode over gRPC with TokenSpeed engines: --encode, --prefill and
+    /// --decode grpc:// workers. Requests without images are served as PD by the Prefill and
+    /// Decode workers.
     #[arg(long, help_heading = "Workers")]
     pub epd_disaggregation: bool,
-    /// Encode worker with an optional port (EPD mode; repeatable).
-    #[arg(long, num_args = 1..=2, value_names = ["URL", "PORT"], action = clap::ArgAction::Append, help_heading = "Workers")]
+    /// Encode worker with an optional bootstrap port (EPD mode; repeatable).
+    #[arg(long, num_args = 1..=2, value_names = ["URL", "BOOTSTRAP_PORT"], action = clap::ArgAction::Append, help_heading = "Workers")]
     pub encode: Vec<String>,
+    /// `--encode` occurrences grouped (filled by [`Cli::parse_from_env`]).
+    #[arg(skip)]
+    pub encode_groups: Vec<Vec<String>>,
     /// Register each DP rank of a worker reporting dp_size > 1 as its own worker.
     #[arg(long, help_heading = "Workers")]
     pub dp_aware: bool,
@@ -353,9 +357,13 @@ impl Cli {
         let mut cli = Self::from_arg_matches(&matches)?;
         if let (Command::Launch(launch), Some(("launch", sub))) =
             (&mut cli.command, matches.subcommand())
-            && let Some(occ) = sub.get_occurrences::<String>("prefill")
         {
-            launch.prefill_groups = occ.map(|o| o.cloned().collect()).collect();
+            if let Some(occ) = sub.get_occurrences::<String>("prefill") {
+                launch.prefill_groups = occ.map(|o| o.cloned().collect()).collect();
+            }
+            if let Some(occ) = sub.get_occurrences::<String>("encode") {
+                launch.encode_groups = occ.map(|o| o.cloned().collect()).collect();
+            }
         }
         Ok(cli)
     }
@@ -502,9 +510,11 @@ impl LaunchArgs {
             .worker_urls
             .iter()
             .any(|u| crate::config::is_grpc_url(u.trim()));
-        let mode = if self.pd_disaggregation && grpc_pd {
+        let mode = if self.epd_disaggregation {
+            Mode::EpdGrpc
+        } else if self.pd_disaggregation && grpc_pd {
             Mode::PdGrpc
-        } else if self.pd_disaggregation || self.epd_disaggregation {
+        } else if self.pd_disaggregation {
             Mode::PdHttp
         } else if grpc_regular {
             Mode::RegularGrpc
@@ -535,6 +545,23 @@ impl LaunchArgs {
         }
         for raw in &self.decode {
             workers.push(worker("--decode", raw, WorkerType::Decode)?);
+        }
+        for occurrence in &self.encode_groups {
+            let mut spec = worker("--encode", &occurrence[0], WorkerType::Encode)?;
+            if let Some(port) = occurrence.get(1) {
+                spec.bootstrap_port = Some(
+                    port.trim()
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| {
+                            ConfigError(format!(
+                                "--encode bootstrap port '{port}' must be a port number 1-65535"
+                            ))
+                        })?,
+                );
+            }
+            workers.push(spec);
         }
         if workers.is_empty() && !mode.is_pd() {
             return Err(ConfigError(
@@ -597,13 +624,6 @@ impl LaunchArgs {
             queue_timeout_secs: self.prefill_queue_timeout_secs,
         }
         .resolve(mode, self.priority_scheduler_enabled)?;
-        if self.epd_disaggregation {
-            return Err(ConfigError(
-                "--epd-disaggregation (gRPC Encode/Prefill/Decode) is not served by this build \
-                 yet; use --pd-disaggregation with http:// or https:// Prefill and Decode workers"
-                    .into(),
-            ));
-        }
         if self.health_check_endpoint.is_empty() {
             return Err(ConfigError(
                 "--health-check-endpoint must not be empty".into(),
@@ -950,22 +970,42 @@ mod tests {
     }
 
     #[test]
-    fn epd_is_validated_like_pd_then_refused() {
+    fn epd_takes_grpc_workers_of_three_roles_and_the_pd_rules() {
         let epd = [
             "--epd-disaggregation",
             "--encode",
-            "http://e:1",
+            "grpc://e:1",
             "9000",
+            "--encode",
+            "grpc://e:2",
             "--prefill",
-            "http://p:1",
+            "grpc://p:1",
             "--decode",
-            "http://d:1",
+            "grpc://d:1",
         ];
+        let c = parse(&epd).unwrap();
+        assert_eq!(c.mode, Mode::EpdGrpc);
+        let encode: Vec<_> = c
+            .workers
+            .iter()
+            .filter(|w| w.worker_type == WorkerType::Encode)
+            .map(|w| (w.url.as_str(), w.bootstrap_port))
+            .collect();
+        assert_eq!(encode, [("grpc://e:1", Some(9000)), ("grpc://e:2", None)]);
+        let http: Vec<String> = epd
+            .iter()
+            .map(|a| a.replace("grpc://", "http://"))
+            .collect();
+        let http: Vec<&str> = http.iter().map(String::as_str).collect();
+        assert!(parse(&http).unwrap_err().contains("transport"));
+        let bad_port = [&epd[..3], &["none"], &epd[4..]].concat();
         assert!(
-            parse(&epd)
+            parse(&bad_port)
                 .unwrap_err()
-                .contains("--epd-disaggregation (gRPC")
+                .contains("--encode bootstrap port")
         );
+        let no_encode = [&epd[..1], &epd[6..]].concat();
+        assert!(parse(&no_encode).unwrap_err().contains("--encode"));
         let with_both = [
             &epd[..],
             &[

@@ -269,17 +269,29 @@ pub enum Mode {
     PdGrpc,
     /// One regular worker per request over gRPC: the router tokenizes and detokenizes.
     RegularGrpc,
+    /// Encode + Prefill + Decode workers over gRPC (TokenSpeed): a request without images
+    /// is served as PD.
+    EpdGrpc,
 }
 
 impl Mode {
     /// Whether requests go to a Prefill and a Decode worker.
     pub fn is_pd(self) -> bool {
-        matches!(self, Self::PdHttp | Self::PdGrpc)
+        matches!(self, Self::PdHttp | Self::PdGrpc | Self::EpdGrpc)
     }
 
     /// Whether the workers speak gRPC (the router tokenizes for them).
     pub fn is_grpc(self) -> bool {
-        matches!(self, Self::PdGrpc | Self::RegularGrpc)
+        matches!(self, Self::PdGrpc | Self::RegularGrpc | Self::EpdGrpc)
+    }
+
+    /// The worker types a request of this mode needs ready workers of.
+    pub fn worker_types(self) -> &'static [WorkerType] {
+        match self {
+            Self::PdHttp | Self::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
+            Self::EpdGrpc => &[WorkerType::Encode, WorkerType::Prefill, WorkerType::Decode],
+            Self::Regular | Self::RegularGrpc => &[WorkerType::Regular],
+        }
     }
 }
 
@@ -304,6 +316,8 @@ pub enum WorkerType {
     Prefill,
     /// Runs the decode phase of a PD pair.
     Decode,
+    /// Runs a vision model's encoder in EPD mode (gRPC, TokenSpeed's encoder service).
+    Encode,
 }
 
 impl WorkerType {
@@ -313,6 +327,7 @@ impl WorkerType {
             Self::Regular => "regular",
             Self::Prefill => "prefill",
             Self::Decode => "decode",
+            Self::Encode => "encode",
         }
     }
 }
@@ -719,6 +734,9 @@ impl Config {
         }
         match self.mode {
             Mode::PdHttp | Mode::PdGrpc => {
+                if count(WorkerType::Encode) > 0 {
+                    return Err(bad("--encode needs --epd-disaggregation"));
+                }
                 if count(WorkerType::Prefill) == 0 {
                     return Err(bad(
                         "--pd-disaggregation needs at least one --prefill URL [BOOTSTRAP_PORT|none]",
@@ -730,6 +748,24 @@ impl Config {
                 if count(WorkerType::Regular) > 0 {
                     return Err(bad(
                         "--worker-urls cannot be combined with --pd-disaggregation; use --prefill and --decode",
+                    ));
+                }
+            }
+            Mode::EpdGrpc => {
+                for (t, flag) in [
+                    (WorkerType::Encode, "--encode URL [BOOTSTRAP_PORT]"),
+                    (WorkerType::Prefill, "--prefill URL [BOOTSTRAP_PORT|none]"),
+                    (WorkerType::Decode, "--decode URL"),
+                ] {
+                    if count(t) == 0 {
+                        return Err(bad(format!(
+                            "--epd-disaggregation needs at least one {flag}"
+                        )));
+                    }
+                }
+                if count(WorkerType::Regular) > 0 {
+                    return Err(bad(
+                        "--worker-urls cannot be combined with --epd-disaggregation",
                     ));
                 }
             }

@@ -72,13 +72,15 @@ impl Dispatcher {
         // Boxed, like the attempts below: an HTTP request parked in the admission queue
         // holds this future, which must not grow by the translation's state.
         let grpc = match self.cfg.mode {
-            Mode::PdGrpc | Mode::RegularGrpc => match Box::pin(self.grpc_plan(req)).await {
-                Ok(plan) => Some(plan),
-                Err(e) => {
-                    self.metrics.route_error(route, e.code);
-                    return Err(e);
+            Mode::PdGrpc | Mode::RegularGrpc | Mode::EpdGrpc => {
+                match Box::pin(self.grpc_plan(req)).await {
+                    Ok(plan) => Some(plan),
+                    Err(e) => {
+                        self.metrics.route_error(route, e.code);
+                        return Err(e);
+                    }
                 }
-            },
+            }
             _ => None,
         };
         let mut attempt = 1;
@@ -87,7 +89,10 @@ impl Dispatcher {
                 break Err(e);
             }
             let outcome = match self.cfg.mode {
-                Mode::PdHttp | Mode::PdGrpc => self.pd_attempt(req, ctx, grpc.as_deref()).await,
+                // EPD without images is TokenSpeed PD.
+                Mode::PdHttp | Mode::PdGrpc | Mode::EpdGrpc => {
+                    self.pd_attempt(req, ctx, grpc.as_deref()).await
+                }
                 // Boxed: regular requests never wait for admission, and inline their attempt
                 // would size every PD request's future (a parked waiter's) to it.
                 Mode::Regular | Mode::RegularGrpc => {
@@ -119,7 +124,10 @@ impl Dispatcher {
         };
         let model = &*model;
         let types: &[WorkerType] = match self.cfg.mode {
-            Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
+            // Encode workers serve no model of their own.
+            Mode::PdHttp | Mode::PdGrpc | Mode::EpdGrpc => {
+                &[WorkerType::Prefill, WorkerType::Decode]
+            }
             Mode::Regular | Mode::RegularGrpc => &[WorkerType::Regular],
         };
         let snap = self.registry.snapshot();

@@ -20,7 +20,7 @@ async fn keyed(role: Role, key: Option<&str>) -> MockWorker {
 /// The workers of one deployment: (Prefill, Decode) in PD mode, one regular worker otherwise.
 async fn workers(mode: Mode, key: Option<&str>) -> Vec<MockWorker> {
     match mode {
-        Mode::PdHttp | Mode::PdGrpc => vec![
+        Mode::PdHttp | Mode::PdGrpc | Mode::EpdGrpc => vec![
             keyed(Role::Prefill, key).await,
             keyed(Role::Decode, key).await,
         ],
@@ -30,7 +30,7 @@ async fn workers(mode: Mode, key: Option<&str>) -> Vec<MockWorker> {
 
 fn config(mode: Mode, ws: &[MockWorker]) -> Config {
     match mode {
-        Mode::PdHttp | Mode::PdGrpc => pd_config(&[&ws[0]], &[&ws[1]]),
+        Mode::PdHttp | Mode::PdGrpc | Mode::EpdGrpc => pd_config(&[&ws[0]], &[&ws[1]]),
         Mode::Regular | Mode::RegularGrpc => regular_config(&[&ws[0]]),
     }
 }

@@ -4,10 +4,12 @@
 //! encoder input with a shape and a dtype, exactly one room, not negative), waits like any
 //! worker (hang switch, injected failure, delay), counts the item and finishes its room, which
 //! is what a Prefill worker waiting for the item's embedding polls (`GET /room/{room}` on this
-//! worker's port). `/mock/stats` shows the request: item hashes, rooms and tensor shapes.
+//! worker's port). `/mock/stats` shows the request: item hashes, rooms and tensor shapes. The
+//! standard health service (`grpc.health.v1.Health/Check`) follows the `healthy` control.
 
 use std::sync::Arc;
 
+use pdrouter_proto::grpc::health::v1 as health;
 use pdrouter_proto::tokenspeed_encoder::token_speed_encoder_server::TokenSpeedEncoder;
 use pdrouter_proto::tokenspeed_encoder::{EncodeRequest, EncodeResponse};
 use serde_json::{Value, json};
@@ -107,6 +109,31 @@ impl TokenSpeedEncoder for Encoder {
             s.rooms.finish(room);
         }
         Ok(Response::new(EncodeResponse { accepted: true }))
+    }
+}
+
+/// The standard health service of an encode worker: `SERVING` while the `healthy` control is
+/// on.
+#[derive(Debug)]
+pub(crate) struct Health {
+    pub(crate) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl health::health_server::Health for Health {
+    async fn check(
+        &self,
+        _request: Request<health::HealthCheckRequest>,
+    ) -> Result<Response<health::HealthCheckResponse>, Status> {
+        use health::health_check_response::ServingStatus;
+        let status = if self.shared.controls.healthy() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        Ok(Response::new(health::HealthCheckResponse {
+            status: status as i32,
+        }))
     }
 }
 

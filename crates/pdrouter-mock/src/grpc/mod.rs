@@ -22,6 +22,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use pdrouter_proto::grpc::health::v1::health_server::HealthServer;
 use pdrouter_proto::scheduler::sglang_scheduler_server::SglangSchedulerServer;
 use pdrouter_proto::tokenspeed_encoder::token_speed_encoder_server::TokenSpeedEncoderServer;
 use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_server::TokenSpeedSchedulerServer;
@@ -46,6 +47,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
     let encoder = encoder::Encoder {
         shared: Arc::clone(&shared),
     };
+    let health = HealthServer::new(encoder::Health {
+        shared: Arc::clone(&shared),
+    });
     let rooms = Arc::clone(&shared.rooms);
     let router = Router::new()
         .route("/health", get(handlers::health))
@@ -58,9 +62,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
         let grpc = TokenSpeedEncoderServer::new(encoder)
             .max_decoding_message_size(MESSAGE_LIMIT)
             .max_encoding_message_size(MESSAGE_LIMIT);
-        return Ok(
-            router.route_service(&format!("/{TOKENSPEED_ENCODER_SERVICE}/{{*method}}"), grpc)
-        );
+        return Ok(router
+            .route_service(&format!("/{TOKENSPEED_ENCODER_SERVICE}/{{*method}}"), grpc)
+            .route_service("/grpc.health.v1.Health/{*method}", health));
     }
     Ok(match runtime {
         GrpcRuntime::Sglang => {

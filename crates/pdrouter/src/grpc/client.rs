@@ -187,6 +187,23 @@ impl WorkerChannel {
         matches!(self.health(timeout).await, Ok((_, true)))
     }
 
+    /// The standard health service's `Check` for the whole server: whether it is `SERVING`
+    /// within `timeout` (how encode workers, which have no scheduler service, are checked).
+    pub async fn serving(&self, timeout: Duration) -> bool {
+        use pdrouter_proto::grpc::health::v1::HealthCheckRequest as Check;
+        use pdrouter_proto::grpc::health::v1::health_check_response::ServingStatus;
+        use pdrouter_proto::grpc::health::v1::health_client::HealthClient;
+        let Ok(channel) = self.channel() else {
+            return false;
+        };
+        let mut c = HealthClient::new(channel);
+        let call = c.check(self.call(Check::default()));
+        matches!(
+            tokio::time::timeout(timeout, call).await,
+            Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32
+        )
+    }
+
     /// The worker's runtime, asking its services when it is not known yet.
     pub async fn detect(&self, timeout: Duration) -> Result<Runtime, Status> {
         match self.runtime() {

@@ -17,7 +17,7 @@ use tower_service::Service;
 
 use super::AppState;
 use super::middleware::RequestId;
-use crate::config::{Mode, WorkerType};
+use crate::config::WorkerType;
 use crate::dispatch::{RequestCtx, upstream_error};
 use crate::error::{ApiError, Leg};
 use crate::grpc::info::{self, Info};
@@ -201,9 +201,10 @@ async fn answer(
     } else {
         received
     };
-    let mut parsed = match state.cfg.mode {
-        Mode::PdGrpc | Mode::RegularGrpc => parse_off_reactor(endpoint, raw).await?,
-        Mode::PdHttp | Mode::Regular => parse(endpoint, raw)?,
+    let mut parsed = if state.cfg.mode.is_grpc() {
+        parse_off_reactor(endpoint, raw).await?
+    } else {
+        parse(endpoint, raw)?
     };
     let response = state.dispatcher.route(&mut parsed, ctx).await?;
     Ok(match permit {
@@ -236,10 +237,7 @@ fn ready_of(state: &AppState, t: WorkerType) -> Vec<Arc<Worker>> {
 }
 
 fn serving_types(state: &AppState) -> &'static [WorkerType] {
-    match state.cfg.mode {
-        Mode::PdHttp | Mode::PdGrpc => &[WorkerType::Prefill, WorkerType::Decode],
-        Mode::Regular | Mode::RegularGrpc => &[WorkerType::Regular],
-    }
+    state.cfg.mode.worker_types()
 }
 
 /// One OpenAI `Model` object: the engine's own card (every field it reported kept), with
@@ -377,7 +375,8 @@ pub(crate) async fn liveness() -> Response {
     Json(json!({"status": "alive"})).into_response()
 }
 
-/// `GET /readiness`: regular mode needs one ready worker; PD one ready Prefill and one Decode.
+/// `GET /readiness`: regular mode needs one ready worker; PD one ready Prefill and one Decode;
+/// EPD one ready worker of each of the three roles.
 pub(crate) async fn readiness(State(state): State<Arc<AppState>>) -> Response {
     if state.shutting_down.load(Ordering::Relaxed) {
         return ApiError::shutting_down().into_response();
@@ -421,9 +420,9 @@ pub(crate) async fn health_generate(State(state): State<Arc<AppState>>) -> Respo
     let checks = probes.iter().map(|w| {
         let state = &state;
         async move {
-            match w.grpc() {
-                Some(ch) if ch.healthy(timeout).await => Ok(()),
-                Some(_) => Err(ApiError::upstream_status(
+            match w.grpc_healthy(timeout).await {
+                Some(true) => Ok(()),
+                Some(false) => Err(ApiError::upstream_status(
                     Leg::Worker,
                     w.url(),
                     http::StatusCode::SERVICE_UNAVAILABLE,

@@ -49,15 +49,17 @@ fn describe(w: &Worker, snap: &Snapshot) -> Value {
     })
 }
 
-/// `bootstrap_port`: a port for a Prefill worker, or null.
+/// `bootstrap_port`: a port for a Prefill or Encode worker (both serve a bootstrap server),
+/// or null.
 fn bootstrap_port_field(v: Option<&Value>, t: WorkerType) -> Result<Option<u16>, ApiError> {
+    let serves = matches!(t, WorkerType::Prefill | WorkerType::Encode);
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
-            Some(p) if (1..=65535).contains(&p) && t == WorkerType::Prefill => Ok(Some(p as u16)),
-            Some(_) if t != WorkerType::Prefill => Err(ApiError::invalid_field(
+            Some(p) if (1..=65535).contains(&p) && serves => Ok(Some(p as u16)),
+            Some(_) if !serves => Err(ApiError::invalid_field(
                 "bootstrap_port",
-                "applies to prefill workers only",
+                "applies to prefill and encode workers only",
             )),
             _ => Err(ApiError::invalid_field(
                 "bootstrap_port",
@@ -133,15 +135,22 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
                     "is required in PD mode: prefill or decode",
                 ));
             }
+            Mode::EpdGrpc => {
+                return Err(ApiError::invalid_field(
+                    "worker_type",
+                    "is required in EPD mode: encode, prefill or decode",
+                ));
+            }
         },
         Some(Value::String(s)) => match s.as_str() {
             "regular" => WorkerType::Regular,
             "prefill" => WorkerType::Prefill,
             "decode" => WorkerType::Decode,
+            "encode" => WorkerType::Encode,
             other => {
                 return Err(ApiError::invalid_field(
                     "worker_type",
-                    format!("'{other}' is not one of regular, prefill, decode"),
+                    format!("'{other}' is not one of regular, prefill, decode, encode"),
                 ));
             }
         },
@@ -149,7 +158,10 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
     };
     let fits = match state.cfg.mode {
         Mode::Regular | Mode::RegularGrpc => worker_type == WorkerType::Regular,
-        Mode::PdHttp | Mode::PdGrpc => worker_type != WorkerType::Regular,
+        Mode::PdHttp | Mode::PdGrpc => {
+            matches!(worker_type, WorkerType::Prefill | WorkerType::Decode)
+        }
+        Mode::EpdGrpc => worker_type != WorkerType::Regular,
     };
     if !fits {
         return Err(ApiError::invalid_field(
@@ -160,6 +172,7 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
                 match state.cfg.mode {
                     Mode::Regular | Mode::RegularGrpc => "regular: use regular",
                     Mode::PdHttp | Mode::PdGrpc => "PD: use prefill or decode",
+                    Mode::EpdGrpc => "EPD: use encode, prefill or decode",
                 }
             ),
         ));

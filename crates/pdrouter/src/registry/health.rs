@@ -170,8 +170,8 @@ async fn probe_loop(
     let mut counts = ProbeCounts::default();
     let mut ever_ready = worker.status() == WorkerStatus::Ready;
     loop {
-        let ok = match worker.grpc() {
-            Some(ch) => ch.healthy(cfg.timeout).await,
+        let ok = match worker.grpc_healthy(cfg.timeout).await {
+            Some(ok) => ok,
             None => match client.get(&url, worker.api_key(), cfg.timeout).await {
                 Ok((status, _)) => status.is_success(),
                 Err(e) => {
@@ -236,6 +236,10 @@ pub(crate) async fn learn_model(
     worker: &Worker,
     timeout: Duration,
 ) -> Result<(), UpstreamError> {
+    // An encode worker serves no model of its own (it takes any request's items).
+    if worker.worker_type() == crate::config::WorkerType::Encode {
+        return Ok(());
+    }
     if let Some(ch) = worker.grpc() {
         // gRPC engines name their model through `GetModelInfo`.
         if let Some(info) = ch.model_info(timeout).await {

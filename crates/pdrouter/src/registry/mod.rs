@@ -72,6 +72,7 @@ pub struct Snapshot {
     prefill: Vec<Arc<Worker>>,
     decode: Vec<Arc<Worker>>,
     regular: Vec<Arc<Worker>>,
+    encode: Vec<Arc<Worker>>,
 }
 
 impl Snapshot {
@@ -86,6 +87,7 @@ impl Snapshot {
             prefill: of(WorkerType::Prefill),
             decode: of(WorkerType::Decode),
             regular: of(WorkerType::Regular),
+            encode: of(WorkerType::Encode),
             all,
         }
     }
@@ -101,6 +103,7 @@ impl Snapshot {
             WorkerType::Prefill => &self.prefill,
             WorkerType::Decode => &self.decode,
             WorkerType::Regular => &self.regular,
+            WorkerType::Encode => &self.encode,
         }
     }
 

@@ -228,6 +228,17 @@ impl Worker {
     pub fn grpc(&self) -> Option<&crate::grpc::client::WorkerChannel> {
         self.grpc.as_deref()
     }
+    /// A gRPC worker's health within `timeout`: an encode worker's from the standard health
+    /// service, the others' from their runtime's `HealthCheck`; `None` for an HTTP worker.
+    pub async fn grpc_healthy(&self, timeout: std::time::Duration) -> Option<bool> {
+        let ch = self.grpc()?;
+        Some(if self.worker_type == crate::config::WorkerType::Encode {
+            ch.serving(timeout).await
+        } else {
+            ch.healthy(timeout).await
+        })
+    }
+
     /// A gRPC worker's runtime, once its health checks learned it.
     pub fn runtime(&self) -> Option<crate::grpc::runtime::Runtime> {
         self.grpc()
