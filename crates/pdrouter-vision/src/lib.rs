@@ -27,7 +27,7 @@
 //!
 //! let model = VisionModel::new(VisionFamily::Qwen2Vl, Qwen2VlConfig::default(), 151655);
 //! let mut png = std::io::Cursor::new(Vec::new());
-//! image::RgbImage::from_pixel(60, 40, image::Rgb([200, 10, 10]))
+//! image::RgbImage::from_pixel(67, 45, image::Rgb([200, 10, 10]))
 //!     .write_to(&mut png, image::ImageFormat::Png)
 //!     .unwrap();
 //! let item = model
