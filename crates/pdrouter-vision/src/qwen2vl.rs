@@ -363,7 +363,11 @@ impl Qwen2VlProcessor {
         let (grid_h, grid_w) = (height / p, width / p);
         let rows = grid_h * grid_w;
         let row_len = 3 * t * p * p;
-        let mut out: Vec<u8> = Vec::with_capacity(rows * row_len * N);
+        // Filled in place: each patch row is written where it belongs, one channel's frame at a
+        // time, and the frame is then copied for the other temporal slots.
+        let mut out = vec![0u8; rows * row_len * N];
+        let frame_bytes = p * p * N;
+        let mut row_start = 0;
         for block_y in 0..grid_h / m {
             for block_x in 0..grid_w / m {
                 for in_y in 0..m {
@@ -371,22 +375,28 @@ impl Qwen2VlProcessor {
                         let top = (block_y * m + in_y) * p;
                         let left = (block_x * m + in_x) * p;
                         for ch in 0..3 {
-                            let frame = out.len();
-                            for y in top..top + p {
-                                let row = &resized.row(y)[left * 3..(left + p) * 3];
-                                for px in row.chunks_exact(3) {
-                                    out.extend_from_slice(&table[ch * 256 + px[ch] as usize]);
+                            let frame = row_start + ch * t * frame_bytes;
+                            let channel = &table[ch * 256..(ch + 1) * 256];
+                            let dst = &mut out[frame..frame + frame_bytes];
+                            for (y, line) in dst.chunks_exact_mut(p * N).enumerate() {
+                                let src = &resized.row(top + y)[left * 3..(left + p) * 3];
+                                for (d, px) in line.chunks_exact_mut(N).zip(src.chunks_exact(3)) {
+                                    d.copy_from_slice(&channel[px[ch] as usize]);
                                 }
                             }
-                            for _ in 1..t {
-                                out.extend_from_within(frame..frame + p * p * N);
+                            for k in 1..t {
+                                out.copy_within(
+                                    frame..frame + frame_bytes,
+                                    frame + k * frame_bytes,
+                                );
                             }
                         }
+                        row_start += row_len * N;
                     }
                 }
             }
         }
-        debug_assert_eq!(out.len(), rows * row_len * N);
+        debug_assert_eq!(row_start, out.len());
         ProcessedImage {
             pixel_values: out,
             dtype,

@@ -92,11 +92,19 @@ impl Taps {
 }
 
 /// Back from fixed point to a sample: shifted and clamped to 0..=255.
-fn clip8(sum: i64) -> u8 {
+fn clip8(sum: i32) -> u8 {
     (sum >> PRECISION_BITS).clamp(0, 255) as u8
 }
 
-const HALF: i64 = 1 << (PRECISION_BITS - 1);
+/// Sums are 32-bit, as Pillow's: the weights of one sample add up to one (2^22) give or take
+/// the negative lobes (their absolute values add up to less than 1.3), so a sum stays within
+/// 255 x 1.3 x 2^22 < 2^31. Wrapping arithmetic keeps that argument from ever becoming a
+/// panic.
+const HALF: i32 = 1 << (PRECISION_BITS - 1);
+
+fn mac(sum: i32, sample: u8, weight: i32) -> i32 {
+    sum.wrapping_add(i32::from(sample).wrapping_mul(weight))
+}
 
 /// Resizes `src` to `width` x `height` with Pillow's bicubic filter.
 ///
@@ -123,7 +131,7 @@ pub fn bicubic_rgb(src: &Rgb8, width: usize, height: usize) -> Rgb8 {
                 for (j, &w) in taps.weights(x).iter().enumerate() {
                     let px = &row[(first + j) * 3..(first + j) * 3 + 3];
                     for c in 0..3 {
-                        sums[c] += i64::from(px[c]) * i64::from(w);
+                        sums[c] = mac(sums[c], px[c], w);
                     }
                 }
                 out.extend(sums.map(clip8));
@@ -147,7 +155,7 @@ pub fn bicubic_rgb(src: &Rgb8, width: usize, height: usize) -> Rgb8 {
         for (j, &w) in weights.iter().enumerate() {
             let row = mid.row(first + j - base);
             for (s, &v) in sums.iter_mut().zip(row) {
-                *s += i64::from(v) * i64::from(w);
+                *s = mac(*s, v, w);
             }
         }
         out.extend(sums.into_iter().map(clip8));
@@ -181,6 +189,11 @@ mod tests {
             let taps = Taps::new(input, output);
             for i in 0..output {
                 let sum: i64 = taps.weights(i).iter().map(|&w| i64::from(w)).sum();
+                let magnitude: i64 = taps.weights(i).iter().map(|&w| i64::from(w).abs()).sum();
+                assert!(
+                    magnitude * 255 < i64::from(i32::MAX),
+                    "{input}->{output} at {i}"
+                );
                 let one = 1i64 << PRECISION_BITS;
                 assert!(
                     (sum - one).abs() <= taps.ksize as i64,
