@@ -11,10 +11,10 @@ use pdrouter_policy::{CacheAwareConfig, PolicyKind};
 
 use crate::config::{
     AdmissionSettings, BreakerConfig, Config, ConfigError, DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS,
-    DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HealthConfig, Mode, PREFILL_GRACE_AFTER_DECODE,
-    RawAdmission, RawLimiter, RetryConfig, StartupWait, TokenizerSource, WorkerSpec, WorkerType,
-    flag_range, parse_worker_url,
+    DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HealthConfig,
+    ImageConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission, RawLimiter, RetryConfig,
+    StartupWait, TokenizerSource, WorkerSpec, WorkerType, flag_range, parse_worker_url,
 };
 use pdrouter_policy::{AssignmentMode, ManualConfig, PrefixHashConfig};
 
@@ -154,6 +154,24 @@ pub struct LaunchArgs {
     /// Jinja chat template file overriding the tokenizer's own (grpc:// workers).
     #[arg(long, value_name = "FILE", help_heading = "Tokenizer")]
     pub chat_template: Option<std::path::PathBuf>,
+
+    // ---- Image inputs ----
+    /// Largest image accepted per image_url content part, in bytes, 1-1073741824: a data: URL's
+    /// decoded payload or an http(s) image's body (a larger one is a 400 naming the part).
+    #[arg(long, default_value_t = pdrouter_vision::DEFAULT_MAX_IMAGE_BYTES, help_heading = "Image inputs")]
+    pub max_image_bytes: u64,
+    /// Largest decoded image, in pixels (width x height), 1-268435456; read from the image's
+    /// header before it is decoded.
+    #[arg(long, default_value_t = pdrouter_vision::DEFAULT_MAX_IMAGE_PIXELS, help_heading = "Image inputs")]
+    pub max_image_pixels: u64,
+    /// Longest the router spends fetching one http(s) image, redirects and body included, in
+    /// seconds, 1-300.
+    #[arg(long, default_value_t = DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, help_heading = "Image inputs")]
+    pub image_fetch_timeout_secs: u64,
+    /// Let image URLs (and their redirects) reach loopback, private, link-local, unique-local
+    /// and other non-public addresses; without it such URLs are refused.
+    #[arg(long, help_heading = "Image inputs")]
+    pub allow_private_image_urls: bool,
 
     // ---- Policies ----
     /// Routing policy: random, round_robin, power_of_two, cache_aware, consistent_hashing,
@@ -711,6 +729,12 @@ impl LaunchArgs {
             startup_wait,
             model_aliases,
             grpc_runtime,
+            images: ImageConfig {
+                max_bytes: self.max_image_bytes,
+                max_pixels: self.max_image_pixels,
+                fetch_timeout: Duration::from_secs(self.image_fetch_timeout_secs),
+                allow_private_urls: self.allow_private_image_urls,
+            },
         };
         config.validate()?;
         Ok(config)
@@ -1193,6 +1217,33 @@ mod tests {
         .unwrap();
         assert_eq!(c.client_header_timeout, Duration::from_secs(5));
         assert_eq!(c.max_connections, 10);
+    }
+
+    #[test]
+    fn image_flags_parse_into_the_image_limits() {
+        let w = ["--worker-urls", "http://x:1"];
+        let c = parse(&w).unwrap();
+        assert_eq!(c.images, crate::config::ImageConfig::default());
+        assert_eq!(c.images.max_bytes, 20 * 1024 * 1024);
+        assert_eq!(c.images.max_pixels, 1 << 25);
+        assert_eq!(c.images.fetch_timeout, Duration::from_secs(10));
+        assert!(!c.images.allow_private_urls);
+        let c = parse(&[
+            w[0],
+            w[1],
+            "--max-image-bytes",
+            "1000",
+            "--max-image-pixels",
+            "4096",
+            "--image-fetch-timeout-secs",
+            "3",
+            "--allow-private-image-urls",
+        ])
+        .unwrap();
+        assert_eq!(c.images.max_bytes, 1000);
+        assert_eq!(c.images.max_pixels, 4096);
+        assert_eq!(c.images.fetch_timeout, Duration::from_secs(3));
+        assert!(c.images.allow_private_urls);
     }
 
     #[test]

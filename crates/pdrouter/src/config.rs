@@ -209,6 +209,15 @@ pub mod range {
     /// `--worker-startup-check-interval` (seconds, up to 1 hour).
     pub const WORKER_STARTUP_CHECK_INTERVAL: FlagRange =
         FlagRange::new("--worker-startup-check-interval", 1.0, 3_600.0);
+    /// `--max-image-bytes` (per image, up to 1 GiB).
+    pub const MAX_IMAGE_BYTES: FlagRange =
+        FlagRange::new("--max-image-bytes", 1.0, 1_073_741_824.0);
+    /// `--max-image-pixels` (per decoded image, up to 2^28).
+    pub const MAX_IMAGE_PIXELS: FlagRange =
+        FlagRange::new("--max-image-pixels", 1.0, 268_435_456.0);
+    /// `--image-fetch-timeout-secs` (up to 5 minutes).
+    pub const IMAGE_FETCH_TIMEOUT_SECS: FlagRange =
+        FlagRange::new("--image-fetch-timeout-secs", 1.0, 300.0);
 }
 
 /// Every numeric flag's range, for help and error text and the checks that keep them true.
@@ -251,6 +260,9 @@ pub const FLAG_RANGES: &[FlagRange] = &[
     range::RATE_LIMIT_TOKENS_PER_SECOND,
     range::WORKER_STARTUP_TIMEOUT_SECS,
     range::WORKER_STARTUP_CHECK_INTERVAL,
+    range::MAX_IMAGE_BYTES,
+    range::MAX_IMAGE_PIXELS,
+    range::IMAGE_FETCH_TIMEOUT_SECS,
 ];
 
 /// The range of a numeric flag (`--name`), if it is one.
@@ -525,6 +537,37 @@ pub struct Config {
     pub model_aliases: Vec<(String, String)>,
     /// `--runtime`: the runtime asked first when learning a gRPC worker's runtime.
     pub grpc_runtime: Option<crate::grpc::runtime::Runtime>,
+    /// Limits on image inputs.
+    pub images: ImageConfig,
+}
+
+/// Default `--image-fetch-timeout-secs`: an image server that has not delivered a 20 MiB
+/// image in 10 s is better refused than waited for while the client waits too.
+pub const DEFAULT_IMAGE_FETCH_TIMEOUT_SECS: u64 = 10;
+
+/// Image inputs (`image_url` content parts) for vision models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// `--max-image-bytes`: largest encoded image (data URL payload or fetched body).
+    pub max_bytes: u64,
+    /// `--max-image-pixels`: largest decoded image, width times height.
+    pub max_pixels: u64,
+    /// `--image-fetch-timeout-secs`: the whole fetch of an http(s) image, redirects included.
+    pub fetch_timeout: Duration,
+    /// `--allow-private-image-urls`: image URLs may reach loopback, private, link-local and
+    /// unique-local addresses.
+    pub allow_private_urls: bool,
+}
+
+impl Default for ImageConfig {
+    fn default() -> Self {
+        ImageConfig {
+            max_bytes: pdrouter_vision::DEFAULT_MAX_IMAGE_BYTES,
+            max_pixels: pdrouter_vision::DEFAULT_MAX_IMAGE_PIXELS,
+            fetch_timeout: Duration::from_secs(DEFAULT_IMAGE_FETCH_TIMEOUT_SECS),
+            allow_private_urls: false,
+        }
+    }
 }
 
 /// `--worker-startup-timeout-secs` / `--worker-startup-check-interval`.
@@ -842,6 +885,9 @@ impl Config {
         range::HEALTH_CHECK_INTERVAL_SECS.check_duration(self.health.interval, secs)?;
         range::CLIENT_HEADER_TIMEOUT_SECS.check_duration(self.client_header_timeout, secs)?;
         range::MAX_CONNECTIONS.check(self.max_connections)?;
+        range::MAX_IMAGE_BYTES.check(self.images.max_bytes)?;
+        range::MAX_IMAGE_PIXELS.check(self.images.max_pixels)?;
+        range::IMAGE_FETCH_TIMEOUT_SECS.check_duration(self.images.fetch_timeout, secs)?;
         if let Some((_, port)) = self.prometheus {
             range::PROMETHEUS_PORT.check(port)?;
         }
@@ -928,6 +974,7 @@ impl Config {
             startup_wait: None,
             model_aliases: Vec::new(),
             grpc_runtime: None,
+            images: ImageConfig::default(),
         }
     }
 

@@ -92,6 +92,59 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// An `image_url` content part that cannot be used (400), the message starting with the
+    /// part's path (`messages[1].content[2]: ...`). Codes: `image_too_large` (over
+    /// `--max-image-bytes` or `--max-image-pixels`), `invalid_image_url` (not a base64 image
+    /// data URL or an http(s) URL), `image_url_refused` (a non-public address, credentials, a
+    /// redirect to another scheme), `image_fetch_failed` (the server failed, timed out or
+    /// redirected too often), `invalid_image` (not PNG/JPEG/WebP, undecodable, unusable shape).
+    pub fn image(part: pdrouter_vision::PartPath, err: &crate::images::ImageInputError) -> Self {
+        use crate::images::{FetchError as F, ImageInputError};
+        use pdrouter_vision::ImageError as I;
+        let (code, flag) = match err {
+            ImageInputError::Image(e) => match e {
+                I::TooManyBytes { .. } => ("image_too_large", " (--max-image-bytes)"),
+                I::TooManyPixels { .. } => ("image_too_large", " (--max-image-pixels)"),
+                I::UnsupportedUrl | I::MediaType(_) | I::NotBase64 | I::Base64(_) => {
+                    ("invalid_image_url", "")
+                }
+                I::UnsupportedFormat | I::Empty | I::Corrupt(_) | I::AspectRatio { .. } => {
+                    ("invalid_image", "")
+                }
+            },
+            ImageInputError::Fetch(e) => match e {
+                F::TooLarge { .. } => ("image_too_large", ""),
+                F::InvalidUrl(_) => ("invalid_image_url", ""),
+                F::PrivateAddress { .. } | F::Credentials | F::Scheme(_) => {
+                    ("image_url_refused", "")
+                }
+                F::Resolve { .. }
+                | F::Connect
+                | F::Timeout { .. }
+                | F::Status(_)
+                | F::TooManyRedirects { .. }
+                | F::BadRedirect
+                | F::Broken => ("image_fetch_failed", ""),
+            },
+        };
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            code,
+            format!("{part}: {err}{flag}"),
+        )
+    }
+
+    /// A request whose images do not fit its prompt (400): `too_many_images` past the
+    /// per-request limit, else `invalid_request` (a malformed content part, or a chat
+    /// template that did not place each image exactly once).
+    pub fn image_prompt(err: &pdrouter_vision::PromptError) -> Self {
+        let code = match err {
+            pdrouter_vision::PromptError::TooManyImages { .. } => "too_many_images",
+            _ => "invalid_request",
+        };
+        Self::new(StatusCode::BAD_REQUEST, code, err.to_string())
+    }
+
     /// Body larger than `--max-payload-size`.
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(

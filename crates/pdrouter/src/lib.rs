@@ -10,6 +10,7 @@ pub mod edge;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod images;
 pub mod limiter;
 pub mod metrics;
 pub mod pd;

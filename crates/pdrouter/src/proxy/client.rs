@@ -59,7 +59,7 @@ pub struct UpstreamClient {
 
 /// Trust roots for `https://` workers: the system store (which honours `SSL_CERT_FILE` and
 /// `SSL_CERT_DIR`) plus the bundled Mozilla roots.
-fn tls_config() -> rustls::ClientConfig {
+pub(crate) fn tls_config() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let native = rustls_native_certs::load_native_certs();

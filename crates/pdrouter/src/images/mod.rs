@@ -1,0 +1,201 @@
+//! Image inputs of chat requests for vision models (EPD): `image_url` content parts fetched
+//! or decoded, preprocessed for the model's encoder, and placed in the prompt.
+//!
+//! - [`ImageInputs`]: one vision model's image handling, built from `--max-image-bytes`,
+//!   `--max-image-pixels`, `--image-fetch-timeout-secs`, `--allow-private-image-urls`
+//!   ([`ImageConfig`]) and the model directory. [`ImageInputs::prepare`] turns a request's
+//!   messages into [`ImageItem`]s; [`ImageInputs::chat_prompt`] renders and tokenizes the chat
+//!   with each image's placeholder run in place.
+//! - [`fetch`]: the http(s) fetcher (time, size and redirect limits); [`address`]: which
+//!   addresses it may reach.
+//! - Decoding, preprocessing and prompt expansion are `pdrouter_vision`'s (no I/O there).
+//!
+//! Invariants: an image that cannot be used is a 400 naming its content part
+//! (`messages[1].content[2]: ...`), built in `error.rs` from [`ImageInputError`]; no image
+//! error panics. Decoding and preprocessing run on the low-priority CPU pool, one image of a
+//! request at a time (so a request holds at most one decoded image besides its results);
+//! remote images of a request are fetched concurrently, each within the fetch deadline.
+
+pub mod address;
+pub mod fetch;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pdrouter_tokenizer::{ContentFormat, Tokenizer};
+use pdrouter_vision::{
+    DecodeLimits, ExpandError, ExpandedPrompt, ImageError, ImageSource, LoadError, PartPath,
+    PixelDtype, ProcessedImage, VisionModel, expand_ids, expand_marked, flatten_content,
+    image_parts, parse_image_url,
+};
+use serde_json::Value;
+
+use crate::config::ImageConfig;
+use crate::error::ApiError;
+use crate::grpc::cpu_pool;
+use crate::grpc::translate::chat_input;
+pub use fetch::{FetchError, ImageFetcher};
+
+/// Why one image part could not be used: its data, or fetching it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageInputError {
+    /// The bytes (or the data URL) are unusable.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The URL could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+}
+
+/// One preprocessed image of a request, with the content part it came from.
+#[derive(Debug, Clone)]
+pub struct ImageItem {
+    /// Where the image was in the request.
+    pub part: PartPath,
+    /// The tensor, grid, placeholder count and content hash.
+    pub image: ProcessedImage,
+}
+
+/// The router's image handling for one vision model (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct ImageInputs {
+    model: Arc<VisionModel>,
+    fetcher: ImageFetcher,
+    limits: DecodeLimits,
+    dtype: PixelDtype,
+}
+
+fn is_remote(url: &str) -> bool {
+    let head = url
+        .trim_start()
+        .get(..8)
+        .unwrap_or(url)
+        .to_ascii_lowercase();
+    head.starts_with("http://") || head.starts_with("https://")
+}
+
+impl ImageInputs {
+    /// Image handling for `model` with `config`'s limits, sending bfloat16 tensors.
+    pub fn new(config: &ImageConfig, model: VisionModel) -> Self {
+        ImageInputs {
+            model: Arc::new(model),
+            fetcher: ImageFetcher::new(config),
+            limits: DecodeLimits {
+                max_bytes: config.max_bytes,
+                max_pixels: config.max_pixels,
+            },
+            dtype: PixelDtype::Bf16,
+        }
+    }
+
+    /// The model in `dir` (the model or tokenizer directory) with `config`'s limits, or `None`
+    /// when it is not a vision model this router preprocesses for.
+    pub fn load(config: &ImageConfig, dir: &Path) -> Result<Option<Self>, LoadError> {
+        Ok(VisionModel::load(dir)?.map(|m| Self::new(config, m)))
+    }
+
+    /// The same, sending tensors of `dtype`.
+    pub fn with_dtype(mut self, dtype: PixelDtype) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// The model.
+    pub fn model(&self) -> &VisionModel {
+        &self.model
+    }
+
+    /// Finds the image parts of `messages` (at most ten), fetches or decodes each, and
+    /// preprocesses it. The first unusable image ends the request with a 400 naming its part.
+    pub async fn prepare(&self, messages: &Value) -> Result<Vec<ImageItem>, ApiError> {
+        let parts = image_parts(messages).map_err(|e| ApiError::image_prompt(&e))?;
+        let fetches = parts.iter().map(|p| {
+            let (path, url) = (p.path, p.url.to_owned());
+            async move {
+                if is_remote(&url) {
+                    match self.fetcher.fetch(url.trim()).await {
+                        Ok(bytes) => Ok((path, Source::Fetched(bytes))),
+                        Err(e) => Err(ApiError::image(path, &e.into())),
+                    }
+                } else {
+                    Ok((path, Source::Url(url)))
+                }
+            }
+        });
+        let loaded = futures_util::future::try_join_all(fetches).await?;
+        let mut items = Vec::with_capacity(loaded.len());
+        for (path, source) in loaded {
+            let (model, limits, dtype) = (self.model.clone(), self.limits, self.dtype);
+            let processed = cpu_pool::run(move || -> Result<ProcessedImage, ImageError> {
+                let bytes = match &source {
+                    Source::Fetched(bytes) => bytes.to_vec(),
+                    Source::Url(url) => match parse_image_url(url, limits.max_bytes)? {
+                        ImageSource::Inline(bytes) => bytes,
+                        // `is_remote` sent every http(s) URL to the fetcher.
+                        ImageSource::Remote(_) => return Err(ImageError::UnsupportedUrl),
+                    },
+                };
+                model.process(&bytes, &limits, dtype)
+            })
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| ApiError::image(path, &e.into()))?;
+            items.push(ImageItem {
+                part: path,
+                image: processed,
+            });
+        }
+        Ok(items)
+    }
+
+    /// The chat prompt with every image's placeholder run in place: a template that takes
+    /// string content gets each message's image anchors before its text, joined by newlines;
+    /// one that takes OpenAI content parts places the images itself. `items` are
+    /// [`ImageInputs::prepare`]'s, in order. CPU-bound like tokenization.
+    pub fn chat_prompt(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &Value,
+        tools: Option<&Value>,
+        kwargs: Option<&Value>,
+        items: &[ImageItem],
+    ) -> Result<ExpandedPrompt, ApiError> {
+        let bad =
+            |e: &dyn std::fmt::Display| ApiError::bad_request("invalid_request", e.to_string());
+        let counts: Vec<usize> = items.iter().map(|i| i.image.placeholders).collect();
+        let token = self.model.image_token_id();
+        let format = tokenizer
+            .chat_template()
+            .map_or(ContentFormat::String, |t| t.content_format());
+        match format {
+            ContentFormat::String => {
+                let flat = flatten_content(messages).map_err(|e| ApiError::image_prompt(&e))?;
+                let text = tokenizer
+                    .apply_chat_template(&chat_input(&flat, tools, kwargs))
+                    .map_err(|e| bad(&e))?;
+                expand_marked(&text, &counts, token, |s| tokenizer.encode(s)).map_err(|e| match e {
+                    ExpandError::Prompt(p) => ApiError::image_prompt(&p),
+                    ExpandError::Encode(e) => bad(&e),
+                })
+            }
+            ContentFormat::OpenAi => {
+                let text = tokenizer
+                    .apply_chat_template(&chat_input(messages, tools, kwargs))
+                    .map_err(|e| bad(&e))?;
+                let ids = tokenizer.encode(&text).map_err(|e| bad(&e))?;
+                expand_ids(text, &ids, &counts, token).map_err(|e| ApiError::image_prompt(&e))
+            }
+        }
+    }
+}
+
+/// An image part's bytes before decoding.
+enum Source {
+    /// A non-http(s) URL (a data: URL, or one to refuse), decoded on the CPU pool.
+    Url(String),
+    /// A fetched body.
+    Fetched(bytes::Bytes),
+}
+
+#[cfg(test)]
+mod tests;
