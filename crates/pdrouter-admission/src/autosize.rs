@@ -53,7 +53,7 @@ const CLASSES_PER_OCTAVE: f64 = 4.0;
 const CLASSES: usize = 32 * CLASSES_PER_OCTAVE as usize + 1;
 
 /// What a limit counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// In-flight Prefill requests.
     Requests,
@@ -62,7 +62,7 @@ pub enum Unit {
 }
 
 /// The limit's bounds and unit.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AutoConfig {
     /// What the limit counts.
     pub unit: Unit,
