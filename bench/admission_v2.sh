@@ -24,6 +24,9 @@
 #   no_admission  no Prefill admission
 #   count_1       --prefill-max-inflight-requests-per-worker 1
 #   count_4       --prefill-max-inflight-requests-per-worker 4 (the engines' real concurrency)
+#   count_8       --prefill-max-inflight-requests-per-worker 8 (shown for reference: a freed
+#                 slot's next request reaches the engine after its next step has begun, so a
+#                 limit of exactly the concurrency leaves steps short of a request)
 #   token_budget  --prefill-max-inflight-tokens-per-worker B, B = 4 mean prompts as the router
 #                 estimates them (its body estimate: UTF-8 bytes / 4), the count limit 4
 #                 spread by size instead of by request
@@ -31,7 +34,7 @@
 #                 router is not told the engines' concurrency)
 # Part 2, two classes at 120 % of capacity: interactive (X-SMG-Priority: interactive, 20 % of
 # the traffic) and bulk (X-SMG-Priority: bulk, 80 %), router with --priority-scheduler-enabled,
-# count limit 4, queue 1000, timeout 10 s; interactive's p99 TTFT is compared with its own
+# part 1's token budget, queue 1000, timeout 10 s; interactive's p99 TTFT is compared with its own
 # p99 when it runs alone at the same rate (unloaded). Needs a router that serves priority
 # classes inside Prefill admission; otherwise part 2 reports n/a and why.
 #
@@ -39,13 +42,13 @@
 # last
 #   auto_vs_best_fixed_p99=A token_budget_vs_best_count_p99=B interactive_p99_vs_unloaded=C
 # A = auto's p99 / the better of count_1 and count_4; B = token_budget's p99 / the same;
-# C = interactive p99 loaded / unloaded. Default 60 s per run; --quick 18 s (whole script
+# C = interactive p99 loaded / unloaded. Default 60 s per run; --quick 15 s (whole script
 # under 3 minutes once built).
 
 source "$(dirname "$0")/lib.sh"
 
 OUT="$ROOT/bench/admission_v2.svg"
-scenario_args 60 18 '2,43p' "$@"
+scenario_args 60 15 '2,46p' "$@"
 
 WORKERS=4
 RUNNING=4
@@ -96,11 +99,12 @@ QUEUE=(--prefill-queue-size 1000 --prefill-queue-timeout-secs 60)
 engine_case no_admission --policy round_robin
 engine_case count_1 --policy round_robin --prefill-max-inflight-requests-per-worker 1 "${QUEUE[@]}"
 engine_case count_4 --policy round_robin --prefill-max-inflight-requests-per-worker 4 "${QUEUE[@]}"
+engine_case count_8 --policy round_robin --prefill-max-inflight-requests-per-worker 8 "${QUEUE[@]}"
 engine_case token_budget --policy round_robin \
     --prefill-max-inflight-tokens-per-worker "$TOKEN_BUDGET" "${QUEUE[@]}"
 engine_case auto --policy round_robin --prefill-max-inflight-requests-per-worker auto "${QUEUE[@]}"
 
-CASES=(no_admission count_1 count_4 token_budget auto)
+CASES=(no_admission count_1 count_4 count_8 token_budget auto)
 printf '%-13s %8s %8s %9s %9s %9s %9s %15s\n' \
     config ok_rps 429% ttft_p50 ttft_p90 ttft_p99 ttft_max max_engine_wait
 for label in "${CASES[@]}"; do
@@ -130,7 +134,7 @@ B=$(calc %.3f "$(p99 token_budget) / $best_count")
 INTERACTIVE_RATE=$(calc %.1f "0.2 * 1.2 * $CAPACITY")
 BULK_RATE=$(calc %.1f "0.8 * 1.2 * $CAPACITY")
 PRIORITY_FLAGS=(--policy round_robin --priority-scheduler-enabled
-    --prefill-max-inflight-requests-per-worker 4 --prefill-queue-size 1000
+    --prefill-max-inflight-tokens-per-worker "$TOKEN_BUDGET" --prefill-queue-size 1000
     --prefill-queue-timeout-secs 10)
 C=n/a
 # The router refuses flags it cannot serve at startup (exit 2): that is the probe.

@@ -214,7 +214,10 @@ proptest! {
             c.config.min = 1;
         }
         let mean = simulate(&engine, &mut c, seed, load, 60.0);
-        prop_assert!((3.0..=6.0).contains(&mean), "mean limit {mean:.2} (stretch {:.2})", c.stretch());
+        // Near 4, from below or above, under and over load. Up to twice 4 is right here: a
+        // freed place's next request reaches the engine after its next step has begun, so
+        // exactly 4 in flight would leave steps a request short.
+        prop_assert!((3.0..=8.0).contains(&mean), "mean limit {mean:.2} (stretch {:.2})", c.stretch());
     }
 }
 
@@ -278,6 +281,24 @@ fn simulate(engine: &SimEngine, c: &mut AutoLimit, seed: u64, load: f64, secs: f
     let mut fifo: VecDeque<Job> = VecDeque::new();
     let mut step_end: Option<(f64, Vec<u64>)> = None;
     let (mut sum, mut samples) = (0.0, 0.0);
+    // The next step from the head of the engine's FIFO: its end and each request's share.
+    let next_step = |fifo: &VecDeque<Job>, now: f64| {
+        let mut budget = engine.chunk;
+        let mut shares = Vec::new();
+        for job in fifo.iter().take(engine.max_running) {
+            if budget == 0 {
+                break;
+            }
+            let share = job.remaining.min(budget);
+            budget -= share;
+            shares.push(share);
+        }
+        let tokens = (engine.chunk - budget) as f64;
+        (
+            now + engine.step_overhead + tokens / engine.tokens_per_sec,
+            shares,
+        )
+    };
     while now < secs {
         // Dispatch from the router queue while the limit allows.
         while fifo.len() < c.limit() as usize {
@@ -291,21 +312,7 @@ fn simulate(engine: &SimEngine, c: &mut AutoLimit, seed: u64, load: f64, secs: f
             });
         }
         if step_end.is_none() && !fifo.is_empty() {
-            let mut budget = engine.chunk;
-            let mut shares = Vec::new();
-            for job in fifo.iter().take(engine.max_running) {
-                if budget == 0 {
-                    break;
-                }
-                let share = job.remaining.min(budget);
-                budget -= share;
-                shares.push(share);
-            }
-            let tokens = (engine.chunk - budget) as f64;
-            step_end = Some((
-                now + engine.step_overhead + tokens / engine.tokens_per_sec,
-                shares,
-            ));
+            step_end = Some(next_step(&fifo, now));
         }
         let step_at = step_end.as_ref().map_or(f64::INFINITY, |s| s.0);
         if next_arrival <= step_at {
@@ -334,6 +341,11 @@ fn simulate(engine: &SimEngine, c: &mut AutoLimit, seed: u64, load: f64, secs: f
                 sum += f64::from(c.limit());
                 samples += 1.0;
             }
+        }
+        // The engine goes on at once: what the router sends for the freed places reaches it
+        // after the next step has begun, as over a network.
+        if !fifo.is_empty() {
+            step_end = Some(next_step(&fifo, now));
         }
     }
     if samples == 0.0 { 0.0 } else { sum / samples }
