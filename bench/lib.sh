@@ -232,7 +232,8 @@ engine_scenario() {
 
 # engine_case LABEL ROUTER-FLAGS...: one PD router (health checks off) over the fleet that
 # engine_scenario started, loaded with the bench flags in LOAD. Results go to $WORK/LABEL.txt
-# and .csv, the longest wait inside an engine's own queue to ENGINE_WAIT[LABEL].
+# and .csv, the longest wait inside an engine's own queue to ENGINE_WAIT[LABEL], and the
+# router's Prometheus text at the end of the run to $WORK/LABEL.metrics.
 declare -A ENGINE_WAIT
 engine_case() {
     local label=$1
@@ -246,5 +247,10 @@ engine_case() {
     bench --url "$router" "${LOAD[@]}" --label "$label" --csv "$WORK/$label.csv" \
         >"$WORK/$label.txt"
     ENGINE_WAIT[$label]=$(max_engine_wait_ms)
+    local metrics
+    metrics=$(grep -m1 -oE 'metrics on http://[^/ ]*' "$WORK/router-$label.out" | awk '{print $NF}') || true
+    if [[ -n "$metrics" ]]; then
+        http "$metrics" GET /metrics >"$WORK/$label.metrics" || true
+    fi
     stop "$pid"
 }

@@ -94,6 +94,7 @@
 
 #![warn(missing_docs)]
 
+pub mod autosize;
 mod config;
 pub mod controller;
 mod drain;
@@ -102,6 +103,7 @@ mod permit;
 mod queue;
 mod selector;
 
+pub use autosize::{AutoConfig, AutoLimit, Completion, Unit};
 pub use config::{AdmissionConfig, deadline_after};
 pub use controller::Admission;
 pub use drain::{RETRY_AFTER_CAP, WINDOW};

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use hyper::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
 use crate::csv::{read_csv, write_csv};
@@ -102,6 +103,10 @@ pub struct LoadArgs {
     /// JSON object merged into every request body, e.g. '{"bootstrap_room":1}'.
     #[arg(long, value_name = "JSON", value_parser = parse_extra)]
     pub body_extra: Option<Map<String, Value>>,
+    /// Extra request header NAME:VALUE sent with every request (repeatable), e.g.
+    /// 'X-SMG-Priority: interactive'.
+    #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
+    pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Seconds before a single request counts as failed.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     pub timeout: f64,
@@ -117,6 +122,17 @@ pub struct LoadArgs {
     /// No progress line on stderr.
     #[arg(long)]
     pub quiet: bool,
+}
+
+fn parse_header(s: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not NAME:VALUE"))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("{:?} is not a header name", name.trim()))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("{:?} is not a header value", value.trim()))?;
+    Ok((name, value))
 }
 
 fn parse_extra(s: &str) -> Result<Map<String, Value>, String> {
@@ -174,6 +190,7 @@ impl LoadArgs {
             max_tokens: self.max_tokens,
             model: self.model.clone(),
             extra: self.body_extra.clone().unwrap_or_default(),
+            headers: self.headers.clone(),
             timeout: secs(self.timeout, "timeout")?,
             label: self.label.clone(),
             progress: !self.quiet,
@@ -273,6 +290,10 @@ mod tests {
             "pareto",
             "--body-extra",
             r#"{"bootstrap_room":1}"#,
+            "--header",
+            "X-SMG-Priority: interactive",
+            "--header",
+            "x-a:b",
             "--quiet",
         ])
         .unwrap();
@@ -283,6 +304,12 @@ mod tests {
         assert!(o.stream && !o.progress);
         assert_eq!(o.prompt_dist, PromptDist::Pareto);
         assert_eq!(o.extra["bootstrap_room"], 1);
+        let headers: Vec<_> = o
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(headers, [("x-smg-priority", "interactive"), ("x-a", "b")]);
     }
 
     #[test]
@@ -309,6 +336,8 @@ mod tests {
         };
         assert!(with(&["--rate", "1", "--concurrency", "2"]).is_err());
         assert!(with(&["--body-extra", "[1]"]).is_err());
+        assert!(with(&["--header", "no-colon"]).is_err());
+        assert!(with(&["--header", "bad name: v"]).is_err());
         let zero = with(&["--concurrency", "0"]).unwrap();
         assert!(zero.load.to_options().is_err());
         let neg = parse(&["--url", "http://h:1", "--duration=-1"]).unwrap();

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -72,6 +72,8 @@ pub struct LoadOptions {
     /// generated ones), e.g. `bootstrap_room` for a request sent straight to
     /// a prefill/decode worker.
     pub extra: Map<String, Value>,
+    /// Extra request headers sent with every request (e.g. a priority class).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Longest a single request may take before it counts as failed.
     pub timeout: Duration,
     /// Label written into the summary and the CSV rows.
@@ -98,6 +100,7 @@ impl LoadOptions {
             max_tokens: 8,
             model: "mock-model".to_owned(),
             extra: Map::new(),
+            headers: Vec::new(),
             timeout: Duration::from_secs(60),
             label: "run".to_owned(),
             progress: false,
@@ -246,6 +249,7 @@ struct Shared {
     /// The request cap, and how many requests have claimed a place under it.
     max_requests: Option<u64>,
     claimed: AtomicU64,
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Shared {
@@ -272,6 +276,9 @@ impl Shared {
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Ok(v) = HeaderValue::from_str(&self.target.authority) {
             h.insert(HOST, v);
+        }
+        for (name, value) in &self.headers {
+            h.append(name.clone(), value.clone());
         }
         req
     }
@@ -536,6 +543,7 @@ pub async fn run(opts: LoadOptions) -> Result<Report, LoadError> {
         counters: Counters::default(),
         max_requests: opts.max_requests,
         claimed: AtomicU64::new(0),
+        headers: opts.headers.clone(),
     });
     let progress = opts.progress.then(|| spawn_progress(Arc::clone(&shared)));
     let mut records = match opts.load {

@@ -85,7 +85,7 @@ async fn open_loop_streaming_with_heavy_tailed_prompts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn errors_are_counted_by_status_and_extra_fields_are_sent() {
+async fn errors_are_counted_by_status_and_extra_fields_and_headers_are_sent() {
     let w = MockWorker::start(MockConfig::new(Role::Decode))
         .await
         .unwrap();
@@ -98,9 +98,18 @@ async fn errors_are_counted_by_status_and_extra_fields_are_sent() {
     assert_eq!(refused.status_counts.get("400"), Some(&refused.requests));
     assert!(refused.rejected_latency_ms.count > 0);
     o.extra.insert("bootstrap_room".to_owned(), json!(1));
+    o.headers.push((
+        "x-smg-priority".parse().unwrap(),
+        "interactive".parse().unwrap(),
+    ));
     let served = run(o).await.unwrap().summary;
     assert!(served.ok > 0 && served.ok == served.requests, "{served:?}");
-    assert_eq!(w.stats().last_request.unwrap()["bootstrap_room"], 1);
+    let stats = w.stats();
+    assert_eq!(stats.last_request.unwrap()["bootstrap_room"], 1);
+    assert_eq!(
+        stats.last_headers.unwrap()["x-smg-priority"],
+        ["interactive"]
+    );
     w.shutdown().await;
 }
 

@@ -64,6 +64,18 @@ pub struct MockArgs {
     #[arg(long, default_value_t = 10_000.0, value_name = "R", requires = "engine",
           value_parser = parse_rate)]
     pub prefill_tokens_per_sec: f64,
+    /// Engine mode, prefill role: chunked prefill, C prompt tokens per
+    /// forward step shared by the step's requests (at most --max-running of
+    /// them, FIFO; a long prompt spans steps); without it every running
+    /// request computes on its own at the full token rate.
+    #[arg(long, value_name = "C", requires = "engine",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub chunked_prefill_tokens: Option<u64>,
+    /// Engine mode with --chunked-prefill-tokens: fixed milliseconds every
+    /// forward step costs on top of its tokens.
+    #[arg(long, default_value_t = 0.0, value_name = "MS", requires = "chunked_prefill_tokens",
+          value_parser = parse_step_ms)]
+    pub step_overhead_ms: f64,
     /// Engine mode, prefill role: port of the KV bootstrap endpoint (0 picks
     /// a free port; it is printed as bootstrap_port=P).
     #[arg(long, default_value_t = 0, value_name = "P", requires = "engine")]
@@ -105,6 +117,15 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_step_ms(s: &str) -> Result<f64, String> {
+    let ms: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=60_000.0).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!("{ms} is not within 0..=60000"))
+    }
+}
+
 fn parse_fail_rate(s: &str) -> Result<f64, String> {
     let rate: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if (0.0..=1.0).contains(&rate) {
@@ -131,6 +152,8 @@ impl MockArgs {
                 max_running: self.max_running as usize,
                 prefill_tokens_per_sec: self.prefill_tokens_per_sec,
                 bootstrap_port: self.bootstrap_port,
+                chunk_tokens: self.chunked_prefill_tokens,
+                step_overhead: Duration::from_secs_f64(self.step_overhead_ms / 1000.0),
             }),
             grpc: self.grpc,
             grpc_runtime: self.runtime,
@@ -272,5 +295,46 @@ mod tests {
         assert!(parse(&["--runtime", "tokenspeed"]).is_err(), "needs --grpc");
         assert!(parse(&["--grpc", "--runtime", "vllm"]).is_err());
         assert_eq!(parse(&[]).unwrap(), GrpcRuntime::Sglang);
+    }
+
+    #[test]
+    fn chunked_prefill_flags_build_the_step_engine() {
+        let base = ["pdrouter-mock", "--role", "prefill", "--engine"];
+        let args = MockArgs::try_parse_from(base.iter().copied().chain([
+            "--max-running",
+            "4",
+            "--chunked-prefill-tokens",
+            "2048",
+            "--step-overhead-ms",
+            "2.5",
+        ]))
+        .unwrap();
+        let engine = args.to_config().engine.unwrap();
+        assert_eq!(engine.max_running, 4);
+        assert_eq!(engine.chunk_tokens, Some(2048));
+        assert_eq!(engine.step_overhead, Duration::from_micros(2500));
+        for bad in [
+            vec!["--chunked-prefill-tokens", "0"],
+            vec!["--chunked-prefill-tokens", "x"],
+            vec!["--chunked-prefill-tokens", "64", "--step-overhead-ms", "-1"],
+            vec![
+                "--chunked-prefill-tokens",
+                "64",
+                "--step-overhead-ms",
+                "1e9",
+            ],
+            vec!["--step-overhead-ms", "1"],
+        ] {
+            let argv = base.iter().copied().chain(bad.iter().copied());
+            assert!(MockArgs::try_parse_from(argv).is_err(), "{bad:?}");
+        }
+        let plain = [
+            "pdrouter-mock",
+            "--role",
+            "prefill",
+            "--chunked-prefill-tokens",
+            "8",
+        ];
+        assert!(MockArgs::try_parse_from(plain).is_err(), "needs --engine");
     }
 }

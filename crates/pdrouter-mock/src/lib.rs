@@ -21,7 +21,14 @@
 //! like a continuous-batching engine: at most
 //! [`EngineConfig::max_running`] requests prefill at once, the rest wait in
 //! the engine's own FIFO, and prefill takes time proportional to the prompt
-//! (words of the text, or token ids). It also serves a KV bootstrap endpoint
+//! (words of the text, or token ids). With [`EngineConfig::chunk_tokens`]
+//! (`--chunked-prefill-tokens C`, and `--step-overhead-ms` for
+//! [`EngineConfig::step_overhead`]) it schedules like an engine with chunked
+//! prefill instead: forward steps of at most `C` prompt tokens and
+//! `max_running` requests taken from the head of one FIFO, each step lasting
+//! its fixed overhead plus its tokens at the token rate, so throughput is the
+//! token rate whatever the concurrency and a long prompt delays every prompt
+//! behind it. It also serves a KV bootstrap endpoint
 //! on its own port ([`MockWorker::bootstrap_addr`]): `GET /room/{room}`
 //! answers once that room's prefill has finished. A decode worker in engine
 //! mode asks that endpoint (from `bootstrap_host`/`bootstrap_port`/

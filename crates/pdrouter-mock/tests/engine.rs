@@ -16,6 +16,7 @@ fn engine(role: Role, max_running: usize, tokens_per_sec: f64) -> MockConfig {
         max_running,
         prefill_tokens_per_sec: tokens_per_sec,
         bootstrap_port: 0,
+        ..EngineConfig::new()
     });
     cfg
 }

@@ -611,6 +611,7 @@ async fn engine_mode_queues_prefills_and_decodes_max_new_tokens() {
             max_running: 1,
             prefill_tokens_per_sec: 1e6,
             bootstrap_port: 0,
+            ..pdrouter_mock::EngineConfig::new()
         });
     };
     let p = start(Role::Prefill, engine).await;

@@ -278,6 +278,14 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             metrics.clone() as Arc<dyn Observer>,
         )
     });
+    let sizer = match (&admission, cfg.admission.and_then(|a| a.auto)) {
+        (Some(adm), Some(auto)) => Some(Arc::new(crate::sizing::Sizer::new(
+            auto,
+            adm.clone(),
+            metrics.clone(),
+        ))),
+        _ => None,
+    };
     let registry = Registry::new(cfg.breaker, admission.clone());
     registry.set_runtime_hint(cfg.grpc_runtime);
     let settings = PolicySettings {
@@ -294,6 +302,15 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         decode_policy.clone(),
     ];
     wire_events(&registry, &metrics, admission.as_ref(), &policies);
+    if let Some(sizer) = sizer.clone() {
+        registry.subscribe(Arc::new(move |e: &Event| {
+            if let Event::Removed(w) = e
+                && let Some(slot) = w.slot()
+            {
+                sizer.forget(slot.key());
+            }
+        }));
+    }
     let client = UpstreamClient::new();
     let initial = if cfg.health.enabled {
         WorkerStatus::Pending
@@ -402,6 +419,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         client: client.clone(),
         metrics: metrics.clone(),
         admission: admission.clone(),
+        sizer,
         policy,
         prefill_policy,
         decode_policy,

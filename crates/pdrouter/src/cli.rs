@@ -13,7 +13,7 @@ use crate::config::{
     AdmissionSettings, BreakerConfig, Config, ConfigError, DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HealthConfig,
-    ImageConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission, RawLimiter, RetryConfig,
+    ImageConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission, RawAuto, RawLimiter, RetryConfig,
     StartupWait, TokenizerSource, WorkerSpec, WorkerType, flag_range, parse_worker_url,
 };
 use pdrouter_policy::{AssignmentMode, ManualConfig, PrefixHashConfig};
@@ -240,18 +240,43 @@ pub struct LaunchArgs {
 
     // ---- Prefill admission ----
     /// In-flight Prefill requests per Prefill worker (per DP rank), 1-100000; <= 0 disables
-    /// admission.
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Prefill admission")]
-    pub prefill_max_inflight_requests_per_worker: i64,
+    /// admission; auto sizes each worker's limit from its Prefill latencies, within
+    /// --prefill-limit-min/--prefill-limit-max.
+    #[arg(
+        long,
+        default_value = "-1",
+        allow_negative_numbers = true,
+        value_name = "N|auto",
+        help_heading = "Prefill admission"
+    )]
+    pub prefill_max_inflight_requests_per_worker: LimitArg,
     /// In-flight prompt tokens per Prefill worker (per DP rank), 1-1000000000: a request is
     /// admitted to a worker only if its prompt tokens fit what the worker's admitted requests
-    /// leave; an idle worker takes any one request. Alone or with the request limit.
+    /// leave; an idle worker takes any one request. Alone or with the request limit; auto
+    /// sizes each worker's budget like the request limit's auto.
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_name = "T|auto",
+        help_heading = "Prefill admission"
+    )]
+    pub prefill_max_inflight_tokens_per_worker: Option<LimitArg>,
+    /// Smallest limit an auto Prefill limit takes, and where every worker starts, 1-1000000000
+    /// (requests, or prompt tokens for an auto token budget; default 1 request, 1024 tokens).
     #[arg(
         long,
         allow_negative_numbers = true,
         help_heading = "Prefill admission"
     )]
-    pub prefill_max_inflight_tokens_per_worker: Option<i64>,
+    pub prefill_limit_min: Option<i64>,
+    /// Largest limit an auto Prefill limit takes, 1-1000000000 (requests, at most 100000, or
+    /// prompt tokens; default 64 requests, 1048576 tokens).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        help_heading = "Prefill admission"
+    )]
+    pub prefill_limit_max: Option<i64>,
     /// Router-wide wait-queue depth, 0-1000000 (default 100 when admission is on; 0 = never
     /// wait).
     #[arg(
@@ -463,7 +488,12 @@ pub fn numeric_value_error(e: &clap::Error) -> Option<String> {
         Some(ContextValue::String(v)) => format!("'{v}'"),
         _ => "nothing".to_string(),
     };
-    Some(range.error(got).0)
+    let mut msg = range.error(got).0;
+    use crate::config::range::{PREFILL_MAX_INFLIGHT, PREFILL_MAX_INFLIGHT_TOKENS};
+    if flag == PREFILL_MAX_INFLIGHT.flag || flag == PREFILL_MAX_INFLIGHT_TOKENS.flag {
+        msg.push_str(", or auto");
+    }
+    Some(msg)
 }
 
 fn policy(flag: &str, name: &str) -> Result<PolicyKind, ConfigError> {
@@ -636,8 +666,16 @@ impl LaunchArgs {
             model_aliases.push((alias.trim().to_string(), canonical.trim().to_string()));
         }
         let admission: Option<AdmissionSettings> = RawAdmission {
-            max_inflight: self.prefill_max_inflight_requests_per_worker,
-            max_inflight_tokens: self.prefill_max_inflight_tokens_per_worker,
+            max_inflight: self.prefill_max_inflight_requests_per_worker.number(),
+            max_inflight_tokens: self
+                .prefill_max_inflight_tokens_per_worker
+                .map(LimitArg::number),
+            auto: RawAuto {
+                requests: self.prefill_max_inflight_requests_per_worker == LimitArg::Auto,
+                tokens: self.prefill_max_inflight_tokens_per_worker == Some(LimitArg::Auto),
+                min: self.prefill_limit_min,
+                max: self.prefill_limit_max,
+            },
             queue_size: self.prefill_queue_size,
             queue_timeout_secs: self.prefill_queue_timeout_secs,
         }
@@ -835,6 +873,39 @@ impl TelemetryArgs {
                 .then(|| crate::telemetry::otlp_endpoint(self.endpoint()).ok())
                 .flatten(),
         }
+    }
+}
+
+/// A Prefill limit flag's value: a number, or `auto` (sized at run time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitArg {
+    /// A fixed limit (`<= 0`: none).
+    Number(i64),
+    /// Sized per worker at run time.
+    Auto,
+}
+
+impl LimitArg {
+    /// The number, with `auto` as 0 (its limit comes from the `auto` settings).
+    fn number(self) -> i64 {
+        match self {
+            LimitArg::Number(n) => n,
+            LimitArg::Auto => 0,
+        }
+    }
+}
+
+impl std::str::FromStr for LimitArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(LimitArg::Auto);
+        }
+        s.trim()
+            .parse()
+            .map(LimitArg::Number)
+            .map_err(|_| format!("'{s}' is neither a whole number nor auto"))
     }
 }
 
@@ -1063,6 +1134,51 @@ mod tests {
         assert_eq!(a.queue_timeout, Duration::from_secs(30));
     }
 
+    #[test]
+    fn auto_limits_parse() {
+        let args = [
+            &PD_ADMISSION[..5],
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "AUTO",
+                "--prefill-limit-min",
+                "2",
+                "--prefill-limit-max",
+                "12",
+            ],
+        ]
+        .concat();
+        let a = parse(&args).unwrap().admission.unwrap();
+        assert_eq!(a.max_inflight_per_worker, 2);
+        assert_eq!(
+            a.auto,
+            Some(crate::config::AutoConfig {
+                unit: crate::config::Unit::Requests,
+                min: 2,
+                max: 12
+            })
+        );
+        let tokens = [
+            &PD_ADMISSION[..5],
+            &["--prefill-max-inflight-tokens-per-worker", "auto"],
+        ]
+        .concat();
+        let t = parse(&tokens).unwrap().admission.unwrap();
+        assert_eq!(t.auto.map(|a| a.unit), Some(crate::config::Unit::Tokens));
+        for bad in ["automatic", "1.5", ""] {
+            let args = [
+                &PD_ADMISSION[..5],
+                &["--prefill-max-inflight-requests-per-worker", bad],
+            ]
+            .concat();
+            let err = parse(&args).unwrap_err();
+            assert!(
+                err.contains("must be between 1 and 100000, got") && err.ends_with(", or auto"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
     const PD_ADMISSION: &[&str] = &[
         "--pd-disaggregation",
         "--prefill",
@@ -1092,6 +1208,10 @@ mod tests {
         }
         let arg = format!("{flag}={value}");
         args.push(&arg);
+        // The bounds of an auto limit need one (the token budget's, whose range is theirs).
+        if flag.starts_with("--prefill-limit-") {
+            args.push("--prefill-max-inflight-tokens-per-worker=auto");
+        }
         parse(&args)
     }
 

@@ -23,6 +23,7 @@ fn bad(msg: impl Into<String>) -> ConfigError {
 /// Deadline arithmetic that cannot panic, shared with admission's queue timeout: use it for
 /// every `Instant` computed from a configured duration.
 pub use pdrouter_admission::deadline_after;
+pub use pdrouter_admission::{AutoConfig, Unit};
 
 /// The allowed values of one numeric flag, inclusive.
 ///
@@ -135,6 +136,12 @@ pub mod range {
         1.0,
         1_000_000_000.0,
     );
+    /// `--prefill-limit-min` (the smallest `auto` limit: requests, or prompt tokens).
+    pub const PREFILL_LIMIT_MIN: FlagRange =
+        FlagRange::new("--prefill-limit-min", 1.0, 1_000_000_000.0);
+    /// `--prefill-limit-max` (the largest `auto` limit: requests, or prompt tokens).
+    pub const PREFILL_LIMIT_MAX: FlagRange =
+        FlagRange::new("--prefill-limit-max", 1.0, 1_000_000_000.0);
     /// `--prefill-queue-size` (each waiter is a client connection).
     pub const PREFILL_QUEUE_SIZE: FlagRange =
         FlagRange::new("--prefill-queue-size", 0.0, 1_000_000.0);
@@ -233,6 +240,8 @@ pub const FLAG_RANGES: &[FlagRange] = &[
     range::MAX_TREE_SIZE,
     range::PREFILL_MAX_INFLIGHT,
     range::PREFILL_MAX_INFLIGHT_TOKENS,
+    range::PREFILL_LIMIT_MIN,
+    range::PREFILL_LIMIT_MAX,
     range::PREFILL_QUEUE_SIZE,
     range::PREFILL_QUEUE_TIMEOUT_SECS,
     range::RETRY_MAX_RETRIES,
@@ -467,6 +476,9 @@ pub struct AdmissionSettings {
     pub queue_size: usize,
     /// Longest wait for a slot.
     pub queue_timeout: Duration,
+    /// The limit sized at run time (`auto`), with its unit and bounds; the configured limit
+    /// of that unit above is then where every worker starts (the bound `min`).
+    pub auto: Option<AutoConfig>,
 }
 
 /// The whole validated configuration.
@@ -654,6 +666,81 @@ pub const PREFILL_GRACE_AFTER_DECODE: Duration = Duration::from_secs(5);
 /// [`AdmissionSettings::max_inflight_per_worker`] when only a token budget is given.
 pub const NO_COUNT_LIMIT: u32 = u32::MAX;
 
+/// Default bounds of an `auto` request limit: one request up to a running batch larger than
+/// engines commonly run for prefill.
+pub const AUTO_REQUESTS_BOUNDS: (u32, u32) = (1, 64);
+/// Default bounds of an `auto` token budget: a short prompt up to 2^20 tokens.
+pub const AUTO_TOKENS_BOUNDS: (u32, u32) = (1024, 1 << 20);
+
+/// Which admission limit is `auto` and the bounds given for it, before validation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawAuto {
+    /// `--prefill-max-inflight-requests-per-worker auto`.
+    pub requests: bool,
+    /// `--prefill-max-inflight-tokens-per-worker auto`.
+    pub tokens: bool,
+    /// `--prefill-limit-min`, if given.
+    pub min: Option<i64>,
+    /// `--prefill-limit-max`, if given.
+    pub max: Option<i64>,
+}
+
+impl RawAuto {
+    /// The `auto` limit's unit and bounds, `None` when no limit is `auto`.
+    fn resolve(self) -> Result<Option<AutoConfig>, ConfigError> {
+        let unit = match (self.requests, self.tokens) {
+            (false, false) => {
+                if self.min.is_some() || self.max.is_some() {
+                    return Err(bad(
+                        "--prefill-limit-min and --prefill-limit-max bound a limit sized at run time; \
+                         give --prefill-max-inflight-requests-per-worker auto or \
+                         --prefill-max-inflight-tokens-per-worker auto",
+                    ));
+                }
+                return Ok(None);
+            }
+            (true, true) => {
+                return Err(bad(
+                    "auto sizes one Prefill limit: give --prefill-max-inflight-requests-per-worker \
+                     or --prefill-max-inflight-tokens-per-worker a number (or leave it out)",
+                ));
+            }
+            (true, false) => Unit::Requests,
+            (false, true) => Unit::Tokens,
+        };
+        // In range, so the conversions are exact.
+        let min = match self.min {
+            Some(v) => Some(range::PREFILL_LIMIT_MIN.check(v)? as u32),
+            None => None,
+        };
+        let max = match self.max {
+            Some(v) => Some(range::PREFILL_LIMIT_MAX.check(v)? as u32),
+            None => None,
+        };
+        let (default_min, default_max) = match unit {
+            Unit::Requests => AUTO_REQUESTS_BOUNDS,
+            Unit::Tokens => AUTO_TOKENS_BOUNDS,
+        };
+        // A bound given alone moves the other default out of its way.
+        let min = min.unwrap_or(max.map_or(default_min, |m| default_min.min(m)));
+        let max = max.unwrap_or(default_max.max(min));
+        if min > max {
+            return Err(bad(format!(
+                "--prefill-limit-min {min} is above --prefill-limit-max {max}"
+            )));
+        }
+        if unit == Unit::Requests {
+            let most = range::PREFILL_MAX_INFLIGHT.max;
+            if f64::from(max) > most {
+                return Err(bad(format!(
+                    "--prefill-limit-max {max} is above the most in-flight requests per worker, {most}"
+                )));
+            }
+        }
+        Ok(Some(AutoConfig { unit, min, max }))
+    }
+}
+
 /// Admission flags as given, before validation.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RawAdmission {
@@ -665,6 +752,8 @@ pub struct RawAdmission {
     pub queue_size: Option<i64>,
     /// `--prefill-queue-timeout-secs`, if given.
     pub queue_timeout_secs: Option<i64>,
+    /// Which limit is `auto` (its number above is then ignored), and its bounds.
+    pub auto: RawAuto,
 }
 
 /// Default `--client-header-timeout-secs`: API clients send a head in one write, so any
@@ -690,12 +779,16 @@ impl RawAdmission {
         mode: Mode,
         priority_scheduler: bool,
     ) -> Result<Option<AdmissionSettings>, ConfigError> {
+        let auto = self.auto.resolve()?;
+        let auto_unit = auto.map(|a| a.unit);
         // In range, so the conversions below are exact.
-        let tokens = match self.max_inflight_tokens {
-            None => None,
-            Some(t) => Some(range::PREFILL_MAX_INFLIGHT_TOKENS.check(t)? as u32),
+        let tokens = match (self.max_inflight_tokens, auto) {
+            (_, Some(a)) if a.unit == Unit::Tokens => Some(a.min),
+            (None, _) => None,
+            (Some(t), _) => Some(range::PREFILL_MAX_INFLIGHT_TOKENS.check(t)? as u32),
         };
-        if self.max_inflight <= 0 && tokens.is_none() {
+        let count_on = self.max_inflight > 0 || auto_unit == Some(Unit::Requests);
+        if !count_on && tokens.is_none() {
             if self.queue_size.is_some() || self.queue_timeout_secs.is_some() {
                 return Err(bad(
                     "--prefill-queue-size and --prefill-queue-timeout-secs need a positive \
@@ -705,7 +798,7 @@ impl RawAdmission {
             }
             return Ok(None);
         }
-        let flag = if self.max_inflight > 0 {
+        let flag = if count_on {
             "--prefill-max-inflight-requests-per-worker"
         } else {
             "--prefill-max-inflight-tokens-per-worker"
@@ -720,7 +813,9 @@ impl RawAdmission {
                 "{flag} cannot be combined with --priority-scheduler-enabled; choose one"
             )));
         }
-        let max = if self.max_inflight > 0 {
+        let max = if let Some(a) = auto.filter(|a| a.unit == Unit::Requests) {
+            a.min
+        } else if self.max_inflight > 0 {
             range::PREFILL_MAX_INFLIGHT.check(self.max_inflight)? as u32
         } else {
             NO_COUNT_LIMIT
@@ -744,6 +839,7 @@ impl RawAdmission {
             max_inflight_tokens_per_worker: tokens,
             queue_size,
             queue_timeout: Duration::from_secs(timeout),
+            auto,
         }))
     }
 }
@@ -998,6 +1094,7 @@ mod tests {
             queue_size: q,
             queue_timeout_secs: t,
             max_inflight_tokens: None,
+            auto: RawAuto::default(),
         }
     }
 
@@ -1026,6 +1123,106 @@ mod tests {
         }
         let regular = tokens(-1, 10).resolve(Mode::Regular, false).unwrap_err();
         assert!(regular.0.contains("needs PD mode"), "{regular:?}");
+    }
+
+    fn auto(requests: bool, tokens: bool, min: Option<i64>, max: Option<i64>) -> RawAdmission {
+        RawAdmission {
+            auto: RawAuto {
+                requests,
+                tokens,
+                min,
+                max,
+            },
+            ..raw(0, None, None)
+        }
+    }
+
+    #[test]
+    fn an_auto_limit_starts_at_its_bound_min() {
+        let a = auto(true, false, None, None)
+            .resolve(Mode::PdHttp, false)
+            .unwrap()
+            .unwrap();
+        let (min, max) = AUTO_REQUESTS_BOUNDS;
+        assert_eq!(
+            a.auto,
+            Some(AutoConfig {
+                unit: Unit::Requests,
+                min,
+                max
+            })
+        );
+        assert_eq!(a.max_inflight_per_worker, min);
+        assert_eq!(a.max_inflight_tokens_per_worker, None);
+
+        let t = RawAdmission {
+            max_inflight: 3,
+            ..auto(false, true, Some(2000), None)
+        }
+        .resolve(Mode::PdGrpc, false)
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            t.max_inflight_per_worker, 3,
+            "a fixed count beside an auto budget"
+        );
+        assert_eq!(t.max_inflight_tokens_per_worker, Some(2000));
+        assert_eq!(
+            t.auto.map(|a| (a.unit, a.min, a.max)),
+            Some((Unit::Tokens, 2000, AUTO_TOKENS_BOUNDS.1))
+        );
+        // A bound given alone moves the other default out of its way.
+        let high = auto(true, false, Some(100), None).resolve(Mode::PdHttp, false);
+        assert_eq!(
+            high.unwrap().unwrap().auto.map(|a| (a.min, a.max)),
+            Some((100, 100))
+        );
+        let low = auto(false, true, None, Some(10)).resolve(Mode::PdHttp, false);
+        assert_eq!(
+            low.unwrap().unwrap().auto.map(|a| (a.min, a.max)),
+            Some((10, 10))
+        );
+    }
+
+    #[test]
+    fn bad_auto_settings_are_refused_each_with_its_reason() {
+        let cases = [
+            (auto(true, true, None, None), "auto sizes one Prefill limit"),
+            (
+                auto(false, false, Some(2), None),
+                "bound a limit sized at run time",
+            ),
+            (
+                auto(false, false, None, Some(2)),
+                "bound a limit sized at run time",
+            ),
+            (
+                auto(true, false, Some(5), Some(4)),
+                "--prefill-limit-min 5 is above",
+            ),
+            (
+                auto(true, false, Some(0), None),
+                "--prefill-limit-min must be between",
+            ),
+            (
+                auto(true, false, None, Some(0)),
+                "--prefill-limit-max must be between",
+            ),
+            (
+                auto(false, true, None, Some(1_000_000_001)),
+                "--prefill-limit-max must be between",
+            ),
+            (
+                auto(true, false, None, Some(100_001)),
+                "above the most in-flight requests",
+            ),
+        ];
+        for (raw, want) in cases {
+            let err = raw.resolve(Mode::PdHttp, false).unwrap_err();
+            assert!(err.0.contains(want), "{raw:?}: {err:?}");
+        }
+        let regular = auto(true, false, None, None).resolve(Mode::Regular, false);
+        assert!(regular.unwrap_err().0.contains("needs PD mode"));
     }
 
     #[test]

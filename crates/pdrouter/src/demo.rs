@@ -70,6 +70,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         max_inflight_tokens_per_worker: None,
         queue_size: QUEUE,
         queue_timeout: Duration::from_secs(10),
+        auto: None,
     });
     cfg.validate().map_err(|e| e.to_string())?;
     let router = crate::start(cfg).await.map_err(|e| e.to_string())?;

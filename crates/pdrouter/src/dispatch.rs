@@ -49,6 +49,8 @@ pub struct Dispatcher {
     pub(crate) client: UpstreamClient,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admission: Option<Admission>,
+    /// Sizes the admission limits at run time (`auto`), when configured.
+    pub(crate) sizer: Option<Arc<crate::sizing::Sizer>>,
     pub(crate) policy: Arc<Policy>,
     pub(crate) prefill_policy: Arc<Policy>,
     pub(crate) decode_policy: Arc<Policy>,

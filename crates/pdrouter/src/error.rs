@@ -47,6 +47,9 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// Whether another attempt on a fresh worker pair may succeed.
     pub retryable: bool,
+    /// The worker refused the request as overloaded (HTTP 429 or 503, gRPC
+    /// `ResourceExhausted`): a self-sizing limit backs off on it.
+    pub worker_overloaded: bool,
 }
 
 impl ApiError {
@@ -57,6 +60,7 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             retryable: false,
+            worker_overloaded: false,
         }
     }
 
@@ -385,6 +389,8 @@ impl ApiError {
         let detail = clip(detail);
         Self {
             retryable,
+            worker_overloaded: status == StatusCode::TOO_MANY_REQUESTS
+                || status == StatusCode::SERVICE_UNAVAILABLE,
             ..Self::new(
                 client_status,
                 match leg {
@@ -656,11 +662,28 @@ mod tests {
         );
         assert_eq!(e.status, StatusCode::BAD_GATEWAY);
         assert!(e.retryable);
+        assert!(e.worker_overloaded);
         let e = ApiError::upstream_status(Leg::Prefill, "http://p", StatusCode::BAD_REQUEST, "bad");
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(!e.retryable);
+        assert!(!e.worker_overloaded);
         let e =
             ApiError::upstream_status(Leg::Worker, "http://w", StatusCode::TOO_MANY_REQUESTS, "");
         assert!(e.retryable);
+        assert!(e.worker_overloaded);
+        let e = ApiError::upstream_status(
+            Leg::Prefill,
+            "http://p",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "",
+        );
+        assert!(!e.worker_overloaded);
+        let e = ApiError::grpc_status(Leg::Prefill, "grpc://p", tonic::Code::ResourceExhausted, "");
+        assert!(e.worker_overloaded);
+        let e = ApiError::grpc_status(Leg::Prefill, "grpc://p", tonic::Code::Unavailable, "");
+        assert!(
+            !e.worker_overloaded,
+            "a connection failure says nothing of load"
+        );
     }
 }

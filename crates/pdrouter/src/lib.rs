@@ -19,6 +19,7 @@ pub mod registry;
 mod regular;
 pub mod request;
 pub mod select;
+mod sizing;
 pub mod telemetry;
 
 pub use app::{RouterHandle, StartError, start};

@@ -156,6 +156,8 @@ pub struct Metrics {
     pd_prefill_after_decode: Family<OutcomeLabel, Counter>,
     admission_inflight: Family<WorkerLabel, Gauge>,
     admission_inflight_tokens: Family<WorkerLabel, Gauge>,
+    admission_limit: Family<WorkerLabel, Gauge>,
+    admission_limit_tokens: Family<WorkerLabel, Gauge>,
     admission_queued: Gauge,
     admission_wait: Histogram,
     admission_rejections: Family<ReasonLabel, Counter>,
@@ -186,6 +188,8 @@ impl Metrics {
             pd_prefill_after_decode: Family::default(),
             admission_inflight: Family::default(),
             admission_inflight_tokens: Family::default(),
+            admission_limit: Family::default(),
+            admission_limit_tokens: Family::default(),
             admission_queued: Gauge::default(),
             admission_wait: latency_histogram(),
             admission_rejections: Family::default(),
@@ -277,6 +281,18 @@ impl Metrics {
             "Prompt tokens of the Prefill requests this router has in flight per Prefill worker \
              (router admission only; estimated from the body for HTTP workers)",
             m.admission_inflight_tokens.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_limit",
+            "Prefill requests this router admits at once per Prefill worker (its current limit; \
+             changes at run time with --prefill-max-inflight-requests-per-worker auto)",
+            m.admission_limit.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_limit_tokens",
+            "Prompt tokens this router admits at once per Prefill worker (its current token \
+             budget; changes at run time with --prefill-max-inflight-tokens-per-worker auto)",
+            m.admission_limit_tokens.clone(),
         );
         registry.register(
             "smg_pd_prefill_admission_queued",
@@ -475,6 +491,23 @@ impl Metrics {
             self.admission_inflight_tokens
                 .get_or_create(&l)
                 .set(i64::from(slot.inflight_tokens()));
+            self.admission_limits(&l.worker, slot.limit(), slot.token_limit());
+        }
+    }
+
+    /// A Prefill worker's admission limits (`key` = its slot key): the count unless there is
+    /// none (only a token budget), the token budget if any.
+    pub fn admission_limits(&self, key: &str, count: u32, tokens: Option<u32>) {
+        let l = WorkerLabel {
+            worker: key.to_string(),
+        };
+        if count != crate::config::NO_COUNT_LIMIT {
+            self.admission_limit.get_or_create(&l).set(i64::from(count));
+        }
+        if let Some(t) = tokens {
+            self.admission_limit_tokens
+                .get_or_create(&l)
+                .set(i64::from(t));
         }
     }
 
@@ -549,5 +582,7 @@ impl pdrouter_admission::Observer for Metrics {
         };
         self.admission_inflight.remove(&label);
         self.admission_inflight_tokens.remove(&label);
+        self.admission_limit.remove(&label);
+        self.admission_limit_tokens.remove(&label);
     }
 }

@@ -40,6 +40,7 @@ async fn engine_mock(t: Transport, role: Role) -> MockWorker {
         max_running: 64,
         prefill_tokens_per_sec: 1e9,
         bootstrap_port: 0,
+        ..EngineConfig::new()
     });
     MockWorker::start(cfg).await.expect("mock starts")
 }
@@ -509,6 +510,7 @@ async fn token_budget_admits_by_prompt_size_and_a_large_prompt_runs_alone() {
             max_inflight_tokens_per_worker: Some(10),
             queue_size: 8,
             queue_timeout: Duration::from_secs(60),
+            auto: None,
         });
     })
     .await;
@@ -539,4 +541,110 @@ async fn token_budget_admits_by_prompt_size_and_a_large_prompt_runs_alone() {
     assert_eq!(small.await.unwrap().0.status, 200);
     assert!(eventually(EVENT, || adm.inflight_total() == 0 && total_load(&r) == 0).await);
     assert_eq!(metric(&r, tokens), Some(0.0));
+}
+
+/// Sends `n` chats of `content` through `r` with Prefills held by the hang switch, and lets
+/// them through one at a time: before each release every admitted request is held in the
+/// engine and the rest wait in the router, so each completion sees its worker's limit full.
+/// Returns the limit gauge `gauge` after each completion.
+async fn release_one_at_a_time(pd: &Pd, n: usize, content: &str, gauge: &str) -> Vec<f64> {
+    let (p, adm) = (&pd.ps[0], &pd.adm);
+    p.controls().set_hang(true);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (addr, body, done) = (pd.r.addr(), chat_with(content), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let reply = post(addr, "/v1/chat/completions", &body).await;
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            reply.status
+        }));
+    }
+    let mut limits = Vec::new();
+    for i in 0..n {
+        let settled = eventually(EVENT, || {
+            let held = p.controls().hung();
+            held >= 1 && held == adm.inflight_total() as usize && adm.queued() + held + i == n
+        })
+        .await;
+        assert!(settled, "completion {i}: not settled");
+        assert_eq!(p.controls().release_hung(1), 1);
+        let ended = eventually(EVENT, || {
+            done.load(std::sync::atomic::Ordering::SeqCst) == i + 1
+        })
+        .await;
+        assert!(ended, "completion {i}: no answer");
+        // The released Prefill's slot goes (and its limit is stepped) with its body's end.
+        assert!(
+            eventually(EVENT, || adm.inflight_total() as usize
+                == p.controls().hung())
+            .await
+        );
+        limits.push(metric(&pd.r, gauge).expect("limit gauge"));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert!(
+        eventually(EVENT, || adm.inflight_total() == 0
+            && total_load(&pd.r) == 0)
+        .await
+    );
+    limits
+}
+
+/// `--prefill-max-inflight-requests-per-worker auto`: each worker starts at the bound min and,
+/// while its limit binds and its Prefills keep their speed, the limit grows up to the bound
+/// max (exported per worker); nothing leaks.
+#[tokio::test]
+async fn an_auto_request_limit_grows_while_it_binds_up_to_its_max() {
+    let pd = engine_pd(Transport::Http, 1, 1, 64, 60, |cfg| {
+        cfg.admission = Some(pdrouter::config::AdmissionSettings {
+            max_inflight_per_worker: 1,
+            max_inflight_tokens_per_worker: None,
+            queue_size: 64,
+            queue_timeout: Duration::from_secs(60),
+            auto: Some(pdrouter::config::AutoConfig {
+                unit: pdrouter::config::Unit::Requests,
+                min: 1,
+                max: 3,
+            }),
+        });
+    })
+    .await;
+    let gauge = "smg_pd_prefill_admission_limit{";
+    assert_eq!(metric(&pd.r, gauge), Some(1.0), "starts at the bound min");
+    let limits = release_one_at_a_time(&pd, 8, "hello there", gauge).await;
+    // Up by 1/L per completion that found the limit full (1, 2, 2.5, 2.9, 3.24): whatever the
+    // latencies, as fewer than 2 can be waiting with 2 in flight.
+    assert_eq!(limits, vec![2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0]);
+}
+
+/// `--prefill-max-inflight-tokens-per-worker auto`: the budget grows by about one mean prompt
+/// per round while it binds, up to the bound max; the count is not limited.
+#[tokio::test]
+async fn an_auto_token_budget_grows_by_mean_prompts_up_to_its_max() {
+    let pd = engine_pd(Transport::Http, 1, 1, 64, 60, |cfg| {
+        cfg.admission = Some(pdrouter::config::AdmissionSettings {
+            max_inflight_per_worker: pdrouter::config::NO_COUNT_LIMIT,
+            max_inflight_tokens_per_worker: Some(8),
+            queue_size: 64,
+            queue_timeout: Duration::from_secs(60),
+            auto: Some(pdrouter::config::AutoConfig {
+                unit: pdrouter::config::Unit::Tokens,
+                min: 8,
+                max: 12,
+            }),
+        });
+    })
+    .await;
+    let gauge = "smg_pd_prefill_admission_limit_tokens{";
+    assert_eq!(metric(&pd.r, gauge), Some(8.0));
+    // "user" + "hello there": 4 tokens each, so two fit the starting budget. Up by u*u/L per
+    // completion that found the budget full, u the mean prompt (4): 10, 11.6, 12.98 (the max
+    // is 12). Whatever the latencies, as fewer than two prompts can be waiting with two in
+    // flight.
+    let limits = release_one_at_a_time(&pd, 8, "hello there", gauge).await;
+    assert_eq!(limits, vec![10.0, 11.0, 12.0, 12.0, 12.0, 12.0, 12.0, 12.0]);
+    assert_eq!(metric(&pd.r, "smg_pd_prefill_admission_limit{"), None);
 }

@@ -82,6 +82,47 @@ fn invalid_configurations_exit_non_zero_naming_the_problem() {
         ],
         "PD mode",
     );
+    for (args, want) in [
+        (
+            &["--prefill-max-inflight-requests-per-worker", "sometimes"][..],
+            "--prefill-max-inflight-requests-per-worker",
+        ),
+        (
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "auto",
+                "--prefill-max-inflight-tokens-per-worker",
+                "auto",
+            ],
+            "auto sizes one Prefill limit",
+        ),
+        (
+            &["--prefill-limit-max", "8"],
+            "bound a limit sized at run time",
+        ),
+        (
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "auto",
+                "--prefill-limit-min",
+                "9",
+                "--prefill-limit-max",
+                "8",
+            ],
+            "--prefill-limit-min 9 is above --prefill-limit-max 8",
+        ),
+        (
+            &[
+                "--prefill-max-inflight-tokens-per-worker",
+                "auto",
+                "--prefill-limit-min",
+                "0",
+            ],
+            "--prefill-limit-min must be between 1 and 1000000000",
+        ),
+    ] {
+        fails_with(&[&pd[..], args].concat(), want);
+    }
     fails_with(
         &[
             &pd[..],

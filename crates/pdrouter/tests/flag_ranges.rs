@@ -75,7 +75,16 @@ fn parse(flags: &[(&'static FlagRange, String)], admission: bool) -> Result<Conf
     if admission && !given("--prefill-max-inflight-requests-per-worker") {
         args.extend(["--prefill-max-inflight-requests-per-worker=2".to_string()]);
     }
-    args.extend(flags.iter().map(|(r, v)| format!("{}={v}", r.flag)));
+    // The bounds of an auto limit need one: the token budget's (whose range is theirs).
+    let tokens = "--prefill-max-inflight-tokens-per-worker";
+    let bounded = given("--prefill-limit-min") || given("--prefill-limit-max");
+    if bounded && !given(tokens) {
+        args.push(format!("{tokens}=auto"));
+    }
+    args.extend(flags.iter().map(|(r, v)| match r.flag {
+        f if bounded && f == tokens => format!("{tokens}=auto"),
+        f => format!("{f}={v}"),
+    }));
     let cli = Cli::try_parse_args(args)
         .map_err(|e| numeric_value_error(&e).unwrap_or_else(|| e.to_string()))?;
     match cli.command {

@@ -117,6 +117,7 @@ async fn engine_mock(role: Role) -> MockWorker {
         max_running: 64,
         prefill_tokens_per_sec: 1e9,
         bootstrap_port: 0,
+        ..EngineConfig::new()
     });
     MockWorker::start(cfg).await.expect("mock starts")
 }

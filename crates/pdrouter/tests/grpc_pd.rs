@@ -511,6 +511,7 @@ async fn token_budget_charges_the_tokenizer_count() {
         max_inflight_tokens_per_worker: Some(100),
         queue_size: 4,
         queue_timeout: Duration::from_secs(30),
+        auto: None,
     });
     let r = router(cfg).await;
     let gauge = "smg_pd_prefill_admission_inflight_tokens{";

@@ -134,7 +134,8 @@ impl Dispatcher {
                             _ => timed_out(),
                         };
                         tracing::warn!(code = e.code, "gRPC Prefill failed to start");
-                        drop((permit, load));
+                        crate::sizing::release(permit, &Err::<(), _>(e.clone()));
+                        drop(load);
                         let _ = outcome_tx.send(Err(e.clone()));
                         registry.record_outcome(&worker, false);
                         return;
@@ -181,14 +182,16 @@ impl Dispatcher {
                             // The KV has moved: the slot and load go now; the streams get
                             // the grace to end (prompt logprobs, when asked for, follow
                             // on their own channel when they do).
-                            drop((permit, load));
+                            crate::sizing::release(permit, &Ok::<(), ApiError>(()));
+                            drop(load);
                             let _ = outcome_tx.send(Ok(None));
                             super::drain_after_decode(&mut drain, grace, &metrics).await
                         }
                         // The release point: the slot and the load go with the Prefill
                         // streams' end, their failure, or (the task aborted) cancellation.
                         r = &mut drain => {
-                            drop((permit, load));
+                            crate::sizing::release(permit, &r);
+                            drop(load);
                             // gRPC prompt logprobs travel on their own channel.
                             let _ = outcome_tx.send(r.clone().map(|()| None));
                             Some(r)

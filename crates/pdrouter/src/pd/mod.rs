@@ -51,6 +51,7 @@ use crate::proxy::relay::{FirstByte, RelayBody};
 use crate::registry::{LoadGuard, Worker};
 use crate::request::ParsedRequest;
 use crate::select::{Candidates, Wanted};
+use crate::sizing::SizedPermit;
 use logprobs::{PromptLogprobs, SseMerge};
 
 /// What the Prefill leg reports when the Prefill phase is over: success with the Prefill's
@@ -130,8 +131,16 @@ impl Drop for PrefillLeg {
 
 /// What the Prefill leg task holds until the Prefill phase is over for the request.
 struct PrefillHolds {
-    _permit: Option<pdrouter_admission::Permit>,
+    permit: Option<SizedPermit>,
     _load: LoadGuard,
+}
+
+impl PrefillHolds {
+    /// Releases the slot and load, telling a self-sizing limit how the Prefill ended (`Ok`:
+    /// it is over for the request).
+    fn release<T>(self, outcome: &Result<T, ApiError>) {
+        crate::sizing::release(self.permit, outcome);
+    }
 }
 
 /// The Prefill leg task's side of [`PrefillLeg`].
@@ -171,7 +180,7 @@ async fn run_prefill_leg(
     let mut body = match head {
         Ok(resp) => resp.into_body(),
         Err(e) => {
-            drop(holds);
+            holds.release(&Err::<(), _>(e.clone()));
             let _ = outcome.send(Err(e.clone()));
             return Some(Err(e));
         }
@@ -204,7 +213,8 @@ async fn run_prefill_leg(
         biased;
         // A dropped sender (the request is being torn down) disables this branch.
         Ok(()) = &mut decode_done => {
-            drop(holds);
+            // Decode has the whole answer: the Prefill is over for the request.
+            holds.release(&Ok::<(), ApiError>(()));
             let mut outcome = Some(outcome);
             if !capture && let Some(tx) = outcome.take() {
                 let _ = tx.send(Ok(None));
@@ -217,7 +227,7 @@ async fn run_prefill_leg(
             status
         }
         r = &mut drain => {
-            drop(holds);
+            holds.release(&r);
             let status = leg_status(&r);
             let _ = outcome.send(r);
             Some(status)
@@ -250,7 +260,7 @@ fn leg_status(r: &PrefillOutcome) -> Result<(), ApiError> {
 /// What a PD attempt holds once its workers are chosen (either transport).
 pub(crate) struct Holds {
     pub(crate) prefill: std::sync::Arc<crate::registry::Worker>,
-    pub(crate) permit: Option<pdrouter_admission::Permit>,
+    pub(crate) permit: Option<SizedPermit>,
     pub(crate) prefill_load: LoadGuard,
     pub(crate) decode: std::sync::Arc<crate::registry::Worker>,
     pub(crate) decode_load: LoadGuard,
@@ -290,7 +300,13 @@ impl Dispatcher {
             )
             .await
             {
-                Ok(admitted) => (admitted.choice, Some(admitted.permit)),
+                Ok(admitted) => (
+                    admitted.choice,
+                    Some(match &self.sizer {
+                        Some(sizer) => sizer.watch(admitted.permit),
+                        None => SizedPermit::fixed(admitted.permit),
+                    }),
+                ),
                 Err(r) => {
                     tracing::debug!(reason = r.reason.as_str(), "prefill admission rejected");
                     return Err(ApiError::admission(r, adm.config().queue_timeout.as_secs()));
@@ -370,7 +386,7 @@ impl Dispatcher {
                     timeout,
                 );
                 let holds = PrefillHolds {
-                    _permit: permit,
+                    permit,
                     _load: prefill_load,
                 };
                 let signals = LegSignals {

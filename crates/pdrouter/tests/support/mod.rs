@@ -150,6 +150,7 @@ pub fn admission(
         max_inflight_tokens_per_worker: None,
         queue_size: queue,
         queue_timeout: Duration::from_secs(timeout_secs),
+        auto: None,
     })
 }
 
