@@ -129,6 +129,33 @@ async fn a_text_only_request_is_tokenspeed_pd_under_prefill_admission() {
 }
 
 #[tokio::test]
+async fn an_image_request_is_refused_naming_its_part_and_reaches_no_worker() {
+    let Epd { e, p, d, mut cfg } = epd().await;
+    cfg.admission = admission(1, 4, 30);
+    let r = ready_router(cfg).await;
+    let image = r#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":[
+        {"type":"text","text":"what is this?"},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
+    let reply = post(r.addr(), "/v1/chat/completions", image).await;
+    assert_eq!(reply.status, 501, "{}", reply.text());
+    assert!(
+        reply.text().contains("messages[1].content[1]"),
+        "{}",
+        reply.text()
+    );
+    // Eleven images: the client's mistake comes first.
+    let parts = vec![r#"{"type":"image_url","image_url":{"url":"x"}}"#; 11].join(",");
+    let many = format!(r#"{{"messages":[{{"role":"user","content":[{parts}]}}]}}"#);
+    let reply = post(r.addr(), "/v1/chat/completions", &many).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("too_many_images"), "{}", reply.text());
+    for w in [&e, &p, &d] {
+        assert_eq!(w.stats().requests_total, 0);
+    }
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
 async fn workers_api_takes_encode_workers_in_epd_mode_only() {
     let Epd {
         e: _e,

@@ -16,6 +16,16 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         .get("messages")
         .filter(|m| m.is_array())
         .ok_or_else(|| ApiError::invalid_field("messages", "must be an array"))?;
+    // Image parts need the encode path (pixels to encode workers, placeholders expanded in
+    // the prompt); rendered as text they would reach the engine as an image token without an
+    // image.
+    let images = pdrouter_vision::image_parts(messages).map_err(|e| ApiError::image_prompt(&e))?;
+    if let Some(first) = images.first() {
+        return Err(ApiError::not_implemented(format!(
+            "{}: image inputs are not served over gRPC by this router yet; send text only",
+            first.path
+        )));
+    }
     let output = flag(o, "logprobs")?.unwrap_or(false);
     let top = top_count(o, "top_logprobs")?;
     if top.is_some() && !output {
