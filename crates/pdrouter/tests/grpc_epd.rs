@@ -144,7 +144,7 @@ async fn an_image_request_is_refused_naming_its_part_and_reaches_no_worker() {
         reply.text()
     );
     // Eleven images: the client's mistake comes first.
-    let parts = vec![r#"{"type":"image_url","image_url":{"url":"x"}}"#; 11].join(",");
+    let parts = [r#"{"type":"image_url","image_url":{"url":"x"}}"#; 11].join(",");
     let many = format!(r#"{{"messages":[{{"role":"user","content":[{parts}]}}]}}"#);
     let reply = post(r.addr(), "/v1/chat/completions", &many).await;
     assert_eq!(reply.status, 400, "{}", reply.text());
