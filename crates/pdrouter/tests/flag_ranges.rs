@@ -75,6 +75,13 @@ fn parse(flags: &[(&'static FlagRange, String)], admission: bool) -> Result<Conf
     if admission && !given("--prefill-max-inflight-requests-per-worker") {
         args.extend(["--prefill-max-inflight-requests-per-worker=2".to_string()]);
     }
+    if admission
+        && flags
+            .iter()
+            .any(|(r, _)| r.flag.starts_with("--admission-store-"))
+    {
+        args.push("--admission-store=redis://127.0.0.1:6379".to_string());
+    }
     args.extend(flags.iter().map(|(r, v)| format!("{}={v}", r.flag)));
     let cli = Cli::try_parse_args(args)
         .map_err(|e| numeric_value_error(&e).unwrap_or_else(|| e.to_string()))?;

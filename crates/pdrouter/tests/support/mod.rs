@@ -14,6 +14,8 @@ use pdrouter::RouterHandle;
 use pdrouter::config::{Config, Mode, WorkerSpec, WorkerType};
 pub use pdrouter_mock::{MockConfig, MockWorker, PortReservation, Role};
 
+pub mod redis_server;
+
 pub async fn mock(role: Role, delay_ms: u64) -> MockWorker {
     let mut cfg = MockConfig::new(role);
     cfg.delay = Duration::from_millis(delay_ms);

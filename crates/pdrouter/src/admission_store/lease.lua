@@ -1,0 +1,91 @@
+-- One replica's lease exchange, run atomically by the store (EVALSHA).
+--
+-- KEYS[i]  the hash of worker i: field per replica id -> "seq expiry held grant demand limit"
+--          (expiry in the store's clock, ms).
+-- ARGV     replica id, sequence number, lease TTL in ms, then per worker: limit, held, demand.
+-- Returns  per worker {share, group limit, live replicas}.
+--
+-- Safety: a replica may have in flight up to max(held, grant) of what it last reported and
+-- was granted, so a grant never exceeds the group limit minus that of every other live
+-- replica. A store up for less than one TTL may have lost leases that replicas still use (it
+-- restarted), so until then a replica keeps at most what it already holds: by then every
+-- replica has either re-registered or stopped using its old leases.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me, seq, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+local young = uptime == nil or uptime * 1000 < ttl
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = 3 + (i - 1) * 3
+  local limit, held, demand = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local raw = redis.call('HGETALL', key)
+  local live, ids = {}, {}
+  for j = 1, #raw, 2 do
+    local f = raw[j]
+    local s, e, h, g, d, n = string.match(raw[j + 1], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    if s and tonumber(e) > now then
+      live[f] = {seq = tonumber(s), held = tonumber(h), grant = tonumber(g),
+                 demand = tonumber(d), limit = tonumber(n)}
+      ids[#ids + 1] = f
+    else
+      redis.call('HDEL', key, f)
+    end
+  end
+  local stale = live[me] ~= nil and live[me].seq >= seq
+  if not stale then
+    if live[me] == nil then
+      ids[#ids + 1] = me
+    end
+    live[me] = {seq = seq, held = held, grant = 0, demand = demand, limit = limit}
+  end
+  table.sort(ids)
+  local n = limit
+  for _, id in ipairs(ids) do
+    n = math.min(n, live[id].limit)
+  end
+  if not stale then
+    -- Water-filling by demand: the smallest demands are met first, the rest split evenly.
+    local order = {}
+    for k, id in ipairs(ids) do
+      order[k] = id
+    end
+    table.sort(order, function(x, y)
+      if live[x].demand ~= live[y].demand then
+        return live[x].demand < live[y].demand
+      end
+      return x < y
+    end)
+    local rem, left, target = n, #order, {}
+    for _, id in ipairs(order) do
+      local give = math.min(live[id].demand, math.floor(rem / left))
+      target[id] = give
+      rem = rem - give
+      left = left - 1
+    end
+    -- Spare capacity goes to everyone evenly, so an idle replica can admit a burst at once.
+    for k, id in ipairs(ids) do
+      local extra = math.floor(rem / #ids)
+      if k <= rem % #ids then
+        extra = extra + 1
+      end
+      target[id] = target[id] + extra
+    end
+    local others = 0
+    for _, id in ipairs(ids) do
+      if id ~= me then
+        others = others + math.max(live[id].held, live[id].grant)
+      end
+    end
+    local grant = math.max(0, math.min(target[me], n - others))
+    if young then
+      grant = math.min(grant, held)
+    end
+    live[me].grant = grant
+    redis.call('HSET', key, me,
+      string.format('%d %d %d %d %d %d', seq, now + ttl, held, grant, demand, limit))
+    redis.call('PEXPIRE', key, ttl * 2)
+  end
+  out[i] = {live[me].grant, n, #ids}
+end
+return out
