@@ -75,6 +75,10 @@ impl RouterHandle {
     pub fn admission(&self) -> Option<&Admission> {
         self.admission.as_ref()
     }
+    /// The admission-store sharer, when `--admission-store` is given.
+    pub fn sharer(&self) -> Option<&Arc<Sharer>> {
+        self.state.sharer.as_ref()
+    }
     /// The global request limiter, when on.
     pub fn limiter(&self) -> Option<&crate::limiter::Limiter> {
         self.state.limiter.as_ref()

@@ -45,31 +45,65 @@ for i, key in ipairs(KEYS) do
     n = math.min(n, live[id].limit)
   end
   if not stale then
-    -- Water-filling by demand: the smallest demands are met first, the rest split evenly.
-    local order = {}
-    for k, id in ipairs(ids) do
-      order[k] = id
+    -- Targets. Total demand within N: everyone gets its demand, the spare goes to everyone
+    -- evenly (an idle replica can take a burst at once). Beyond N: one slot for each replica
+    -- that wants any (nobody starves), the rest in proportion to demand, so every replica's
+    -- queue drains at the same pace, as one router's FIFO would.
+    local total, target, rem = 0, {}, n
+    for _, id in ipairs(ids) do
+      total = total + live[id].demand
     end
-    table.sort(order, function(x, y)
-      if live[x].demand ~= live[y].demand then
-        return live[x].demand < live[y].demand
+    if total <= n then
+      rem = n - total
+      for k, id in ipairs(ids) do
+        target[id] = live[id].demand + math.floor(rem / #ids)
+        if k <= rem % #ids then
+          target[id] = target[id] + 1
+        end
       end
-      return x < y
-    end)
-    local rem, left, target = n, #order, {}
-    for _, id in ipairs(order) do
-      local give = math.min(live[id].demand, math.floor(rem / left))
-      target[id] = give
-      rem = rem - give
-      left = left - 1
-    end
-    -- Spare capacity goes to everyone evenly, so an idle replica can admit a burst at once.
-    for k, id in ipairs(ids) do
-      local extra = math.floor(rem / #ids)
-      if k <= rem % #ids then
-        extra = extra + 1
+    else
+      local order = {}
+      for k, id in ipairs(ids) do
+        order[k] = id
       end
-      target[id] = target[id] + extra
+      table.sort(order, function(x, y)
+        if live[x].demand ~= live[y].demand then
+          return live[x].demand > live[y].demand
+        end
+        return x < y
+      end)
+      for _, id in ipairs(order) do
+        target[id] = 0
+        if rem > 0 and live[id].demand > 0 then
+          target[id] = 1
+          rem = rem - 1
+        end
+      end
+      local rest = 0
+      for _, id in ipairs(order) do
+        rest = rest + live[id].demand - target[id]
+      end
+      if rest > 0 then
+        -- Largest remainders: floor(want / rest) each, the leftover (fewer than the
+        -- replicas) to the largest fractions.
+        local base, fracs = rem, {}
+        for _, id in ipairs(order) do
+          local want = (live[id].demand - target[id]) * base
+          local give = math.floor(want / rest)
+          target[id] = target[id] + give
+          rem = rem - give
+          fracs[#fracs + 1] = {id = id, f = want - give * rest}
+        end
+        table.sort(fracs, function(x, y)
+          if x.f ~= y.f then
+            return x.f > y.f
+          end
+          return x.id < y.id
+        end)
+        for k = 1, rem do
+          target[fracs[k].id] = target[fracs[k].id] + 1
+        end
+      end
     end
     local others = 0
     for _, id in ipairs(ids) do
