@@ -174,6 +174,14 @@ async fn a_killed_replicas_share_is_reused_within_its_lease_and_two_intervals() 
     let redis = RedisServer::start().await;
     let (interval, ttl) = (100u64, 2000u64);
     redis.wait_uptime(Duration::from_millis(ttl)).await;
+    // With a password: it must never reach the log.
+    assert_eq!(
+        redis
+            .command(&["CONFIG", "SET", "requirepass", "s3cret"])
+            .as_deref(),
+        Some("OK")
+    );
+    let url = format!("redis://:s3cret@127.0.0.1:{}", redis.port());
     let p = mock(Role::Prefill, 0).await;
     let d = mock(Role::Decode, 0).await;
     let args: Vec<String> = [
@@ -186,7 +194,7 @@ async fn a_killed_replicas_share_is_reused_within_its_lease_and_two_intervals() 
         "--prefill-max-inflight-requests-per-worker",
         &N.to_string(),
         "--admission-store",
-        &redis.url(),
+        &url,
         "--admission-group",
         "killed",
         "--admission-store-interval-ms",
@@ -196,15 +204,14 @@ async fn a_killed_replicas_share_is_reused_within_its_lease_and_two_intervals() 
     ]
     .map(String::from)
     .to_vec();
-    let (mut child, _addr) = tokio::task::spawn_blocking(move || launch_binary(&args, &[]))
-        .await
-        .unwrap();
-    let live = router(shared_cfg(
-        &[&p],
-        &d,
-        store(&redis.url(), "killed", interval, ttl),
-    ))
-    .await;
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("replica.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (mut child, _addr) =
+        tokio::task::spawn_blocking(move || launch_binary_with(&args, &[], log.into()))
+            .await
+            .unwrap();
+    let live = router(shared_cfg(&[&p], &d, store(&url, "killed", interval, ttl))).await;
     until_leased(&[&live], &[&p], 2).await;
     let ok = eventually(Duration::from_secs(30), || view(&live, &p).share == N / 2).await;
     assert!(ok, "two idle replicas split the spare capacity");
@@ -212,6 +219,12 @@ async fn a_killed_replicas_share_is_reused_within_its_lease_and_two_intervals() 
     child.kill().unwrap(); // SIGKILL: no goodbye to the store
     let killed_at = Instant::now();
     child.wait().unwrap();
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logged.contains("admission store"), "{logged}");
+    assert!(
+        !logged.contains("s3cret"),
+        "the store password was logged: {logged}"
+    );
     let ok = eventually(Duration::from_secs(60), || view(&live, &p).share == N).await;
     let took = killed_at.elapsed();
     assert!(ok, "the killed replica's share never came back");
