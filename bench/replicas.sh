@@ -72,8 +72,8 @@ STORE_UP=$SECONDS
 start_engine_fleet "$WORKERS" "$N" "$RATE_WORDS" 1
 echo "capacity ${CAPACITY} req/s, offering ${OFFERED} req/s (70/20/10) for ${DURATION}s per configuration" >&2
 
-# routers LABEL PER_WORKER [STORE_FLAGS...]: starts three replicas into ROUTERS/ROUTER_PIDS
-# (one for `single`).
+# routers LABEL COUNT PER_WORKER [FLAGS...]: starts COUNT replicas into ROUTERS/ROUTER_PIDS
+# (`single` has one; its three load generators all send to it).
 routers() {
     local label=$1 count=$2 per=$3 i
     shift 3

@@ -211,6 +211,7 @@ pub struct Sharer {
     slots: SlotSource,
     observer: Arc<dyn ShareObserver>,
     state: Mutex<State>,
+    wake: tokio::sync::Notify,
 }
 
 struct State {
@@ -257,6 +258,7 @@ impl Sharer {
                 replicas: 1,
                 views: HashMap::new(),
             }),
+            wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -290,16 +292,25 @@ impl Sharer {
                 let started = Instant::now();
                 me.tick().await;
                 let next = crate::deadline_after(started, me.cfg.interval);
-                // The lease may run out before the next exchange: stop using it on time.
-                if let Some(stop) = me.lease_stop()
-                    && stop < next
-                {
-                    sleep_until(stop).await;
-                    me.expire_if_due();
+                loop {
+                    // The lease may run out before the next exchange: stop using it on time.
+                    let stop = me.lease_stop().filter(|s| *s < next);
+                    tokio::select! {
+                        () = sleep_until(next) => break,
+                        () = me.wake.notified() => break,
+                        () = sleep_until(stop.unwrap_or(next)), if stop.is_some() => {
+                            me.expire_if_due();
+                        }
+                    }
                 }
-                sleep_until(next).await;
             }
         })
+    }
+
+    /// Asks for an exchange now rather than at the next interval (a worker was registered and
+    /// its slot admits nothing until it has a share). Not meant for anything per request.
+    pub fn nudge(&self) {
+        self.wake.notify_one();
     }
 
     /// When the current lease stops being used (`None`: no lease, or already in fallback).

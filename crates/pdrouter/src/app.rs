@@ -424,6 +424,15 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             // first request (bounded by the exchange timeout).
             sharer.tick().await;
             background.push(sharer.spawn());
+            // A new worker's slot admits nothing until its first share: ask for it at once.
+            let weak = Arc::downgrade(&sharer);
+            registry.subscribe(Arc::new(move |e: &Event| {
+                if matches!(e, Event::Registered(_) | Event::Replaced { .. })
+                    && let Some(s) = weak.upgrade()
+                {
+                    s.nudge();
+                }
+            }));
             Some(sharer)
         }
         _ => None,

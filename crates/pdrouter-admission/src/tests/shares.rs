@@ -266,3 +266,23 @@ async fn a_worker_that_leaves_is_no_longer_reported() {
     assert_eq!(keys, ["w0"]);
     assert_eq!(s.view("w1").source, ShareSource::Pending);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_nudge_exchanges_before_the_interval_ends() {
+    let f = Fixture::new(0, 8, 60, &["w0"]);
+    let store = FakeStore::default();
+    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
+    store.set(Mode::Grant {
+        share: 2,
+        replicas: 1,
+    });
+    let task = s.spawn();
+    settle().await;
+    assert_eq!(store.calls(), 1);
+    sleep(INTERVAL / 4).await;
+    assert_eq!(store.calls(), 1, "no exchange before the interval");
+    s.nudge();
+    settle().await;
+    assert_eq!(store.calls(), 2, "a nudge exchanges at once");
+    task.abort();
+}
