@@ -99,8 +99,9 @@ async fn assert_drained(rs: &[&RouterHandle]) {
 async fn three_replicas_under_uneven_load_share_n_by_demand_and_keep_workers_busy() {
     let redis = RedisServer::start().await;
     redis.wait_uptime(Duration::from_secs(3)).await;
-    let p0 = mock(Role::Prefill, 100).await;
-    let p1 = mock(Role::Prefill, 100).await;
+    // Prefill long next to a hand-off (even on a loaded machine), so busy means busy.
+    let p0 = mock(Role::Prefill, 400).await;
+    let p1 = mock(Role::Prefill, 400).await;
     let d = mock(Role::Decode, 0).await;
     let st = || store(&redis.url(), "uneven", 200, 3000);
     let a = router(shared_cfg(&[&p0, &p1], &d, st())).await;
@@ -127,12 +128,12 @@ async fn three_replicas_under_uneven_load_share_n_by_demand_and_keep_workers_bus
         load(c.addr(), 3, stop.clone()),
     ];
     // Warm up, then sample the workers' in-flight counts and the replicas' shares.
-    sleep(Duration::from_millis(1500)).await;
+    sleep(Duration::from_secs(2)).await;
     p0.controls().reset_max_inflight();
     p1.controls().reset_max_inflight();
     let (mut samples, mut busy) = (0u64, 0u64);
     let mut share_sum = [0u64; 3];
-    let until = Instant::now() + Duration::from_secs(4);
+    let until = Instant::now() + Duration::from_secs(6);
     while Instant::now() < until {
         for w in [&p0, &p1] {
             busy += w.stats().inflight;
