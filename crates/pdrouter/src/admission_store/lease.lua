@@ -46,9 +46,9 @@ for i, key in ipairs(KEYS) do
   end
   if not stale then
     -- Targets. Total demand within N: everyone gets its demand, the spare goes to everyone
-    -- evenly (an idle replica can take a burst at once). Beyond N: one slot for each replica
-    -- that wants any (nobody starves), the rest in proportion to demand, so every replica's
-    -- queue drains at the same pace, as one router's FIFO would.
+    -- evenly (an idle replica can take a burst at once). Beyond N: in proportion to demand,
+    -- so every replica's queue drains at the same pace, as one router's FIFO would (a replica
+    -- whose small demand rounds to nothing grows its queue, hence its demand, until it counts).
     local total, target, rem = 0, {}, n
     for _, id in ipairs(ids) do
       total = total + live[id].demand
@@ -74,10 +74,6 @@ for i, key in ipairs(KEYS) do
       end)
       for _, id in ipairs(order) do
         target[id] = 0
-        if rem > 0 and live[id].demand > 0 then
-          target[id] = 1
-          rem = rem - 1
-        end
       end
       local rest = 0
       for _, id in ipairs(order) do
