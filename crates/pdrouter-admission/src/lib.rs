@@ -102,6 +102,7 @@ mod ledger;
 mod permit;
 mod queue;
 mod selector;
+pub mod shares;
 
 pub use autosize::{AutoConfig, AutoLimit, Completion, Unit};
 pub use config::{AdmissionConfig, deadline_after};
@@ -110,6 +111,10 @@ pub use drain::{RETRY_AFTER_CAP, WINDOW};
 pub use ledger::Slot;
 pub use permit::{Admitted, Permit};
 pub use selector::{Observer, Ranking, Rejected, Rejection, Selector};
+pub use shares::{
+    Exchange, Fallback, LeaseStore, ShareConfig, ShareGrant, ShareObserver, ShareReport,
+    ShareSource, ShareView, Sharer, StoreError,
+};
 
 #[cfg(test)]
 mod tests;

@@ -950,3 +950,5 @@ async fn rejections_carry_retry_after_from_the_drain_rate_never_the_timeout() {
     assert_eq!(unavailable.retry_after, None);
     f.assert_clean();
 }
+
+mod shares;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use pdrouter_admission::{Admission, AdmissionConfig, Observer};
+use pdrouter_admission::{Admission, AdmissionConfig, Observer, ShareConfig, Sharer};
 use pdrouter_policy::{Policy, PolicyKind, PolicySettings};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -37,6 +37,9 @@ pub enum StartError {
     /// No tokenizer could be loaded (gRPC workers, or prefix_hash given a tokenizer path).
     #[error("{0}")]
     Tokenizer(String),
+    /// The admission store client could not be built.
+    #[error("{0}")]
+    Store(String),
     /// The startup workers were not all ready within `--worker-startup-timeout-secs`.
     #[error("{0}")]
     WorkersNotReady(String),
@@ -71,6 +74,10 @@ impl RouterHandle {
     /// The admission controller, when admission is on.
     pub fn admission(&self) -> Option<&Admission> {
         self.admission.as_ref()
+    }
+    /// The admission-store sharer, when `--admission-store` is given.
+    pub fn sharer(&self) -> Option<&Arc<Sharer>> {
+        self.state.sharer.as_ref()
     }
     /// The global request limiter, when on.
     pub fn limiter(&self) -> Option<&crate::limiter::Limiter> {
@@ -263,15 +270,71 @@ fn log_tokenizer_use(cfg: &Config) {
     }
 }
 
+/// The sharer of `--admission-store`: a Redis lease client for this replica, over the
+/// registry's Prefill slots.
+fn start_sharer(
+    store: &crate::config::StoreSettings,
+    admission: &Admission,
+    limits: crate::config::AdmissionSettings,
+    registry: &Arc<Registry>,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<Sharer>, StartError> {
+    let share = ShareConfig {
+        limit: limits.max_inflight_per_worker,
+        token_limit: limits.max_inflight_tokens_per_worker,
+        interval: store.interval,
+        lease_ttl: store.lease_ttl,
+        fallback: store.fallback,
+    };
+    let replica = crate::admission_store::replica_id();
+    let leases = crate::admission_store::redis::RedisLeases::new(
+        &store.url,
+        &store.group,
+        replica.clone(),
+        store.lease_ttl,
+        share.call_timeout(),
+    )
+    .map_err(StartError::Store)?;
+    tracing::info!(
+        store = %store.url,
+        group = %store.group,
+        %replica,
+        interval_ms = store.interval.as_millis() as u64,
+        lease_ttl_ms = store.lease_ttl.as_millis() as u64,
+        fallback = store.fallback.as_str(),
+        "sharing Prefill limits through the admission store"
+    );
+    let reg = Arc::clone(registry);
+    let slots = Box::new(move || {
+        reg.snapshot()
+            .all()
+            .iter()
+            .filter_map(|w| w.slot().cloned())
+            .collect()
+    });
+    Ok(Sharer::new(
+        admission.clone(),
+        Arc::new(leases),
+        share,
+        slots,
+        crate::admission_store::Reporter::new(metrics.clone()),
+    ))
+}
+
 /// Starts the router described by `cfg` (already validated).
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let cfg = Arc::new(cfg);
     let metrics = Metrics::new();
     let admission = cfg.admission.map(|a| {
+        // With a store, slots admit nothing until the store (or its fallback) gives them a
+        // share; the sharer is the only one to set their limits.
+        let shared = cfg.admission_store.is_some();
         Admission::new(
             AdmissionConfig {
-                max_inflight_per_worker: a.max_inflight_per_worker,
-                max_inflight_tokens_per_worker: a.max_inflight_tokens_per_worker,
+                max_inflight_per_worker: if shared { 0 } else { a.max_inflight_per_worker },
+                max_inflight_tokens_per_worker: a
+                    .max_inflight_tokens_per_worker
+                    .map(|t| if shared { 0 } else { t }),
                 queue_size: a.queue_size,
                 queue_timeout: a.queue_timeout,
             },
@@ -371,6 +434,26 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     };
 
     let mut background = Vec::new();
+    let sharer = match (&cfg.admission_store, &admission, cfg.admission) {
+        (Some(store), Some(adm), Some(limits)) => {
+            let sharer = start_sharer(store, adm, limits, &registry, &metrics)?;
+            // One exchange before serving, so a reachable store's shares are in force from the
+            // first request (bounded by the exchange timeout).
+            sharer.tick().await;
+            background.push(sharer.spawn());
+            // A new worker's slot admits nothing until its first share: ask for it at once.
+            let weak = Arc::downgrade(&sharer);
+            registry.subscribe(Arc::new(move |e: &Event| {
+                if matches!(e, Event::Registered(_) | Event::Replaced { .. })
+                    && let Some(s) = weak.upgrade()
+                {
+                    s.nudge();
+                }
+            }));
+            Some(sharer)
+        }
+        _ => None,
+    };
     {
         let ps = policies.clone();
         let metrics_for_keys = metrics.clone();
@@ -438,6 +521,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
                 metrics.clone() as Arc<dyn crate::limiter::LimiterObserver>,
             )
         }),
+        sharer,
     });
 
     let listener = bind(SocketAddr::new(cfg.host, cfg.port)).await?;

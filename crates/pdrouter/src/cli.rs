@@ -13,8 +13,9 @@ use crate::config::{
     AdmissionSettings, BreakerConfig, Config, ConfigError, DEFAULT_CLIENT_HEADER_TIMEOUT_SECS,
     DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HealthConfig,
-    ImageConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission, RawAuto, RawLimiter, RetryConfig,
-    StartupWait, TokenizerSource, WorkerSpec, WorkerType, flag_range, parse_worker_url,
+    ImageConfig, Mode, PREFILL_GRACE_AFTER_DECODE, RawAdmission, RawAuto, RawLimiter, RawStore,
+    RetryConfig, StartupWait, TokenizerSource, WorkerSpec, WorkerType, flag_range,
+    parse_worker_url,
 };
 use pdrouter_policy::{AssignmentMode, ManualConfig, PrefixHashConfig};
 
@@ -293,6 +294,38 @@ pub struct LaunchArgs {
         help_heading = "Prefill admission"
     )]
     pub prefill_queue_timeout_secs: Option<i64>,
+    /// Share the per-worker Prefill limits with the other router replicas of
+    /// --admission-group through this Redis store: redis://[user:pass@]host[:port][/db]
+    /// (credentials are never logged). Needs a positive
+    /// --prefill-max-inflight-requests-per-worker, which then bounds each worker across the
+    /// group.
+    #[arg(long, value_name = "URL", help_heading = "Prefill admission")]
+    pub admission_store: Option<String>,
+    /// Replicas with the same group share limits (default "default"; letters, digits, '-',
+    /// '_', '.').
+    #[arg(long, value_name = "NAME", help_heading = "Prefill admission")]
+    pub admission_group: Option<String>,
+    /// Milliseconds between a replica's exchanges with the admission store, 10-1000 (default
+    /// 200).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        help_heading = "Prefill admission"
+    )]
+    pub admission_store_interval_ms: Option<i64>,
+    /// How long a replica's leases outlive its last exchange in the store, in ms,
+    /// 1000-3600000 (default 3000; at least 3 intervals).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        help_heading = "Prefill admission"
+    )]
+    pub admission_store_lease_ttl_ms: Option<i64>,
+    /// Once a replica's leases could have expired without the store: hold (admit nothing;
+    /// requests wait or get the usual 429/503) or local (admit up to N / replicas last seen
+    /// per worker; the group bound may be exceeded). Default hold.
+    #[arg(long, value_name = "hold|local", help_heading = "Prefill admission")]
+    pub admission_store_fallback: Option<String>,
     /// Priority scheduler (accepted and validated; cannot be combined with admission).
     #[arg(long, help_heading = "Prefill admission")]
     pub priority_scheduler_enabled: bool,
@@ -680,6 +713,14 @@ impl LaunchArgs {
             queue_timeout_secs: self.prefill_queue_timeout_secs,
         }
         .resolve(mode, self.priority_scheduler_enabled)?;
+        let admission_store = RawStore {
+            url: self.admission_store,
+            group: self.admission_group,
+            interval_ms: self.admission_store_interval_ms,
+            lease_ttl_ms: self.admission_store_lease_ttl_ms,
+            fallback: self.admission_store_fallback,
+        }
+        .resolve(admission.as_ref())?;
         if self.health_check_endpoint.is_empty() {
             return Err(ConfigError(
                 "--health-check-endpoint must not be empty".into(),
@@ -748,6 +789,7 @@ impl LaunchArgs {
             dp_aware: self.dp_aware,
             priority_scheduler: self.priority_scheduler_enabled,
             admission,
+            admission_store,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
             tokenizer: TokenizerSource {
                 tokenizer_path: self.tokenizer_path,
@@ -1135,6 +1177,23 @@ mod tests {
     }
 
     #[test]
+    fn auto_limits_are_refused_with_an_admission_store() {
+        let store = ["--admission-store", "redis://127.0.0.1:6379"];
+        let requests = ["--prefill-max-inflight-requests-per-worker", "auto"];
+        let tokens = [
+            "--prefill-max-inflight-requests-per-worker",
+            "4",
+            "--prefill-max-inflight-tokens-per-worker",
+            "auto",
+        ];
+        for limits in [&requests[..], &tokens[..]] {
+            let args = [&PD_ADMISSION[..5], limits, &store[..]].concat();
+            let err = parse(&args).unwrap_err();
+            assert!(err.contains("not auto"), "{err}");
+        }
+    }
+
+    #[test]
     fn auto_limits_parse() {
         let args = [
             &PD_ADMISSION[..5],
@@ -1207,6 +1266,9 @@ mod tests {
             }
         }
         let arg = format!("{flag}={value}");
+        if flag.starts_with("--admission-store-") {
+            args.push("--admission-store=redis://127.0.0.1:6379");
+        }
         args.push(&arg);
         // The bounds of an auto limit need one (the token budget's, whose range is theirs).
         if flag.starts_with("--prefill-limit-") {
@@ -1246,6 +1308,9 @@ mod tests {
             "otlp_traces_endpoint",
             "assignment_mode",
             "model_alias",
+            "admission_store",
+            "admission_group",
+            "admission_store_fallback",
         ];
         let mut seen = 0;
         for arg in launch.get_arguments() {

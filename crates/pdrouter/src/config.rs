@@ -7,7 +7,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+pub use pdrouter_admission::Fallback;
 use pdrouter_policy::{CacheAwareConfig, ManualConfig, PolicyKind, PrefixHashConfig};
+
+pub use crate::admission_store::StoreUrl;
 
 use crate::limiter::LimiterConfig;
 
@@ -148,6 +151,12 @@ pub mod range {
     /// `--prefill-queue-timeout-secs` (up to 1 day).
     pub const PREFILL_QUEUE_TIMEOUT_SECS: FlagRange =
         FlagRange::new("--prefill-queue-timeout-secs", 0.0, 86_400.0);
+    /// `--admission-store-interval-ms` (time between a replica's store exchanges).
+    pub const ADMISSION_STORE_INTERVAL_MS: FlagRange =
+        FlagRange::new("--admission-store-interval-ms", 10.0, 1_000.0);
+    /// `--admission-store-lease-ttl-ms` (up to 1 hour; at least 3 intervals).
+    pub const ADMISSION_STORE_LEASE_TTL_MS: FlagRange =
+        FlagRange::new("--admission-store-lease-ttl-ms", 1_000.0, 3_600_000.0);
     /// `--retry-max-retries` (total attempts).
     pub const RETRY_MAX_RETRIES: FlagRange = FlagRange::new("--retry-max-retries", 1.0, 100.0);
     /// `--retry-initial-backoff-ms` (up to 10 minutes).
@@ -244,6 +253,8 @@ pub const FLAG_RANGES: &[FlagRange] = &[
     range::PREFILL_LIMIT_MAX,
     range::PREFILL_QUEUE_SIZE,
     range::PREFILL_QUEUE_TIMEOUT_SECS,
+    range::ADMISSION_STORE_INTERVAL_MS,
+    range::ADMISSION_STORE_LEASE_TTL_MS,
     range::RETRY_MAX_RETRIES,
     range::RETRY_INITIAL_BACKOFF_MS,
     range::RETRY_MAX_BACKOFF_MS,
@@ -529,6 +540,8 @@ pub struct Config {
     pub priority_scheduler: bool,
     /// Prefill admission, when enabled.
     pub admission: Option<AdmissionSettings>,
+    /// The admission store shared with other replicas, when `--admission-store` is given.
+    pub admission_store: Option<StoreSettings>,
     /// How long a Prefill leg still open after Decode delivered the whole answer may go on
     /// (without its slot) before it is aborted.
     pub prefill_grace_after_decode: Duration,
@@ -741,6 +754,125 @@ impl RawAuto {
     }
 }
 
+/// `--admission-store` and its tuning: the replicas of one group share each Prefill worker's
+/// request limit (and token budget) through the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// The store (credentials hidden when shown).
+    pub url: StoreUrl,
+    /// `--admission-group`: replicas with the same group share limits.
+    pub group: String,
+    /// Time between a replica's exchanges with the store.
+    pub interval: Duration,
+    /// How long a replica's leases last in the store without renewal.
+    pub lease_ttl: Duration,
+    /// What a replica does once its leases could have expired.
+    pub fallback: Fallback,
+}
+
+/// Default `--admission-group`.
+pub const DEFAULT_ADMISSION_GROUP: &str = "default";
+/// Default `--admission-store-interval-ms`.
+pub const DEFAULT_STORE_INTERVAL_MS: u64 = 200;
+/// Default `--admission-store-lease-ttl-ms`.
+pub const DEFAULT_STORE_LEASE_TTL_MS: u64 = 3_000;
+
+/// Admission-store flags as given, before validation.
+#[derive(Debug, Clone, Default)]
+pub struct RawStore {
+    /// `--admission-store`.
+    pub url: Option<String>,
+    /// `--admission-group`.
+    pub group: Option<String>,
+    /// `--admission-store-interval-ms`.
+    pub interval_ms: Option<i64>,
+    /// `--admission-store-lease-ttl-ms`.
+    pub lease_ttl_ms: Option<i64>,
+    /// `--admission-store-fallback`.
+    pub fallback: Option<String>,
+}
+
+impl RawStore {
+    /// The store settings, or `None` without `--admission-store` (its other flags are then
+    /// refused). The store shares the request limit, so admission must have one.
+    pub fn resolve(
+        self,
+        admission: Option<&AdmissionSettings>,
+    ) -> Result<Option<StoreSettings>, ConfigError> {
+        let Some(raw_url) = self.url else {
+            if self.group.is_some()
+                || self.interval_ms.is_some()
+                || self.lease_ttl_ms.is_some()
+                || self.fallback.is_some()
+            {
+                return Err(bad("--admission-group, --admission-store-interval-ms, \
+                     --admission-store-lease-ttl-ms and --admission-store-fallback need \
+                     --admission-store"));
+            }
+            return Ok(None);
+        };
+        let url = StoreUrl::parse(&raw_url).map_err(bad)?;
+        // Both would set each worker's limit: the store from the group's shares of a fixed N,
+        // auto from this replica's own observations.
+        if admission.is_some_and(|a| a.auto.is_some()) {
+            return Err(bad(
+                "--admission-store shares fixed Prefill limits between replicas; give                  --prefill-max-inflight-requests-per-worker and                  --prefill-max-inflight-tokens-per-worker numbers, not auto",
+            ));
+        }
+        if admission.is_none_or(|a| a.max_inflight_per_worker == NO_COUNT_LIMIT) {
+            return Err(bad(
+                "--admission-store shares --prefill-max-inflight-requests-per-worker between \
+                 replicas; give a positive one",
+            ));
+        }
+        let group = self
+            .group
+            .unwrap_or_else(|| DEFAULT_ADMISSION_GROUP.to_string());
+        if group.is_empty()
+            || group.len() > 64
+            || !group
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(bad(format!(
+                "--admission-group '{group}' must be 1-64 letters, digits, '-', '_' or '.'"
+            )));
+        }
+        // In range, so the conversions below are exact.
+        let interval = match self.interval_ms {
+            None => DEFAULT_STORE_INTERVAL_MS,
+            Some(v) => range::ADMISSION_STORE_INTERVAL_MS.check(v)? as u64,
+        };
+        let ttl = match self.lease_ttl_ms {
+            None => DEFAULT_STORE_LEASE_TTL_MS,
+            Some(v) => range::ADMISSION_STORE_LEASE_TTL_MS.check(v)? as u64,
+        };
+        if ttl < 3 * interval {
+            return Err(bad(format!(
+                "--admission-store-lease-ttl-ms {ttl} must be at least 3 times \
+                 --admission-store-interval-ms {interval}, so a lease is renewed several times \
+                 before it expires"
+            )));
+        }
+        let fallback = match self.fallback.as_deref() {
+            None | Some("hold") => Fallback::Hold,
+            Some("local") => Fallback::Local,
+            Some(other) => {
+                return Err(bad(format!(
+                    "--admission-store-fallback '{other}' must be hold or local"
+                )));
+            }
+        };
+        Ok(Some(StoreSettings {
+            url,
+            group,
+            interval: Duration::from_millis(interval),
+            lease_ttl: Duration::from_millis(ttl),
+            fallback,
+        }))
+    }
+}
+
 /// Admission flags as given, before validation.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RawAdmission {
@@ -946,6 +1078,22 @@ impl Config {
                 return Err(bad(format!("--model-alias '{alias}' is given twice")));
             }
         }
+        if let Some(st) = &self.admission_store {
+            if self
+                .admission
+                .is_none_or(|a| a.max_inflight_per_worker == NO_COUNT_LIMIT)
+            {
+                return Err(bad(
+                    "--admission-store needs a positive --prefill-max-inflight-requests-per-worker",
+                ));
+            }
+            if st.lease_ttl < st.interval * 3 {
+                return Err(bad(
+                    "--admission-store-lease-ttl-ms must be at least 3 times \
+                     --admission-store-interval-ms",
+                ));
+            }
+        }
         if self.admission.is_some() && !self.mode.is_pd() {
             return Err(bad(
                 "--prefill-max-inflight-requests-per-worker needs PD mode",
@@ -1013,6 +1161,10 @@ impl Config {
             range::PREFILL_QUEUE_SIZE.check(a.queue_size)?;
             range::PREFILL_QUEUE_TIMEOUT_SECS.check_duration(a.queue_timeout, secs)?;
         }
+        if let Some(st) = &self.admission_store {
+            range::ADMISSION_STORE_INTERVAL_MS.check_duration(st.interval, ms)?;
+            range::ADMISSION_STORE_LEASE_TTL_MS.check_duration(st.lease_ttl, ms)?;
+        }
         Ok(())
     }
 
@@ -1061,6 +1213,7 @@ impl Config {
             dp_aware: false,
             priority_scheduler: false,
             admission: None,
+            admission_store: None,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
             tokenizer: TokenizerSource::default(),
             edge: crate::edge::EdgeConfig::default(),
@@ -1229,6 +1382,52 @@ mod tests {
     fn admission_off_by_default() {
         assert_eq!(raw(-1, None, None).resolve(Mode::PdHttp, false), Ok(None));
         assert_eq!(raw(0, None, None).resolve(Mode::Regular, false), Ok(None));
+    }
+
+    #[test]
+    fn the_admission_store_needs_a_request_limit_and_checks_its_flags() {
+        let limits = raw(4, None, None).resolve(Mode::PdHttp, false).unwrap();
+        let store = |f: fn(&mut RawStore)| {
+            let mut r = RawStore {
+                url: Some("redis://u:pw@127.0.0.1:6379/1".into()),
+                ..RawStore::default()
+            };
+            f(&mut r);
+            r
+        };
+        let ok = store(|_| {}).resolve(limits.as_ref()).unwrap().unwrap();
+        assert_eq!(ok.group, DEFAULT_ADMISSION_GROUP);
+        assert_eq!(ok.interval, Duration::from_millis(200));
+        assert_eq!(ok.lease_ttl, Duration::from_secs(3));
+        assert_eq!(ok.fallback, Fallback::Hold);
+        assert!(!format!("{ok:?}").contains("pw"));
+        let err = |r: RawStore, a: Option<&AdmissionSettings>| r.resolve(a).unwrap_err().0;
+        assert!(err(store(|_| {}), None).contains("--prefill-max-inflight-requests-per-worker"));
+        let tokens_only = AdmissionSettings {
+            max_inflight_per_worker: NO_COUNT_LIMIT,
+            ..limits.unwrap()
+        };
+        assert!(err(store(|_| {}), Some(&tokens_only)).contains("positive"));
+        let l = limits.as_ref();
+        assert!(err(store(|r| r.group = Some("a b".into())), l).contains("--admission-group"));
+        assert!(err(store(|r| r.fallback = Some("drop".into())), l).contains("hold or local"));
+        let e = err(
+            store(|r| {
+                r.interval_ms = Some(1000);
+                r.lease_ttl_ms = Some(2000);
+            }),
+            l,
+        );
+        assert!(e.contains("at least 3 times"), "{e}");
+        let e = err(
+            RawStore {
+                fallback: Some("local".into()),
+                ..RawStore::default()
+            },
+            l,
+        );
+        assert!(e.contains("need --admission-store"), "{e}");
+        assert_eq!(RawStore::default().resolve(l).unwrap(), None);
     }
 
     #[test]

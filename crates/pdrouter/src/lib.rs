@@ -1,6 +1,7 @@
 //! pdrouter: a router for prefill/decode-disaggregated LLM serving with per-worker Prefill
 //! admission. See ARCHITECTURE.md for the map; `app::start` is the entry point.
 
+pub mod admission_store;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -165,6 +165,11 @@ pub struct Metrics {
     rate_limit_inflight: Gauge,
     rate_limit_queued: Gauge,
     manual_keys: Gauge,
+    store_share: Family<WorkerLabel, Gauge>,
+    store_global_limit: Family<WorkerLabel, Gauge>,
+    store_rtt: Histogram,
+    store_errors: Counter,
+    store_lease_age: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Metrics {
@@ -197,6 +202,11 @@ impl Metrics {
             rate_limit_inflight: Gauge::default(),
             rate_limit_queued: Gauge::default(),
             manual_keys: Gauge::default(),
+            store_share: Family::default(),
+            store_global_limit: Family::default(),
+            store_rtt: latency_histogram(),
+            store_errors: Counter::default(),
+            store_lease_age: Gauge::default(),
             registry: PromRegistry::default(),
         };
         // prometheus-client appends `_total` to counters itself.
@@ -329,7 +339,68 @@ impl Metrics {
             "Routing keys the manual policy remembers",
             m.manual_keys.clone(),
         );
+        registry.register(
+            "smg_pd_prefill_admission_share",
+            "This replica's share of each Prefill worker's limit (--admission-store only)",
+            m.store_share.clone(),
+        );
+        registry.register(
+            "smg_pd_prefill_admission_global_limit",
+            "Each Prefill worker's limit across the admission group (--admission-store only)",
+            m.store_global_limit.clone(),
+        );
+        registry.register(
+            "smg_admission_store_rtt_seconds",
+            "Round-trip time of this replica's successful admission-store exchanges",
+            m.store_rtt.clone(),
+        );
+        registry.register(
+            "smg_admission_store_errors",
+            "Admission-store exchanges that failed (error or timeout)",
+            m.store_errors.clone(),
+        );
+        registry.register(
+            "smg_admission_store_lease_age_seconds",
+            "Time since this replica's leases were last renewed (+Inf before the first renewal)",
+            m.store_lease_age.clone(),
+        );
         Arc::new(Self { registry, ..m })
+    }
+
+    /// The share of worker `key` applied by this replica, of `global_limit`.
+    pub fn store_share(&self, key: &str, share: u32, global_limit: u32) {
+        let l = WorkerLabel {
+            worker: key.to_string(),
+        };
+        self.store_share.get_or_create(&l).set(i64::from(share));
+        self.store_global_limit
+            .get_or_create(&l)
+            .set(i64::from(global_limit));
+    }
+
+    /// Worker `key` left the registry: its share series go.
+    pub fn store_share_removed(&self, key: &str) {
+        let l = WorkerLabel {
+            worker: key.to_string(),
+        };
+        self.store_share.remove(&l);
+        self.store_global_limit.remove(&l);
+    }
+
+    /// A successful admission-store exchange took `rtt`.
+    pub fn store_exchanged(&self, rtt: Duration) {
+        self.store_rtt.observe(rtt.as_secs_f64());
+    }
+
+    /// An admission-store exchange failed.
+    pub fn store_failed(&self) {
+        self.store_errors.inc();
+    }
+
+    /// Time since the leases were last renewed (`None`: never).
+    pub fn store_lease_age(&self, age: Option<Duration>) {
+        self.store_lease_age
+            .set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
     }
 
     /// Routing keys the manual policies remember in all.

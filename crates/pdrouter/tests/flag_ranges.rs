@@ -75,6 +75,13 @@ fn parse(flags: &[(&'static FlagRange, String)], admission: bool) -> Result<Conf
     if admission && !given("--prefill-max-inflight-requests-per-worker") {
         args.extend(["--prefill-max-inflight-requests-per-worker=2".to_string()]);
     }
+    if admission
+        && flags
+            .iter()
+            .any(|(r, _)| r.flag.starts_with("--admission-store-"))
+    {
+        args.push("--admission-store=redis://127.0.0.1:6379".to_string());
+    }
     // The bounds of an auto limit need one: the token budget's (whose range is theirs).
     let tokens = "--prefill-max-inflight-tokens-per-worker";
     let bounded = given("--prefill-limit-min") || given("--prefill-limit-max");

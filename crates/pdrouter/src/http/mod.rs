@@ -41,6 +41,8 @@ pub struct AppState {
     pub(crate) shutting_down: AtomicBool,
     /// The global request limiter, when on.
     pub(crate) limiter: Option<crate::limiter::Limiter>,
+    /// The admission-store sharer, when `--admission-store` is given (for `/workers`).
+    pub(crate) sharer: Option<Arc<pdrouter_admission::Sharer>>,
 }
 
 /// Builds the router's HTTP application.

@@ -13,6 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::handlers::read_body;
+use pdrouter_admission::Sharer;
+
 use crate::config::{Mode, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url};
 use crate::error::ApiError;
 use crate::proxy::forward::bearer;
@@ -20,7 +22,7 @@ use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus};
 
 /// A worker as `/workers` shows it: SMG's fields (`is_healthy`, `models`, `connection_mode`,
 /// `dp_*`) and pdrouter's (status, breaker, admission). Never its key.
-fn describe(w: &Worker, snap: &Snapshot) -> Value {
+fn describe(w: &Worker, snap: &Snapshot, sharer: Option<&Sharer>) -> Value {
     let ranks = w.dp_rank().map(|_| {
         snap.all()
             .iter()
@@ -46,7 +48,25 @@ fn describe(w: &Worker, snap: &Snapshot) -> Value {
         "dp_base_url": w.dp_rank().map(|_| w.base_url()),
         "circuit_breaker": w.breaker().state().as_str(),
         "admission_inflight": w.slot().map(|s| s.inflight()),
+        "admission_share": shared(w, sharer),
     })
+}
+
+/// With `--admission-store`, a Prefill worker's limit across the group and this replica's
+/// share of it; null otherwise.
+fn shared(w: &Worker, sharer: Option<&Sharer>) -> Value {
+    match (w.slot(), sharer) {
+        (Some(slot), Some(sharer)) => {
+            let v = sharer.view(slot.key());
+            json!({
+                "global_limit": v.global_limit,
+                "share": v.share,
+                "replicas": v.replicas,
+                "source": v.source.as_str(),
+            })
+        }
+        _ => Value::Null,
+    }
 }
 
 /// `bootstrap_port`: a port for a Prefill or Encode worker (both serve a bootstrap server),
@@ -260,7 +280,10 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
     let snap = state.registry.snapshot();
     let all = snap.all();
-    let workers: Vec<Value> = all.iter().map(|w| describe(w, &snap)).collect();
+    let workers: Vec<Value> = all
+        .iter()
+        .map(|w| describe(w, &snap, state.sharer.as_deref()))
+        .collect();
     let count = |t| snap.of_type(t).len();
     let mut models: Vec<String> = all.iter().filter_map(|w| w.model_id()).collect();
     models.sort_unstable();
@@ -330,7 +353,12 @@ pub(crate) async fn update(
             return Err(ApiError::no_such("worker", &id));
         };
         tracing::info!(url = %spec.url, "worker updated");
-        Ok(Json(describe(new, &state.registry.snapshot())).into_response())
+        Ok(Json(describe(
+            new,
+            &state.registry.snapshot(),
+            state.sharer.as_deref(),
+        ))
+        .into_response())
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -343,7 +371,7 @@ pub(crate) async fn get_one(
 ) -> Response {
     let snap = state.registry.snapshot();
     match snap.find(&id) {
-        Some(w) => Json(describe(w, &snap)).into_response(),
+        Some(w) => Json(describe(w, &snap, state.sharer.as_deref())).into_response(),
         None => ApiError::no_such("worker", &id).into_response(),
     }
 }

@@ -14,6 +14,8 @@ use pdrouter::RouterHandle;
 use pdrouter::config::{Config, Mode, WorkerSpec, WorkerType};
 pub use pdrouter_mock::{MockConfig, MockWorker, PortReservation, Role};
 
+pub mod redis_server;
+
 pub async fn mock(role: Role, delay_ms: u64) -> MockWorker {
     let mut cfg = MockConfig::new(role);
     cfg.delay = Duration::from_millis(delay_ms);
@@ -191,9 +193,32 @@ pub async fn served_around(r: &RouterHandle, bad: &MockWorker) {
     );
 }
 
-pub async fn router(cfg: Config) -> RouterHandle {
+pub async fn router(mut cfg: Config) -> RouterHandle {
+    with_store_from_env(&mut cfg);
     cfg.validate().expect("valid config");
     pdrouter::start(cfg).await.expect("router starts")
+}
+
+/// With `PDROUTER_TEST_ADMISSION_STORE=redis://...` set (`.ci/run` sets it for a second run of
+/// the admission suite), every router with a request limit shares it through that store, in a
+/// group of its own: a lone replica must behave exactly as without the store.
+fn with_store_from_env(cfg: &mut Config) {
+    let Ok(url) = std::env::var("PDROUTER_TEST_ADMISSION_STORE") else {
+        return;
+    };
+    let limited = cfg
+        .admission
+        .is_some_and(|a| a.max_inflight_per_worker != pdrouter::config::NO_COUNT_LIMIT);
+    if !limited || cfg.admission_store.is_some() {
+        return;
+    }
+    cfg.admission_store = Some(pdrouter::config::StoreSettings {
+        url: pdrouter::config::StoreUrl::parse(&url).expect("PDROUTER_TEST_ADMISSION_STORE"),
+        group: format!("e2e-{:016x}", rand::random::<u64>()),
+        interval: Duration::from_millis(100),
+        lease_ttl: Duration::from_secs(3),
+        fallback: pdrouter::config::Fallback::Hold,
+    });
 }
 
 #[derive(Debug)]

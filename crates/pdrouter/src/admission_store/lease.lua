@@ -1,0 +1,121 @@
+-- One replica's lease exchange, run atomically by the store (EVALSHA).
+--
+-- KEYS[i]  the hash of worker i: field per replica id -> "seq expiry held grant demand limit"
+--          (expiry in the store's clock, ms).
+-- ARGV     replica id, sequence number, lease TTL in ms, then per worker: limit, held, demand.
+-- Returns  per worker {share, group limit, live replicas}.
+--
+-- Safety: a replica may have in flight up to max(held, grant) of what it last reported and
+-- was granted, so a grant never exceeds the group limit minus that of every other live
+-- replica. A store up for less than one TTL may have lost leases that replicas still use (it
+-- restarted), so until then a replica keeps at most what it already holds: by then every
+-- replica has either re-registered or stopped using its old leases.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me, seq, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+local young = uptime == nil or uptime * 1000 < ttl
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = 3 + (i - 1) * 3
+  local limit, held, demand = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local raw = redis.call('HGETALL', key)
+  local live, ids = {}, {}
+  for j = 1, #raw, 2 do
+    local f = raw[j]
+    local s, e, h, g, d, n = string.match(raw[j + 1], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    if s and tonumber(e) > now then
+      live[f] = {seq = tonumber(s), held = tonumber(h), grant = tonumber(g),
+                 demand = tonumber(d), limit = tonumber(n)}
+      ids[#ids + 1] = f
+    else
+      redis.call('HDEL', key, f)
+    end
+  end
+  local stale = live[me] ~= nil and live[me].seq >= seq
+  if not stale then
+    if live[me] == nil then
+      ids[#ids + 1] = me
+    end
+    live[me] = {seq = seq, held = held, grant = 0, demand = demand, limit = limit}
+  end
+  table.sort(ids)
+  local n = limit
+  for _, id in ipairs(ids) do
+    n = math.min(n, live[id].limit)
+  end
+  if not stale then
+    -- Targets. Total demand within N: everyone gets its demand, the spare goes to everyone
+    -- evenly (an idle replica can take a burst at once). Beyond N: in proportion to demand,
+    -- so every replica's queue drains at the same pace, as one router's FIFO would (a replica
+    -- whose small demand rounds to nothing grows its queue, hence its demand, until it counts).
+    local total, target, rem = 0, {}, n
+    for _, id in ipairs(ids) do
+      total = total + live[id].demand
+    end
+    if total <= n then
+      rem = n - total
+      for k, id in ipairs(ids) do
+        target[id] = live[id].demand + math.floor(rem / #ids)
+        if k <= rem % #ids then
+          target[id] = target[id] + 1
+        end
+      end
+    else
+      local order = {}
+      for k, id in ipairs(ids) do
+        order[k] = id
+      end
+      table.sort(order, function(x, y)
+        if live[x].demand ~= live[y].demand then
+          return live[x].demand > live[y].demand
+        end
+        return x < y
+      end)
+      for _, id in ipairs(order) do
+        target[id] = 0
+      end
+      local rest = 0
+      for _, id in ipairs(order) do
+        rest = rest + live[id].demand - target[id]
+      end
+      if rest > 0 then
+        -- Largest remainders: floor(want / rest) each, the leftover (fewer than the
+        -- replicas) to the largest fractions.
+        local base, fracs = rem, {}
+        for _, id in ipairs(order) do
+          local want = (live[id].demand - target[id]) * base
+          local give = math.floor(want / rest)
+          target[id] = target[id] + give
+          rem = rem - give
+          fracs[#fracs + 1] = {id = id, f = want - give * rest}
+        end
+        table.sort(fracs, function(x, y)
+          if x.f ~= y.f then
+            return x.f > y.f
+          end
+          return x.id < y.id
+        end)
+        for k = 1, rem do
+          target[fracs[k].id] = target[fracs[k].id] + 1
+        end
+      end
+    end
+    local others = 0
+    for _, id in ipairs(ids) do
+      if id ~= me then
+        others = others + math.max(live[id].held, live[id].grant)
+      end
+    end
+    local grant = math.max(0, math.min(target[me], n - others))
+    if young then
+      grant = math.min(grant, held)
+    end
+    live[me].grant = grant
+    redis.call('HSET', key, me,
+      string.format('%d %d %d %d %d %d', seq, now + ttl, held, grant, demand, limit))
+    redis.call('PEXPIRE', key, ttl * 2)
+  end
+  out[i] = {live[me].grant, n, #ids}
+end
+return out
