@@ -816,7 +816,9 @@ impl RawStore {
         // auto from this replica's own observations.
         if admission.is_some_and(|a| a.auto.is_some()) {
             return Err(bad(
-                "--admission-store shares fixed Prefill limits between replicas; give                  --prefill-max-inflight-requests-per-worker and                  --prefill-max-inflight-tokens-per-worker numbers, not auto",
+                "--admission-store shares fixed Prefill limits between replicas; give \
+                 --prefill-max-inflight-requests-per-worker and \
+                 --prefill-max-inflight-tokens-per-worker numbers, not auto",
             ));
         }
         if admission.is_none_or(|a| a.max_inflight_per_worker == NO_COUNT_LIMIT) {
