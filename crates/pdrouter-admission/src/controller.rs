@@ -92,9 +92,7 @@ use crate::drain::DrainMeter;
 use crate::ledger::{Ledger, Slot};
 use crate::permit::{Admitted, Permit};
 use crate::priority::{Priority, PriorityClasses};
-use crate::queue::{
-    Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, Walk, rank_reserve,
-};
+use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
 use crate::selector::{Observer, PriorityOutcome, Rejected, Rejection, Selector};
 
 /// Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
@@ -290,18 +288,19 @@ impl Admission {
             };
             guard.id = None;
             inner.drain.record();
-            inner.observer.admitted(grant.waited);
+            let waited = grant.waited();
+            inner.observer.admitted(waited);
             inner.outcome(
                 grant.permit.priority(),
                 PriorityOutcome::Admitted {
-                    waited: grant.waited,
+                    waited,
                     promoted: grant.promoted,
                 },
             );
             Ok(Admitted {
                 choice: grant.choice,
                 permit: grant.permit,
-                waited: grant.waited,
+                waited,
             })
         }
     }
@@ -448,9 +447,12 @@ impl Inner {
         }
     }
 
-    /// A permit of `priority` was created (see [`Permit::new`]).
+    /// A permit of `priority` was created (see [`Permit::new`]). Counted with priority
+    /// classes only: a shared counter would cost every admission a contended atomic.
     pub(crate) fn held(&self, priority: Priority) {
-        self.held[priority.index()].fetch_add(1, SeqCst);
+        if self.prioritized {
+            self.held[priority.index()].fetch_add(1, SeqCst);
+        }
     }
 
     fn reject(&self, reason: Rejection, priority: Priority, waited: Duration) -> Rejected {
@@ -629,7 +631,7 @@ impl Inner {
         }
         let bit = released.map(|s| s.bit);
         let now = Instant::now();
-        let mut walk = Walk::new();
+        let mut walk = queue.walk();
         while let Some(visit) = queue.next(&mut walk, bit, &self.classes, now) {
             let reserved = queue.try_reserve(visit.index);
             // With a token budget the next waiter of this class may be smaller and fit on a
@@ -648,7 +650,7 @@ impl Inner {
                         promoted: visit.promoted,
                     });
                 }
-                None => queue.block(&mut walk, visit.index),
+                None => queue.block(&walk, visit.index),
             }
             // The released unit is gone (to this waiter, or to a racing fast-path arrival that
             // will give it back through dispatch if anyone waits).
@@ -704,7 +706,9 @@ impl Inner {
         priority: Priority,
         pending: &mut Vec<Pending>,
     ) {
-        self.held[priority.index()].fetch_sub(1, SeqCst);
+        if self.prioritized {
+            self.held[priority.index()].fetch_sub(1, SeqCst);
+        }
         let mut queued = None;
         if self.contended.load(SeqCst) == 0 {
             slot.unreserve(tokens);

@@ -93,13 +93,22 @@ pub(crate) trait Waiter: Send {
     ) -> Result<(), Permit>;
 }
 
-/// What a waiting caller receives.
+/// What a waiting caller receives. Kept as small as it was before promotion existed (the wait
+/// in nanoseconds beside the flag, rather than a `Duration` with its padding): the acquire
+/// future of every waiting request has room for one.
 pub(crate) struct Grant<C> {
     pub(crate) choice: C,
     pub(crate) permit: Permit,
-    pub(crate) waited: Duration,
+    waited_nanos: u64,
     /// Served by starvation promotion.
     pub(crate) promoted: bool,
+}
+
+impl<C> Grant<C> {
+    /// How long the request waited.
+    pub(crate) fn waited(&self) -> Duration {
+        Duration::from_nanos(self.waited_nanos)
+    }
 }
 
 pub(crate) struct TypedWaiter<S: Selector> {
@@ -153,7 +162,7 @@ impl<S: Selector> Waiter for TypedWaiter<S> {
         tx.send(Grant {
             choice,
             permit,
-            waited,
+            waited_nanos: u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
             promoted,
         })
         .map_err(|grant| grant.permit)
@@ -211,26 +220,19 @@ struct Class {
     members: usize,
     /// The bits of the slots the most recent ranking of any member asked about.
     interest: u64,
+    /// The walk (see [`Walk::number`]) in which one of its waiters could not reserve.
+    blocked_in: u64,
 }
 
-/// Where a dispatch walk is (see [`WaitQueue::next`]).
+/// Where a dispatch walk is (see [`WaitQueue::next`]); from [`WaitQueue::walk`].
 pub(crate) struct Walk {
     /// Per priority: the lowest arrival number not yet visited.
     from: [u64; 4],
     /// Still visiting promoted waiters.
     promoted: bool,
-    /// Wait classes whose visited waiter could not reserve: nobody else of theirs is visited.
-    blocked: Vec<u32>,
-}
-
-impl Walk {
-    pub(crate) fn new() -> Self {
-        Walk {
-            from: [0; 4],
-            promoted: true,
-            blocked: Vec::new(),
-        }
-    }
+    /// This walk's number: wait classes marked with it had a waiter that could not reserve,
+    /// and nobody else of theirs is visited (a mark instead of a list: no allocation).
+    number: u64,
 }
 
 /// A waiter a walk visits.
@@ -252,6 +254,9 @@ pub(crate) struct WaitQueue {
     len: usize,
     by_priority: [usize; 4],
     next_generation: u64,
+    /// Walks started so far (walk numbers start at 1; a class's 0 means never blocked). A
+    /// `Cell` so that starting a walk needs no exclusive borrow (the queue is behind a mutex).
+    walks: Cell<u64>,
 }
 
 impl WaitQueue {
@@ -266,6 +271,17 @@ impl WaitQueue {
             len: 0,
             by_priority: [0; 4],
             next_generation: 0,
+            walks: Cell::new(0),
+        }
+    }
+
+    /// Starts a dispatch walk.
+    pub(crate) fn walk(&self) -> Walk {
+        self.walks.set(self.walks.get() + 1);
+        Walk {
+            from: [0; 4],
+            promoted: true,
+            number: self.walks.get(),
         }
     }
 
@@ -314,6 +330,7 @@ impl WaitQueue {
             lists: [EMPTY; 4],
             members: 0,
             interest: 0,
+            blocked_in: 0,
         };
         let c = match self.free_classes.pop() {
             Some(c) => {
@@ -392,20 +409,13 @@ impl WaitQueue {
     }
 
     /// The oldest list head of `priority`, at or after arrival number `from`, whose wait class
-    /// is not `blocked` and (with `bit`) is interested in that slot.
-    fn first(
-        &self,
-        priority: usize,
-        from: u64,
-        bit: Option<u64>,
-        blocked: &[u32],
-    ) -> Option<(u64, u32)> {
+    /// is not blocked in `walk` and (with `bit`) is interested in that slot.
+    fn first(&self, priority: usize, from: u64, bit: Option<u64>, walk: u64) -> Option<(u64, u32)> {
         self.heads[priority]
             .range(from..)
             .find(|&(_, &index)| {
-                let c = self.nodes[index as usize].class;
-                bit.is_none_or(|b| self.classes[c as usize].interest & b != 0)
-                    && !blocked.contains(&c)
+                let class = &self.classes[self.nodes[index as usize].class as usize];
+                bit.is_none_or(|b| class.interest & b != 0) && class.blocked_in != walk
             })
             .map(|(&generation, &index)| (generation, index))
     }
@@ -432,7 +442,7 @@ impl WaitQueue {
                 let i = p.index();
                 // Within a list, age falls with arrival: if its first candidate is not starved,
                 // nobody after it is.
-                if let Some((generation, index)) = self.first(i, walk.from[i], bit, &walk.blocked)
+                if let Some((generation, index)) = self.first(i, walk.from[i], bit, walk.number)
                     && let Some((_, since)) = &self.nodes[index as usize].entry
                     && classes.starved(p, *since, now)
                     && oldest.is_none_or(|(g, _, _)| generation < g)
@@ -451,7 +461,7 @@ impl WaitQueue {
         }
         for p in Priority::ALL.into_iter().rev() {
             let i = p.index();
-            if let Some((generation, index)) = self.first(i, walk.from[i], bit, &walk.blocked) {
+            if let Some((generation, index)) = self.first(i, walk.from[i], bit, walk.number) {
                 walk.from[i] = generation + 1;
                 return Some(Visit {
                     index,
@@ -464,8 +474,9 @@ impl WaitQueue {
 
     /// Keeps the rest of this waiter's wait class out of the walk: it could not reserve, so
     /// nobody its class serves after it may (without a token budget they could not either).
-    pub(crate) fn block(&self, walk: &mut Walk, index: u32) {
-        walk.blocked.push(self.nodes[index as usize].class);
+    pub(crate) fn block(&mut self, walk: &Walk, index: u32) {
+        let c = self.nodes[index as usize].class;
+        self.classes[c as usize].blocked_in = walk.number;
     }
 
     /// Re-ranks the waiter at an occupied position (see [`Waiter::try_reserve`]) and records the
@@ -594,7 +605,7 @@ mod tests {
         now: Instant,
     ) -> Vec<(u64, bool)> {
         let mut out = Vec::new();
-        let mut walk = Walk::new();
+        let mut walk = q.walk();
         while let Some(v) = q.next(&mut walk, bit, classes, now) {
             out.push((generation(q, v.index), v.promoted));
         }
@@ -660,8 +671,9 @@ mod tests {
         assert_eq!(walk(&q, Some(0b100)), [5]);
         // try_reserve records the head's new interest for the class.
         let classes = PriorityClasses::uniform(10, Duration::from_secs(1));
+        let mut w = q.walk();
         let v = q
-            .next(&mut Walk::new(), Some(0b100), &classes, Instant::now())
+            .next(&mut w, Some(0b100), &classes, Instant::now())
             .unwrap();
         assert!(q.try_reserve(v.index).is_none());
         assert_eq!(walk(&q, Some(0b100)), [] as [u64; 0]);
@@ -729,10 +741,10 @@ mod tests {
         q.push(entry_at(Some("b"), 1, Priority::Default, Instant::now()));
         q.push(entry_at(Some("a"), 1, Priority::Bulk, Instant::now()));
         let classes = PriorityClasses::uniform(10, Duration::from_secs(1));
-        let mut walk = Walk::new();
+        let mut walk = q.walk();
         let first = q.next(&mut walk, None, &classes, Instant::now()).unwrap();
         assert_eq!(generation(&q, first.index), 0);
-        q.block(&mut walk, first.index);
+        q.block(&walk, first.index);
         let second = q.next(&mut walk, None, &classes, Instant::now()).unwrap();
         assert_eq!(generation(&q, second.index), 1);
         assert!(

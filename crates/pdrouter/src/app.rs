@@ -267,6 +267,10 @@ fn log_tokenizer_use(cfg: &Config) {
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let cfg = Arc::new(cfg);
     let metrics = Metrics::new();
+    let classes = cfg.admission.and_then(|a| a.priorities);
+    if let Some(classes) = classes.or(cfg.limiter.and_then(|l| l.priorities)) {
+        metrics.priority_limits(&classes);
+    }
     let admission = cfg.admission.map(|a| {
         Admission::new(
             AdmissionConfig {
@@ -274,6 +278,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
                 max_inflight_tokens_per_worker: a.max_inflight_tokens_per_worker,
                 queue_size: a.queue_size,
                 queue_timeout: a.queue_timeout,
+                priorities: a.priorities,
             },
             metrics.clone() as Arc<dyn Observer>,
         )
@@ -518,6 +523,7 @@ mod tests {
                 max_inflight_tokens_per_worker: None,
                 queue_size: 4,
                 queue_timeout: Duration::from_secs(600),
+                priorities: None,
             },
             metrics.clone() as Arc<dyn Observer>,
         );
