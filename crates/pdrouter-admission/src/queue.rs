@@ -436,10 +436,12 @@ impl WaitQueue {
         if walk.promoted {
             let mut oldest: Option<(u64, usize, u32)> = None;
             for p in Priority::ALL {
-                if classes.get(p).starvation_after.is_none() {
+                let i = p.index();
+                // Cheap skips first: without priority classes nobody is ever promoted, and
+                // most priorities have nobody waiting.
+                if self.by_priority[i] == 0 || classes.get(p).starvation_after.is_none() {
                     continue;
                 }
-                let i = p.index();
                 // Within a list, age falls with arrival: if its first candidate is not starved,
                 // nobody after it is.
                 if let Some((generation, index)) = self.first(i, walk.from[i], bit, walk.number)
@@ -461,6 +463,9 @@ impl WaitQueue {
         }
         for p in Priority::ALL.into_iter().rev() {
             let i = p.index();
+            if self.by_priority[i] == 0 {
+                continue;
+            }
             if let Some((generation, index)) = self.first(i, walk.from[i], bit, walk.number) {
                 walk.from[i] = generation + 1;
                 return Some(Visit {
