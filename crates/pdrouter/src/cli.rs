@@ -1206,12 +1206,9 @@ mod tests {
             ],
         ]
         .concat();
-        // Admission and priority classes compose; the mode itself is what is refused.
-        assert!(
-            parse(&with_both)
-                .unwrap_err()
-                .contains("--epd-disaggregation (gRPC")
-        );
+        // Admission and priority classes compose in EPD as in PD.
+        let both = parse(&with_both).unwrap();
+        assert!(both.admission.unwrap().priorities.is_some());
     }
 
     #[test]
