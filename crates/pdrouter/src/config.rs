@@ -1134,7 +1134,7 @@ mod tests {
     #[test]
     fn an_auto_limit_starts_at_its_bound_min() {
         let a = auto(true, false, None, None)
-            .resolve(Mode::PdHttp, false)
+            .resolve(Mode::PdHttp)
             .unwrap()
             .unwrap();
         let (min, max) = AUTO_REQUESTS_BOUNDS;
@@ -1153,7 +1153,7 @@ mod tests {
             max_inflight: 3,
             ..auto(false, true, Some(2000), None)
         }
-        .resolve(Mode::PdGrpc, false)
+        .resolve(Mode::PdGrpc)
         .unwrap()
         .unwrap();
         assert_eq!(
@@ -1166,12 +1166,12 @@ mod tests {
             Some((Unit::Tokens, 2000, AUTO_TOKENS_BOUNDS.1))
         );
         // A bound given alone moves the other default out of its way.
-        let high = auto(true, false, Some(100), None).resolve(Mode::PdHttp, false);
+        let high = auto(true, false, Some(100), None).resolve(Mode::PdHttp);
         assert_eq!(
             high.unwrap().unwrap().auto.map(|a| (a.min, a.max)),
             Some((100, 100))
         );
-        let low = auto(false, true, None, Some(10)).resolve(Mode::PdHttp, false);
+        let low = auto(false, true, None, Some(10)).resolve(Mode::PdHttp);
         assert_eq!(
             low.unwrap().unwrap().auto.map(|a| (a.min, a.max)),
             Some((10, 10))
@@ -1212,10 +1212,10 @@ mod tests {
             ),
         ];
         for (raw, want) in cases {
-            let err = raw.resolve(Mode::PdHttp, false).unwrap_err();
+            let err = raw.resolve(Mode::PdHttp).unwrap_err();
             assert!(err.0.contains(want), "{raw:?}: {err:?}");
         }
-        let regular = auto(true, false, None, None).resolve(Mode::Regular, false);
+        let regular = auto(true, false, None, None).resolve(Mode::Regular);
         assert!(regular.unwrap_err().0.contains("needs PD mode"));
     }
 

@@ -593,6 +593,7 @@ async fn an_auto_request_limit_grows_while_it_binds_up_to_its_max() {
             max_inflight_tokens_per_worker: None,
             queue_size: 64,
             queue_timeout: Duration::from_secs(60),
+            priorities: None,
             auto: Some(pdrouter::config::AutoConfig {
                 unit: pdrouter::config::Unit::Requests,
                 min: 1,
@@ -619,6 +620,7 @@ async fn an_auto_token_budget_grows_by_mean_prompts_up_to_its_max() {
             max_inflight_tokens_per_worker: Some(8),
             queue_size: 64,
             queue_timeout: Duration::from_secs(60),
+            priorities: None,
             auto: Some(pdrouter::config::AutoConfig {
                 unit: pdrouter::config::Unit::Tokens,
                 min: 8,
