@@ -63,6 +63,7 @@ fn setup(n: u32, q: usize, workers: usize) -> (Admission, Arc<Vec<Arc<Slot>>>) {
             max_inflight_tokens_per_worker: None,
             queue_size: q,
             queue_timeout: Duration::from_secs(3600),
+            priorities: None,
         },
         Arc::new(Noop),
     );

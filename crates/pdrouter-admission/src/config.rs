@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::priority::PriorityClasses;
+
 /// Limits of one admission controller, already validated by the router.
 ///
 /// The controller takes the values as they are: a `max_inflight_per_worker` of 0 admits nothing
@@ -23,6 +25,21 @@ pub struct AdmissionConfig {
     pub queue_size: usize,
     /// Longest time `T` a request may wait for a slot before `QueueTimeout`.
     pub queue_timeout: Duration,
+    /// Priority classes, if enabled: each request waits as its
+    /// [priority](crate::Selector::priority)'s class says (its own queue size, timeout and
+    /// starvation age), instead of `queue_size` and `queue_timeout`, and a freed slot goes to
+    /// the highest class first (see [`crate::Priority`]). `None`: every request is
+    /// [`Default`](crate::Priority::Default), one FIFO per wait class.
+    pub priorities: Option<PriorityClasses>,
+}
+
+impl AdmissionConfig {
+    /// The class settings in force: the configured ones, or `queue_size` and `queue_timeout`
+    /// for every class without promotion.
+    pub fn classes(&self) -> PriorityClasses {
+        self.priorities
+            .unwrap_or_else(|| PriorityClasses::uniform(self.queue_size, self.queue_timeout))
+    }
 }
 
 /// The two per-worker limits, as the reservation checks them.

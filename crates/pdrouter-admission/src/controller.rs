@@ -13,6 +13,13 @@
 //!   they may use; e.g. any Prefill worker, or one strict target). Members of a class are
 //!   interchangeable, so a class is served strictly in arrival order and only its oldest waiter
 //!   (its head) is ever re-ranked while queued: if the head cannot reserve, nobody behind it can.
+//! * **Priorities.** Within a wait class, waiters sit in one list per
+//!   [priority](crate::Priority); a walk visits list heads of every wait class, promoted ones
+//!   (waited past their class's starvation age) first and oldest first, then the rest by
+//!   priority, highest first, oldest first within a priority. Once a visited waiter cannot
+//!   reserve, the rest of its wait class is skipped for the walk (they could not reserve either,
+//!   and with a token budget must not overtake it). Without priority classes every waiter is
+//!   `Default` and nobody is promoted: one list per wait class, as before.
 //! * **Release hands off.** When waiters exist, a release decrements under the lock and walks
 //!   the class heads oldest-first, re-ranking only those whose class last asked about the
 //!   released slot (a 64-bit interest filter), and grants the first that reserves. Grants are
@@ -84,8 +91,9 @@ use crate::config::{AdmissionConfig, Limits, deadline_after};
 use crate::drain::DrainMeter;
 use crate::ledger::{Ledger, Slot};
 use crate::permit::{Admitted, Permit};
+use crate::priority::{Priority, PriorityClasses};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
-use crate::selector::{Observer, Rejected, Rejection, Selector};
+use crate::selector::{Observer, PriorityOutcome, Rejected, Rejection, Selector};
 
 /// Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
 ///
@@ -108,6 +116,14 @@ pub(crate) struct Inner {
     scheduled: Mutex<HashSet<Instant>>,
     /// Admissions per second, for the `retry_after` of a rejection.
     drain: DrainMeter,
+    /// The class settings in force ([`AdmissionConfig::classes`]).
+    classes: PriorityClasses,
+    /// Priority classes are configured: selectors' priorities are read and reported.
+    prioritized: bool,
+    /// Permits held per priority (reported with priority classes only).
+    held: [AtomicUsize; 4],
+    /// The queue length per priority, readable without the lock.
+    waiting_by: [AtomicUsize; 4],
     /// Some slot has (or had) a token budget, so waiters of one wait class may differ in what
     /// fits. Never goes back to false: the ordering it enables is only stricter.
     budgeted: AtomicBool,
@@ -118,7 +134,9 @@ struct Pending {
     waiter: Box<dyn Waiter>,
     slot: Arc<Slot>,
     tokens: u32,
+    priority: Priority,
     enqueued_at: Instant,
+    promoted: bool,
 }
 
 enum SlowPath<C> {
@@ -126,7 +144,7 @@ enum SlowPath<C> {
     Wait {
         id: WaiterId,
         rx: oneshot::Receiver<Grant<C>>,
-        enqueued_at: Instant,
+        deadline: Instant,
     },
 }
 
@@ -136,6 +154,10 @@ impl Admission {
         let limits = Limits::of(&cfg);
         Admission {
             inner: Arc::new(Inner {
+                classes: cfg.classes(),
+                prioritized: cfg.priorities.is_some(),
+                held: Default::default(),
+                waiting_by: Default::default(),
                 cfg,
                 observer,
                 ledger: Ledger::new(limits),
@@ -222,50 +244,63 @@ impl Admission {
                     Ok(Some(admitted)) => return Ok(admitted),
                     Ok(None) => {}
                     Err(Some(slot)) => backoff = Some(slot),
-                    Err(None) => return Err(inner.reject(Rejection::Unavailable)),
+                    Err(None) => {
+                        let priority = inner.priority_of(&selector);
+                        return Err(inner.reject(Rejection::Unavailable, priority, Duration::ZERO));
+                    }
                 }
             }
-            let (id, mut rx, enqueued_at) = match inner.slow_path(selector, backoff) {
+            let (id, mut rx, deadline) = match inner.slow_path(selector, backoff) {
                 SlowPath::Done(result) => return result,
-                SlowPath::Wait {
-                    id,
-                    rx,
-                    enqueued_at,
-                } => (id, rx, enqueued_at),
+                SlowPath::Wait { id, rx, deadline } => (id, rx, deadline),
             };
             let mut guard = CancelOnDrop {
                 inner,
                 id: Some(id),
             };
-            let deadline = deadline_after(enqueued_at, inner.cfg.queue_timeout);
             let grant = match timeout_at(deadline, &mut rx).await {
                 Ok(Ok(grant)) => grant,
                 Ok(Err(_)) => {
                     // The sender is only dropped after sending; kept total for robustness.
                     guard.id = None;
-                    inner.cancel(id);
-                    return Err(inner.reject(Rejection::QueueTimeout));
+                    let (priority, waited) = inner.cancel(id).unwrap_or_default();
+                    return Err(inner.reject(Rejection::QueueTimeout, priority, waited));
                 }
                 Err(_elapsed) => {
                     guard.id = None;
-                    if inner.cancel(id) {
-                        return Err(inner.reject(Rejection::QueueTimeout));
+                    if let Some((priority, waited)) = inner.cancel(id) {
+                        return Err(inner.reject(Rejection::QueueTimeout, priority, waited));
                     }
                     // A grant raced with the deadline: it was taken off the queue under the
                     // lock and is being sent now. Honour it.
                     match rx.await {
                         Ok(grant) => grant,
-                        Err(_) => return Err(inner.reject(Rejection::QueueTimeout)),
+                        Err(_) => {
+                            let priority = Priority::Default;
+                            return Err(inner.reject(
+                                Rejection::QueueTimeout,
+                                priority,
+                                Duration::ZERO,
+                            ));
+                        }
                     }
                 }
             };
             guard.id = None;
             inner.drain.record();
-            inner.observer.admitted(grant.waited);
+            let waited = grant.waited();
+            inner.observer.admitted(waited);
+            inner.outcome(
+                grant.permit.priority(),
+                PriorityOutcome::Admitted {
+                    waited,
+                    promoted: grant.promoted,
+                },
+            );
             Ok(Admitted {
                 choice: grant.choice,
                 permit: grant.permit,
-                waited: grant.waited,
+                waited,
             })
         }
     }
@@ -364,8 +399,11 @@ struct CancelOnDrop<'a> {
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.inner.cancel(id);
+        if let Some(id) = self.id.take()
+            && let Some((priority, waited)) = self.inner.cancel(id)
+        {
+            self.inner
+                .outcome(priority, PriorityOutcome::Cancelled { waited });
         }
     }
 }
@@ -382,8 +420,44 @@ impl Inner {
             .tokens_changed(slot.key(), slot.inflight_tokens());
     }
 
-    fn reject(&self, reason: Rejection) -> Rejected {
+    /// The priority a request waits with: its selector's with priority classes, else `Default`.
+    fn priority_of<S: Selector>(&self, selector: &S) -> Priority {
+        if self.prioritized {
+            selector.priority()
+        } else {
+            Priority::Default
+        }
+    }
+
+    /// Tells the observer how a request of `priority` left (priority classes only).
+    fn outcome(&self, priority: Priority, outcome: PriorityOutcome) {
+        if self.prioritized {
+            self.observer.priority_outcome(priority, outcome);
+        }
+    }
+
+    /// Tells the observer the waiting and held counts of every priority (priority classes only).
+    fn levels(&self) {
+        if self.prioritized {
+            for p in Priority::ALL {
+                let queued = self.waiting_by[p.index()].load(SeqCst);
+                let held = self.held[p.index()].load(SeqCst);
+                self.observer.priority_levels(p, queued, held);
+            }
+        }
+    }
+
+    /// A permit of `priority` was created (see [`Permit::new`]). Counted with priority
+    /// classes only: a shared counter would cost every admission a contended atomic.
+    pub(crate) fn held(&self, priority: Priority) {
+        if self.prioritized {
+            self.held[priority.index()].fetch_add(1, SeqCst);
+        }
+    }
+
+    fn reject(&self, reason: Rejection, priority: Priority, waited: Duration) -> Rejected {
         self.observer.rejected(reason);
+        self.outcome(priority, PriorityOutcome::Rejected { reason, waited });
         let retry_after = match reason {
             Rejection::QueueFull | Rejection::QueueTimeout => {
                 Some(self.drain.retry_after(self.waiting.load(SeqCst)))
@@ -411,7 +485,8 @@ impl Inner {
                     return Err(Some(slot));
                 }
                 selector.commit(&choice);
-                Ok(Some(self.admitted_now(slot, tokens, choice)))
+                let priority = self.priority_of(selector);
+                Ok(Some(self.admitted_now(slot, tokens, priority, choice)))
             }
             Reserve::Full => Ok(None),
             Reserve::Unavailable => Err(None),
@@ -419,16 +494,31 @@ impl Inner {
     }
 
     /// Bookkeeping for an admission that did not wait (choice already committed).
-    fn admitted_now<C>(self: &Arc<Self>, slot: Arc<Slot>, tokens: u32, choice: C) -> Admitted<C> {
+    fn admitted_now<C>(
+        self: &Arc<Self>,
+        slot: Arc<Slot>,
+        tokens: u32,
+        priority: Priority,
+        choice: C,
+    ) -> Admitted<C> {
         if slot.is_forgotten() {
             self.ledger.reserved_forgotten(&slot);
         }
         self.report(&slot);
         self.drain.record();
         self.observer.admitted(Duration::ZERO);
+        let permit = Permit::new(slot, Arc::clone(self), tokens, priority);
+        self.outcome(
+            priority,
+            PriorityOutcome::Admitted {
+                waited: Duration::ZERO,
+                promoted: false,
+            },
+        );
+        self.levels();
         Admitted {
             choice,
-            permit: Permit::new(slot, Arc::clone(self), tokens),
+            permit,
             waited: Duration::ZERO,
         }
     }
@@ -439,6 +529,7 @@ impl Inner {
         backoff: Option<Arc<Slot>>,
     ) -> SlowPath<S::Choice> {
         let tokens = tokens_of(&selector);
+        let priority = self.priority_of(&selector);
         let now = Instant::now();
         let interest = Cell::new(0);
         let class = selector.wait_class();
@@ -452,15 +543,16 @@ impl Inner {
             slot.unreserve(tokens);
             self.dispatch(&mut queue, Some(slot), &mut pending);
         }
-        let may_wait = queue.len() < self.cfg.queue_size;
+        let may_wait = queue.lens()[priority.index()] < self.classes.get(priority).queue_size;
         if may_wait {
             // Announce before ranking (see the module docs: pairs with `release`).
             self.contended.fetch_add(1, SeqCst);
         }
-        // With a token budget, members of a class differ in size: an arrival that fits where its
-        // class's oldest waiter does not would overtake it, again and again, so it queues
-        // behind instead. (Without a budget, it could not fit where the head does not.)
-        let behind = self.budgeted() && queue.has_class(class.as_deref());
+        // With a token budget, members of a class differ in size: an arrival that fits where a
+        // waiter of its class served before it does not would overtake it, again and again, so
+        // it queues behind instead. (Without a budget, it could not fit where they do not.)
+        let behind =
+            self.budgeted() && queue.outranked(class.as_deref(), priority, &self.classes, now);
         let sel = selector.as_mut().expect("selector present");
         let step = match rank_reserve(sel, tokens, &interest, !behind) {
             Reserve::Reserved(slot, choice) => Ok((slot, choice)),
@@ -475,16 +567,16 @@ impl Inner {
                     enqueued_at: now,
                     interest: interest.get(),
                     class,
+                    priority,
                 });
                 let after = self.unlock(queue, before);
                 self.deliver(pending);
-                if let Some(len) = after {
-                    self.observer.queued_changed(len);
-                }
+                self.publish(after);
+                let timeout = self.classes.get(priority).queue_timeout;
                 return SlowPath::Wait {
                     id,
                     rx,
-                    enqueued_at: now,
+                    deadline: deadline_after(now, timeout),
                 };
             }
         };
@@ -493,25 +585,37 @@ impl Inner {
         }
         let after = self.unlock(queue, before);
         self.deliver(pending);
-        if let Some(len) = after {
-            self.observer.queued_changed(len);
-        }
+        self.publish(after);
         SlowPath::Done(match step {
             Ok((slot, choice)) => {
                 let mut selector = selector.expect("selector present");
                 selector.commit(&choice);
-                Ok(self.admitted_now(slot, tokens, choice))
+                Ok(self.admitted_now(slot, tokens, priority, choice))
             }
-            Err(reason) => Err(self.reject(reason)),
+            Err(reason) => Err(self.reject(reason, priority, Duration::ZERO)),
         })
     }
 
-    /// Publishes the queue length and unlocks; returns the new length if it changed.
+    /// Publishes the queue length and unlocks; returns the new length (and the lengths per
+    /// priority) if it changed.
     fn unlock(&self, queue: MutexGuard<'_, WaitQueue>, before: usize) -> Option<usize> {
         let len = queue.len();
         self.waiting.store(len, SeqCst);
+        if self.prioritized {
+            for (count, n) in self.waiting_by.iter().zip(queue.lens()) {
+                count.store(n, SeqCst);
+            }
+        }
         drop(queue);
         (len != before).then_some(len)
+    }
+
+    /// Tells the observer a queue length [`unlock`](Self::unlock) returned.
+    fn publish(&self, after: Option<usize>) {
+        if let Some(len) = after {
+            self.observer.queued_changed(len);
+            self.levels();
+        }
     }
 
     /// Walks the oldest waiter of each class, oldest first, and takes off the queue each one
@@ -526,22 +630,27 @@ impl Inner {
             return;
         }
         let bit = released.map(|s| s.bit);
-        let mut from = 0;
-        while let Some((generation, index)) = queue.next_head(from, bit) {
-            from = generation + 1;
-            let reserved = queue.try_reserve(index);
+        let now = Instant::now();
+        let mut walk = queue.walk();
+        while let Some(visit) = queue.next(&mut walk, bit, &self.classes, now) {
+            let reserved = queue.try_reserve(visit.index);
             // With a token budget the next waiter of this class may be smaller and fit on a
             // worker its predecessor did not: it is visited even if the released slot is full.
             let successor_may_fit = reserved.is_some() && budgeted;
-            if let Some(slot) = reserved {
-                let entry = queue.remove_at(index);
-                self.contended.fetch_sub(1, SeqCst);
-                pending.push(Pending {
-                    tokens: entry.waiter.tokens(),
-                    waiter: entry.waiter,
-                    slot,
-                    enqueued_at: entry.enqueued_at,
-                });
+            match reserved {
+                Some(slot) => {
+                    let entry = queue.remove_at(visit.index);
+                    self.contended.fetch_sub(1, SeqCst);
+                    pending.push(Pending {
+                        tokens: entry.waiter.tokens(),
+                        waiter: entry.waiter,
+                        slot,
+                        priority: entry.priority,
+                        enqueued_at: entry.enqueued_at,
+                        promoted: visit.promoted,
+                    });
+                }
+                None => queue.block(&walk, visit.index),
             }
             // The released unit is gone (to this waiter, or to a racing fast-path arrival that
             // will give it back through dispatch if anyone waits).
@@ -563,7 +672,9 @@ impl Inner {
             waiter,
             slot,
             tokens,
+            priority,
             enqueued_at,
+            promoted,
         }) = work.pop_front()
         {
             if slot.is_forgotten() {
@@ -571,24 +682,33 @@ impl Inner {
             }
             self.report(&slot);
             let waited = now.saturating_duration_since(enqueued_at);
-            let permit = Permit::new(slot, Arc::clone(self), tokens);
-            if let Err(permit) = waiter.grant(permit, waited) {
-                let (slot, tokens) = permit.disarm();
+            let permit = Permit::new(slot, Arc::clone(self), tokens, priority);
+            if let Err(permit) = waiter.grant(permit, waited, promoted) {
+                let (slot, tokens, priority) = permit.disarm();
                 let mut more = Vec::new();
-                self.release_into(&slot, tokens, &mut more);
+                self.release_into(&slot, tokens, priority, &mut more);
                 work.extend(more);
             }
         }
     }
 
     /// Releases one unit of `slot` holding `tokens` (the permit's drop).
-    pub(crate) fn release(self: &Arc<Self>, slot: &Arc<Slot>, tokens: u32) {
+    pub(crate) fn release(self: &Arc<Self>, slot: &Arc<Slot>, tokens: u32, priority: Priority) {
         let mut pending = Vec::new();
-        self.release_into(slot, tokens, &mut pending);
+        self.release_into(slot, tokens, priority, &mut pending);
         self.deliver(pending);
     }
 
-    fn release_into(&self, slot: &Arc<Slot>, tokens: u32, pending: &mut Vec<Pending>) {
+    fn release_into(
+        &self,
+        slot: &Arc<Slot>,
+        tokens: u32,
+        priority: Priority,
+        pending: &mut Vec<Pending>,
+    ) {
+        if self.prioritized {
+            self.held[priority.index()].fetch_sub(1, SeqCst);
+        }
         let mut queued = None;
         if self.contended.load(SeqCst) == 0 {
             slot.unreserve(tokens);
@@ -609,8 +729,9 @@ impl Inner {
         }
         let inflight = slot.inflight();
         self.report(slot);
-        if let Some(len) = queued {
-            self.observer.queued_changed(len);
+        match queued {
+            Some(len) => self.publish(Some(len)),
+            None => self.levels(),
         }
         if inflight == 0 && slot.is_forgotten() {
             self.ledger.released_forgotten(slot, &*self.observer);
@@ -627,14 +748,12 @@ impl Inner {
         self.dispatch(&mut queue, None, &mut pending);
         let after = self.unlock(queue, before);
         self.deliver(pending);
-        if let Some(len) = after {
-            self.observer.queued_changed(len);
-        }
+        self.publish(after);
     }
 
-    /// Removes a waiter (timeout or cancellation). False if it was already taken off the queue
-    /// by a grant.
-    fn cancel(&self, id: WaiterId) -> bool {
+    /// Removes a waiter (timeout or cancellation): its priority and how long it waited, or
+    /// `None` if it was already taken off the queue by a grant.
+    fn cancel(&self, id: WaiterId) -> Option<(Priority, Duration)> {
         let mut queue = self.queue.lock();
         let before = queue.len();
         let entry = queue.remove(id);
@@ -642,12 +761,13 @@ impl Inner {
             self.contended.fetch_sub(1, SeqCst);
         }
         let after = self.unlock(queue, before);
-        let removed = entry.is_some();
+        let left = entry.as_ref().map(|e| {
+            let waited = Instant::now().saturating_duration_since(e.enqueued_at);
+            (e.priority, waited)
+        });
         // The selector is dropped outside the lock.
         drop(entry);
-        if let Some(len) = after {
-            self.observer.queued_changed(len);
-        }
-        removed
+        self.publish(after);
+        left
     }
 }

@@ -8,6 +8,12 @@
 //! whichever worker frees up first. The reservation is a [`Permit`], released
 //! exactly once when dropped.
 //!
+//! With [priority classes](Priority) (`AdmissionConfig::priorities`), each request waits in
+//! its [priority](Selector::priority)'s class, with that class's queue size and timeout, and a
+//! freed unit goes to the highest-priority waiter that can use it, oldest first within a
+//! priority, except that a waiter past its class's starvation age is served before every
+//! waiter that is not.
+//!
 //! The crate knows nothing of HTTP, metrics libraries or routing policies: the router supplies a
 //! [`Selector`] (health, model pool, strict target, policy) and an [`Observer`] (metrics).
 //!
@@ -42,6 +48,7 @@
 //!     max_inflight_tokens_per_worker: None,
 //!     queue_size: 0,
 //!     queue_timeout: Duration::from_secs(60),
+//!     priorities: None,
 //! };
 //! let admission = Admission::new(cfg, Arc::new(NoMetrics));
 //! let workers = vec![admission.slot("http://prefill-0:8000")];
@@ -64,15 +71,21 @@
 //!   with [`Admission::set_limits`]), and its prompt tokens never exceed its token budget unless
 //!   it holds a single request (reservation is one CAS on both that refuses beyond the limits).
 //!   A limit lowered below what is in flight revokes nothing; it holds new reservations back.
-//! - At most `queue_size` requests wait; with `queue_size == 0` nothing ever waits.
+//! - At most `queue_size` requests wait; with `queue_size == 0` nothing ever waits. With
+//!   priority classes, at most each class's own `queue_size` requests of that class wait, and
+//!   each waits at most its class's `queue_timeout`.
 //! - A request for which no healthy worker matches is rejected `Unavailable` and never queued.
 //! - Filtering, policy ranking and reservation are one step; [`Selector::commit`] is called
 //!   exactly once per admission, only for the reserved choice.
 //! - No bypass: a new request never takes a unit an existing waiter could use; waiters that
 //!   compete for the same workers are served in arrival order.
-//! - Waiters of one wait class are admitted in arrival order, and only the oldest of each class
-//!   is re-ranked while queued, so a notification costs one ranking per class (plus one per
-//!   admission), not one per waiter.
+//! - Waiters of one wait class are admitted in arrival order (with priority classes: promoted
+//!   waiters oldest first, then by priority, arrival order within a priority), and only the
+//!   first of each (wait class, priority) list is re-ranked while queued, so a notification
+//!   costs at most one ranking per wait class (plus one per admission), not one per waiter.
+//! - Priority: a freed unit never goes to a waiter while a waiter served before it (higher
+//!   priority, or promoted) could use the unit; promotion bounds the wait of every priority by
+//!   its starvation age plus the waiters promoted before it.
 //! - No head-of-line blocking: a waiter that cannot use free capacity does not hold back later
 //!   waiters that can.
 //! - No stranding: a waiter never stays queued while a unit it can use is free (given the
@@ -100,6 +113,7 @@ pub mod controller;
 mod drain;
 mod ledger;
 mod permit;
+mod priority;
 mod queue;
 mod selector;
 pub mod shares;
@@ -110,7 +124,8 @@ pub use controller::Admission;
 pub use drain::{RETRY_AFTER_CAP, WINDOW};
 pub use ledger::Slot;
 pub use permit::{Admitted, Permit};
-pub use selector::{Observer, Ranking, Rejected, Rejection, Selector};
+pub use priority::{ClassSettings, Priority, PriorityClasses};
+pub use selector::{Observer, PriorityOutcome, Ranking, Rejected, Rejection, Selector};
 pub use shares::{
     Exchange, Fallback, LeaseStore, ShareConfig, ShareGrant, ShareObserver, ShareReport,
     ShareSource, ShareView, Sharer, StoreError,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::controller::Inner;
 use crate::ledger::Slot;
+use crate::priority::Priority;
 
 /// A successful admission.
 #[derive(Debug)]
@@ -30,15 +31,19 @@ pub struct Permit {
     slot: Arc<Slot>,
     inner: Arc<Inner>,
     tokens: u32,
+    priority: Priority,
     armed: bool,
 }
 
 impl Permit {
-    pub(crate) fn new(slot: Arc<Slot>, inner: Arc<Inner>, tokens: u32) -> Self {
+    /// Counts the reservation in its priority's in-flight total, which its release undoes.
+    pub(crate) fn new(slot: Arc<Slot>, inner: Arc<Inner>, tokens: u32, priority: Priority) -> Self {
+        inner.held(priority);
         Permit {
             slot,
             inner,
             tokens,
+            priority,
             armed: true,
         }
     }
@@ -53,10 +58,15 @@ impl Permit {
         self.tokens
     }
 
+    /// The priority class the request was admitted under.
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
     /// Takes the reservation out without releasing it (the caller releases it).
-    pub(crate) fn disarm(mut self) -> (Arc<Slot>, u32) {
+    pub(crate) fn disarm(mut self) -> (Arc<Slot>, u32, Priority) {
         self.armed = false;
-        (Arc::clone(&self.slot), self.tokens)
+        (Arc::clone(&self.slot), self.tokens, self.priority)
     }
 }
 
@@ -64,7 +74,7 @@ impl Drop for Permit {
     fn drop(&mut self) {
         if self.armed {
             self.armed = false;
-            self.inner.release(&self.slot, self.tokens);
+            self.inner.release(&self.slot, self.tokens, self.priority);
         }
     }
 }
@@ -74,6 +84,7 @@ impl fmt::Debug for Permit {
         f.debug_struct("Permit")
             .field("key", &self.slot.key())
             .field("tokens", &self.tokens)
+            .field("priority", &self.priority)
             .field("inflight", &self.slot.inflight())
             .finish()
     }

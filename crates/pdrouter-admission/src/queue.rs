@@ -1,20 +1,24 @@
-//! The wait list: waiters grouped by wait class, each class in arrival order; O(1) push and
-//! O(1) removal from anywhere, O(log classes) to find the oldest waiter of the next class.
+//! The wait list: waiters grouped by wait class and priority, each (wait class, priority) list
+//! in arrival order; O(1) push and O(1) removal from anywhere, O(log lists) to find the next
+//! list head a dispatch walk visits.
 //!
 //! A slab of nodes, each threaded on an intrusive doubly-linked list (indices, not pointers) of
-//! its class. A waiter is named by a [`WaiterId`] (index + generation); generations are
-//! queue-wide push numbers, so they also give arrival order, and a stale id (the waiter was
-//! already granted or removed) is detected and ignored.
+//! its wait class and priority. A waiter is named by a [`WaiterId`] (index + generation);
+//! generations are queue-wide push numbers, so they also give arrival order, and a stale id
+//! (the waiter was already granted or removed) is detected and ignored.
 //!
 //! Invariants:
-//! - A class exists exactly while it has waiters; a waiter without a class key
+//! - A wait class exists exactly while it has waiters; a waiter without a class key
 //!   ([`Selector::wait_class`] is `None`) is alone in a class of its own.
-//! - `heads` maps the generation of every class's oldest waiter to that class and to the class's
-//!   interest: the bits of the slots the most recent ranking of any of its members asked about.
-//!   Walking `heads` in key order visits each class once, oldest head first.
-//! - Only heads are ever re-ranked while queued: the members of a class are interchangeable
-//!   (the [`Selector::wait_class`] contract), so when the head cannot reserve, nobody behind it
-//!   can either.
+//! - `heads[p]` maps the generation of the oldest waiter of every wait class's priority-`p`
+//!   list to its position. A class's interest is the bits of the slots the most recent ranking
+//!   of any of its members asked about.
+//! - A walk ([`WaitQueue::next`]) visits promoted waiters (past their class's starvation age)
+//!   oldest first, then the rest by priority, highest first, oldest first within a priority.
+//! - Only list heads are ever re-ranked while queued, and once a visited waiter of a wait class
+//!   cannot reserve, nobody else of that wait class is visited in the same walk: the members
+//!   of a class are interchangeable (the [`Selector::wait_class`] contract), so nobody it
+//!   serves later could reserve either (and with a token budget, must not overtake it).
 //!
 //! [`Selector::wait_class`]: crate::Selector::wait_class
 
@@ -29,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::ledger::Slot;
 use crate::permit::Permit;
+use crate::priority::{Priority, PriorityClasses};
 use crate::selector::{Ranking, Selector};
 
 const NIL: u32 = u32::MAX;
@@ -80,14 +85,30 @@ pub(crate) trait Waiter: Send {
     fn tokens(&self) -> u32;
     /// Hands the permit to the waiting caller. Called outside the lock. Gives the permit back if
     /// the caller is gone.
-    fn grant(self: Box<Self>, permit: Permit, waited: Duration) -> Result<(), Permit>;
+    fn grant(
+        self: Box<Self>,
+        permit: Permit,
+        waited: Duration,
+        promoted: bool,
+    ) -> Result<(), Permit>;
 }
 
-/// What a waiting caller receives.
+/// What a waiting caller receives. Kept as small as it was before promotion existed (the wait
+/// in nanoseconds beside the flag, rather than a `Duration` with its padding): the acquire
+/// future of every waiting request has room for one.
 pub(crate) struct Grant<C> {
     pub(crate) choice: C,
     pub(crate) permit: Permit,
-    pub(crate) waited: Duration,
+    waited_nanos: u64,
+    /// Served by starvation promotion.
+    pub(crate) promoted: bool,
+}
+
+impl<C> Grant<C> {
+    /// How long the request waited.
+    pub(crate) fn waited(&self) -> Duration {
+        Duration::from_nanos(self.waited_nanos)
+    }
 }
 
 pub(crate) struct TypedWaiter<S: Selector> {
@@ -124,7 +145,12 @@ impl<S: Selector> Waiter for TypedWaiter<S> {
         self.tokens
     }
 
-    fn grant(self: Box<Self>, permit: Permit, waited: Duration) -> Result<(), Permit> {
+    fn grant(
+        self: Box<Self>,
+        permit: Permit,
+        waited: Duration,
+        promoted: bool,
+    ) -> Result<(), Permit> {
         let TypedWaiter {
             selector,
             choice,
@@ -136,7 +162,8 @@ impl<S: Selector> Waiter for TypedWaiter<S> {
         tx.send(Grant {
             choice,
             permit,
-            waited,
+            waited_nanos: u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+            promoted,
         })
         .map_err(|grant| grant.permit)
     }
@@ -150,6 +177,8 @@ pub(crate) struct Entry {
     pub(crate) interest: u64,
     /// Its wait class (see [`Selector::wait_class`]). Read on push; a removed entry's is `None`.
     pub(crate) class: Option<Box<str>>,
+    /// Its priority class.
+    pub(crate) priority: Priority,
 }
 
 /// Names a waiter in the [`WaitQueue`].
@@ -161,40 +190,73 @@ pub(crate) struct WaiterId {
 
 /// A slab node.
 struct Node {
-    /// Neighbours in the class list when occupied; `next` is the next free node when vacant.
+    /// Neighbours in its (wait class, priority) list when occupied; `next` is the next free
+    /// node when vacant.
     prev: u32,
     next: u32,
     class: u32,
+    priority: Priority,
     /// Queue-wide push number of the current occupant (unique, never reused).
     generation: u64,
     entry: Option<(Box<dyn Waiter>, Instant)>,
 }
 
-/// The waiters of one class, oldest first.
-struct Class {
-    key: Option<Box<str>>,
+/// One (wait class, priority) list, oldest first.
+#[derive(Clone, Copy)]
+struct List {
     head: u32,
     tail: u32,
 }
 
-/// What the `heads` index keeps for a class.
-#[derive(Clone, Copy)]
-struct Head {
-    index: u32,
+const EMPTY: List = List {
+    head: NIL,
+    tail: NIL,
+};
+
+/// The waiters of one wait class: one list per priority.
+struct Class {
+    key: Option<Box<str>>,
+    lists: [List; 4],
+    members: usize,
+    /// The bits of the slots the most recent ranking of any member asked about.
     interest: u64,
+    /// The walk (see [`Walk::number`]) in which one of its waiters could not reserve.
+    blocked_in: u64,
 }
 
-/// Waiters by class, in arrival order.
+/// Where a dispatch walk is (see [`WaitQueue::next`]); from [`WaitQueue::walk`].
+pub(crate) struct Walk {
+    /// Per priority: the lowest arrival number not yet visited.
+    from: [u64; 4],
+    /// Still visiting promoted waiters.
+    promoted: bool,
+    /// This walk's number: wait classes marked with it had a waiter that could not reserve,
+    /// and nobody else of theirs is visited (a mark instead of a list: no allocation).
+    number: u64,
+}
+
+/// A waiter a walk visits.
+pub(crate) struct Visit {
+    pub(crate) index: u32,
+    /// Visited because it waited past its class's starvation age.
+    pub(crate) promoted: bool,
+}
+
+/// Waiters by wait class and priority, each list in arrival order.
 pub(crate) struct WaitQueue {
     nodes: Vec<Node>,
     free: u32,
     classes: Vec<Class>,
     free_classes: Vec<u32>,
     by_key: HashMap<Box<str>, u32>,
-    /// Generation of each class's oldest waiter → its position and the class's interest.
-    heads: BTreeMap<u64, Head>,
+    /// Per priority: arrival number of the oldest waiter of each wait class's list → position.
+    heads: [BTreeMap<u64, u32>; 4],
     len: usize,
+    by_priority: [usize; 4],
     next_generation: u64,
+    /// Walks started so far (walk numbers start at 1; a class's 0 means never blocked). A
+    /// `Cell` so that starting a walk needs no exclusive borrow (the queue is behind a mutex).
+    walks: Cell<u64>,
 }
 
 impl WaitQueue {
@@ -205,9 +267,21 @@ impl WaitQueue {
             classes: Vec::new(),
             free_classes: Vec::new(),
             by_key: HashMap::new(),
-            heads: BTreeMap::new(),
+            heads: Default::default(),
             len: 0,
+            by_priority: [0; 4],
             next_generation: 0,
+            walks: Cell::new(0),
+        }
+    }
+
+    /// Starts a dispatch walk.
+    pub(crate) fn walk(&self) -> Walk {
+        self.walks.set(self.walks.get() + 1);
+        Walk {
+            from: [0; 4],
+            promoted: true,
+            number: self.walks.get(),
         }
     }
 
@@ -215,9 +289,33 @@ impl WaitQueue {
         self.len
     }
 
-    /// Whether requests of the named class wait (never for `None`: each such is its own class).
-    pub(crate) fn has_class(&self, key: Option<&str>) -> bool {
-        key.is_some_and(|k| self.by_key.contains_key(k))
+    /// Waiters of each priority, indexed by [`Priority::index`].
+    pub(crate) fn lens(&self) -> [usize; 4] {
+        self.by_priority
+    }
+
+    /// Whether a request of `priority` in the named wait class would be served after one of
+    /// its class's waiters: one of at least its priority, or a promoted one, waits. Never for
+    /// `None` (each such request is a class of its own).
+    pub(crate) fn outranked(
+        &self,
+        key: Option<&str>,
+        priority: Priority,
+        classes: &PriorityClasses,
+        now: Instant,
+    ) -> bool {
+        let Some(&c) = key.and_then(|k| self.by_key.get(k)) else {
+            return false;
+        };
+        let class = &self.classes[c as usize];
+        Priority::ALL.into_iter().any(|p| {
+            let head = class.lists[p.index()].head;
+            head != NIL
+                && (p >= priority || {
+                    let (_, since) = self.nodes[head as usize].entry.as_ref().expect("occupied");
+                    classes.starved(p, *since, now)
+                })
+        })
     }
 
     /// The class for `key`, created empty if needed.
@@ -229,8 +327,10 @@ impl WaitQueue {
         }
         let class = Class {
             key: key.clone(),
-            head: NIL,
-            tail: NIL,
+            lists: [EMPTY; 4],
+            members: 0,
+            interest: 0,
+            blocked_in: 0,
         };
         let c = match self.free_classes.pop() {
             Some(c) => {
@@ -249,7 +349,7 @@ impl WaitQueue {
         c
     }
 
-    /// Appends a waiter (the newest of its class).
+    /// Appends a waiter (the newest of its wait class and priority).
     pub(crate) fn push(&mut self, entry: Entry) -> WaiterId {
         let c = self.class_for(entry.class);
         let index = if self.free != NIL {
@@ -265,6 +365,7 @@ impl WaitQueue {
                 prev: NIL,
                 next: NIL,
                 class: 0,
+                priority: Priority::Default,
                 generation: 0,
                 entry: None,
             });
@@ -272,34 +373,29 @@ impl WaitQueue {
         };
         let generation = self.next_generation;
         self.next_generation += 1;
-        let tail = self.classes[c as usize].tail;
+        let p = entry.priority.index();
+        let class = &mut self.classes[c as usize];
+        let tail = class.lists[p].tail;
+        // The newest ranking speaks for the whole class.
+        class.interest = entry.interest;
+        class.members += 1;
+        class.lists[p].tail = index;
+        if tail == NIL {
+            class.lists[p].head = index;
+            self.heads[p].insert(generation, index);
+        } else {
+            self.nodes[tail as usize].next = index;
+        }
         self.nodes[index as usize] = Node {
             prev: tail,
             next: NIL,
             class: c,
+            priority: entry.priority,
             generation,
             entry: Some((entry.waiter, entry.enqueued_at)),
         };
-        let class = &mut self.classes[c as usize];
-        class.tail = index;
-        if tail == NIL {
-            class.head = index;
-            self.heads.insert(
-                generation,
-                Head {
-                    index,
-                    interest: entry.interest,
-                },
-            );
-        } else {
-            self.nodes[tail as usize].next = index;
-            // The newest ranking speaks for the whole class.
-            let head = self.nodes[class.head as usize].generation;
-            if let Some(h) = self.heads.get_mut(&head) {
-                h.interest = entry.interest;
-            }
-        }
         self.len += 1;
+        self.by_priority[p] += 1;
         WaiterId { index, generation }
     }
 
@@ -312,15 +408,80 @@ impl WaitQueue {
         Some(self.remove_at(id.index))
     }
 
-    /// The oldest waiter, at or after arrival number `from`, of a class whose interest meets
-    /// `bit` (any class when `bit` is `None`): its arrival number and position. Only class heads
-    /// are candidates, so a walk that resumes after each returned number visits every class at
-    /// most once, and a head's successor (newer) is visited later in the same walk.
-    pub(crate) fn next_head(&self, from: u64, bit: Option<u64>) -> Option<(u64, u32)> {
-        self.heads
+    /// The oldest list head of `priority`, at or after arrival number `from`, whose wait class
+    /// is not blocked in `walk` and (with `bit`) is interested in that slot.
+    fn first(&self, priority: usize, from: u64, bit: Option<u64>, walk: u64) -> Option<(u64, u32)> {
+        self.heads[priority]
             .range(from..)
-            .find(|(_, h)| bit.is_none_or(|b| h.interest & b != 0))
-            .map(|(&generation, h)| (generation, h.index))
+            .find(|&(_, &index)| {
+                let class = &self.classes[self.nodes[index as usize].class as usize];
+                bit.is_none_or(|b| class.interest & b != 0) && class.blocked_in != walk
+            })
+            .map(|(&generation, &index)| (generation, index))
+    }
+
+    /// The next waiter a dispatch walk visits: first the promoted ones (waited past their
+    /// class's starvation age at `now`) oldest first, then the others by priority, highest
+    /// first, oldest first within a priority. Only list heads are candidates and the walk
+    /// resumes after each one it returned, so it visits every list at most once per priority
+    /// pass, and a head's successor (newer) later in the same walk. With `bit`, only wait
+    /// classes interested in that slot are visited.
+    pub(crate) fn next(
+        &self,
+        walk: &mut Walk,
+        bit: Option<u64>,
+        classes: &PriorityClasses,
+        now: Instant,
+    ) -> Option<Visit> {
+        if walk.promoted {
+            let mut oldest: Option<(u64, usize, u32)> = None;
+            for p in Priority::ALL {
+                let i = p.index();
+                // Cheap skips first: without priority classes nobody is ever promoted, and
+                // most priorities have nobody waiting.
+                if self.by_priority[i] == 0 || classes.get(p).starvation_after.is_none() {
+                    continue;
+                }
+                // Within a list, age falls with arrival: if its first candidate is not starved,
+                // nobody after it is.
+                if let Some((generation, index)) = self.first(i, walk.from[i], bit, walk.number)
+                    && let Some((_, since)) = &self.nodes[index as usize].entry
+                    && classes.starved(p, *since, now)
+                    && oldest.is_none_or(|(g, _, _)| generation < g)
+                {
+                    oldest = Some((generation, i, index));
+                }
+            }
+            if let Some((generation, i, index)) = oldest {
+                walk.from[i] = generation + 1;
+                return Some(Visit {
+                    index,
+                    promoted: true,
+                });
+            }
+            walk.promoted = false;
+        }
+        for p in Priority::ALL.into_iter().rev() {
+            let i = p.index();
+            if self.by_priority[i] == 0 {
+                continue;
+            }
+            if let Some((generation, index)) = self.first(i, walk.from[i], bit, walk.number) {
+                walk.from[i] = generation + 1;
+                return Some(Visit {
+                    index,
+                    promoted: false,
+                });
+            }
+        }
+        None
+    }
+
+    /// Keeps the rest of this waiter's wait class out of the walk: it could not reserve, so
+    /// nobody its class serves after it may (without a token budget they could not either).
+    pub(crate) fn block(&mut self, walk: &Walk, index: u32) {
+        let c = self.nodes[index as usize].class;
+        self.classes[c as usize].blocked_in = walk.number;
     }
 
     /// Re-ranks the waiter at an occupied position (see [`Waiter::try_reserve`]) and records the
@@ -330,11 +491,7 @@ impl WaitQueue {
         let (waiter, _) = node.entry.as_mut().expect("position is occupied");
         let interest = Cell::new(0);
         let reserved = waiter.try_reserve(&interest);
-        let head = self.classes[node.class as usize].head;
-        let head = self.nodes[head as usize].generation;
-        if let Some(h) = self.heads.get_mut(&head) {
-            h.interest = interest.get();
-        }
+        self.classes[node.class as usize].interest = interest.get();
         reserved
     }
 
@@ -342,43 +499,47 @@ impl WaitQueue {
     pub(crate) fn remove_at(&mut self, index: u32) -> Entry {
         let node = &mut self.nodes[index as usize];
         let (waiter, enqueued_at) = node.entry.take().expect("position is occupied");
-        let (prev, next, c, generation) = (node.prev, node.next, node.class, node.generation);
+        let (prev, next, c, generation, priority) = (
+            node.prev,
+            node.next,
+            node.class,
+            node.generation,
+            node.priority,
+        );
         node.prev = NIL;
         node.next = self.free;
         self.free = index;
+        let p = priority.index();
         let class = &mut self.classes[c as usize];
+        let list = &mut class.lists[p];
         if next == NIL {
-            class.tail = prev;
+            list.tail = prev;
         } else {
             self.nodes[next as usize].prev = prev;
         }
-        let mut interest = 0;
         if prev == NIL {
-            class.head = next;
-            let head = self
-                .heads
+            list.head = next;
+            self.heads[p]
                 .remove(&generation)
-                .expect("a class head is indexed");
-            interest = head.interest;
+                .expect("a list head is indexed");
             if next != NIL {
                 let successor = self.nodes[next as usize].generation;
-                self.heads.insert(
-                    successor,
-                    Head {
-                        index: next,
-                        interest,
-                    },
-                );
-            } else {
-                if let Some(k) = class.key.take() {
-                    self.by_key.remove(&k);
-                }
-                self.free_classes.push(c);
+                self.heads[p].insert(successor, next);
             }
         } else {
             self.nodes[prev as usize].next = next;
         }
+        let class = &mut self.classes[c as usize];
+        class.members -= 1;
+        let interest = class.interest;
+        if class.members == 0 {
+            if let Some(k) = class.key.take() {
+                self.by_key.remove(&k);
+            }
+            self.free_classes.push(c);
+        }
         self.len -= 1;
+        self.by_priority[p] -= 1;
         if self.len == 0 && self.nodes.len() > 1024 {
             // Give back the memory of a burst. Generations are queue-wide and never reused, so
             // an old id cannot match a node created later.
@@ -392,13 +553,17 @@ impl WaitQueue {
             enqueued_at,
             interest,
             class: None,
+            priority,
         }
     }
 }
 
 impl fmt::Debug for WaitQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WaitQueue").field("len", &self.len).finish()
+        f.debug_struct("WaitQueue")
+            .field("len", &self.len)
+            .field("by_priority", &self.by_priority)
+            .finish()
     }
 }
 
@@ -414,29 +579,50 @@ mod tests {
         fn tokens(&self) -> u32 {
             1
         }
-        fn grant(self: Box<Self>, _: Permit, _: Duration) -> Result<(), Permit> {
+        fn grant(self: Box<Self>, _: Permit, _: Duration, _: bool) -> Result<(), Permit> {
             Ok(())
         }
     }
 
     fn entry(class: Option<&str>, interest: u64) -> Entry {
+        entry_at(class, interest, Priority::Default, Instant::now())
+    }
+
+    fn entry_at(class: Option<&str>, interest: u64, priority: Priority, at: Instant) -> Entry {
         Entry {
             waiter: Box::new(Dummy),
-            enqueued_at: Instant::now(),
+            enqueued_at: at,
             interest,
             class: class.map(Into::into),
+            priority,
         }
     }
 
-    /// Arrival numbers of the class heads a walk visits, oldest first.
-    fn walk(q: &WaitQueue, bit: Option<u64>) -> Vec<u64> {
+    fn generation(q: &WaitQueue, index: u32) -> u64 {
+        q.nodes[index as usize].generation
+    }
+
+    /// Arrival numbers of the waiters a walk visits (none reserves), with promotion marks.
+    fn walk_with(
+        q: &WaitQueue,
+        bit: Option<u64>,
+        classes: &PriorityClasses,
+        now: Instant,
+    ) -> Vec<(u64, bool)> {
         let mut out = Vec::new();
-        let mut from = 0;
-        while let Some((generation, _)) = q.next_head(from, bit) {
-            out.push(generation);
-            from = generation + 1;
+        let mut walk = q.walk();
+        while let Some(v) = q.next(&mut walk, bit, classes, now) {
+            out.push((generation(q, v.index), v.promoted));
         }
         out
+    }
+
+    fn walk(q: &WaitQueue, bit: Option<u64>) -> Vec<u64> {
+        let classes = PriorityClasses::uniform(10, Duration::from_secs(1));
+        walk_with(q, bit, &classes, Instant::now())
+            .into_iter()
+            .map(|(g, _)| g)
+            .collect()
     }
 
     #[test]
@@ -458,7 +644,7 @@ mod tests {
             assert!(q.remove(id).is_some());
         }
         assert_eq!(q.len(), 0);
-        assert!(q.next_head(0, None).is_none());
+        assert_eq!(walk(&q, None), [] as [u64; 0]);
         assert!(q.classes.len() == q.free_classes.len() && q.by_key.is_empty());
     }
 
@@ -489,13 +675,86 @@ mod tests {
         let a3 = q.push(entry(Some("7"), 0b100));
         assert_eq!(walk(&q, Some(0b100)), [5]);
         // try_reserve records the head's new interest for the class.
-        let (_, index) = q.next_head(5, None).unwrap();
-        assert!(q.try_reserve(index).is_none());
+        let classes = PriorityClasses::uniform(10, Duration::from_secs(1));
+        let mut w = q.walk();
+        let v = q
+            .next(&mut w, Some(0b100), &classes, Instant::now())
+            .unwrap();
+        assert!(q.try_reserve(v.index).is_none());
         assert_eq!(walk(&q, Some(0b100)), [] as [u64; 0]);
         for id in [b0, solo, a3] {
             assert!(q.remove(id).is_some());
         }
         assert_eq!(q.len(), 0);
-        assert!(q.heads.is_empty() && q.by_key.is_empty());
+        assert!(q.heads.iter().all(BTreeMap::is_empty) && q.by_key.is_empty());
+    }
+
+    #[test]
+    fn walks_by_priority_then_arrival_and_promotes_the_starved() {
+        let t0 = Instant::now();
+        let mut classes = PriorityClasses::uniform(10, Duration::from_secs(100));
+        classes.0[Priority::Bulk.index()].starvation_after = Some(Duration::from_secs(10));
+        let mut q = WaitQueue::new();
+        q.push(entry_at(Some("a"), 1, Priority::Bulk, t0)); // 0
+        q.push(entry_at(Some("b"), 1, Priority::Default, t0)); // 1
+        q.push(entry_at(Some("a"), 1, Priority::Interactive, t0)); // 2
+        q.push(entry_at(
+            Some("c"),
+            1,
+            Priority::Bulk,
+            t0 + Duration::from_secs(5),
+        )); // 3
+        q.push(entry_at(Some("c"), 1, Priority::System, t0)); // 4
+        q.push(entry_at(Some("b"), 1, Priority::Default, t0)); // 5 (behind 1 in its list)
+        let at = |secs| t0 + Duration::from_secs(secs);
+        // Nobody starved: by priority, then arrival; one head per list.
+        assert_eq!(
+            walk_with(&q, None, &classes, at(1)),
+            [(4, false), (2, false), (1, false), (0, false), (3, false)]
+        );
+        // Bulk 0 starved at 10 s: first; bulk 3 not yet.
+        assert_eq!(walk_with(&q, None, &classes, at(10))[0], (0, true));
+        assert_eq!(
+            walk_with(&q, None, &classes, at(10))[1..],
+            [(4, false), (2, false), (1, false), (3, false)]
+        );
+        // Both starved: in arrival order, ahead of everyone.
+        assert_eq!(
+            walk_with(&q, None, &classes, at(15))[..2],
+            [(0, true), (3, true)]
+        );
+        // The outranking rule an arrival uses.
+        assert!(q.outranked(Some("a"), Priority::Interactive, &classes, at(1)));
+        assert!(!q.outranked(Some("a"), Priority::System, &classes, at(1)));
+        assert!(
+            q.outranked(Some("a"), Priority::System, &classes, at(10)),
+            "starved bulk"
+        );
+        assert!(!q.outranked(Some("zzz"), Priority::Bulk, &classes, at(1)));
+        assert_eq!(q.lens(), [2, 2, 1, 1]);
+    }
+
+    #[test]
+    fn a_blocked_class_is_not_visited_again_in_the_walk() {
+        let mut q = WaitQueue::new();
+        q.push(entry_at(
+            Some("a"),
+            1,
+            Priority::Interactive,
+            Instant::now(),
+        ));
+        q.push(entry_at(Some("b"), 1, Priority::Default, Instant::now()));
+        q.push(entry_at(Some("a"), 1, Priority::Bulk, Instant::now()));
+        let classes = PriorityClasses::uniform(10, Duration::from_secs(1));
+        let mut walk = q.walk();
+        let first = q.next(&mut walk, None, &classes, Instant::now()).unwrap();
+        assert_eq!(generation(&q, first.index), 0);
+        q.block(&walk, first.index);
+        let second = q.next(&mut walk, None, &classes, Instant::now()).unwrap();
+        assert_eq!(generation(&q, second.index), 1);
+        assert!(
+            q.next(&mut walk, None, &classes, Instant::now()).is_none(),
+            "a's bulk skipped"
+        );
     }
 }

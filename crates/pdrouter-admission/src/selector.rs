@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ledger::Slot;
+use crate::priority::Priority;
 
 /// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,6 +95,38 @@ pub trait Observer: Send + Sync + 'static {
     /// `inflight_changed` and, once idle again, a new `slot_forgotten` follow. Re-registering the
     /// key (calling [`Admission::slot`](crate::Admission::slot)) before it is idle cancels it.
     fn slot_forgotten(&self, _key: &str) {}
+    /// With priority classes only: how a request of `priority` left admission. Called once
+    /// per request that reached the controller (admitted, rejected or cancelled while waiting).
+    fn priority_outcome(&self, _priority: Priority, _outcome: PriorityOutcome) {}
+    /// With priority classes only: the requests of `priority` waiting and holding a slot now
+    /// (read at call time, like [`inflight_changed`](Observer::inflight_changed)).
+    fn priority_levels(&self, _priority: Priority, _queued: usize, _inflight: usize) {}
+}
+
+/// How one request of a priority class left admission (see
+/// [`Observer::priority_outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriorityOutcome {
+    /// Admitted after waiting `waited` (zero when it did not wait); `promoted` when it was
+    /// served ahead of its priority because it waited past its class's starvation age.
+    Admitted {
+        /// Time in the queue.
+        waited: Duration,
+        /// Served by starvation promotion.
+        promoted: bool,
+    },
+    /// Rejected after waiting `waited` (zero unless it timed out).
+    Rejected {
+        /// Why.
+        reason: Rejection,
+        /// Time in the queue.
+        waited: Duration,
+    },
+    /// Its caller went away while it waited.
+    Cancelled {
+        /// Time in the queue.
+        waited: Duration,
+    },
 }
 
 /// What [`Selector::rank`] found.
@@ -176,5 +209,15 @@ pub trait Selector: Send + 'static {
     /// for ever.
     fn prompt_tokens(&self) -> u64 {
         1
+    }
+
+    /// The request's priority class, read once per acquire when the controller has priority
+    /// classes (ignored otherwise). The default is [`Priority::Default`].
+    ///
+    /// Waiters of one wait class are served highest priority first, then in arrival order
+    /// (a waiter past its class's starvation age goes first); an arrival never takes capacity
+    /// that a waiter of its wait class with at least its priority is waiting for.
+    fn priority(&self) -> Priority {
+        Priority::Default
     }
 }

@@ -76,6 +76,7 @@ struct Sel {
     world: Shared,
     target: Target,
     id: u32,
+    priority: Priority,
 }
 
 impl Selector for Sel {
@@ -111,6 +112,10 @@ impl Selector for Sel {
         self.world.lock().commits.push((self.id, choice.clone()));
     }
 
+    fn priority(&self) -> Priority {
+        self.priority
+    }
+
     fn wait_class(&self) -> Option<Box<str>> {
         Some(match self.target {
             Target::Any => "any".into(),
@@ -128,6 +133,16 @@ struct Fixture {
 
 impl Fixture {
     fn new(n: u32, q: usize, t_secs: u64, workers: &[&str]) -> Self {
+        Self::with(n, q, t_secs, None, workers)
+    }
+
+    fn with(
+        n: u32,
+        q: usize,
+        t_secs: u64,
+        priorities: Option<PriorityClasses>,
+        workers: &[&str],
+    ) -> Self {
         let rec = Arc::new(Rec::default());
         let adm = Admission::new(
             AdmissionConfig {
@@ -135,6 +150,7 @@ impl Fixture {
                 max_inflight_tokens_per_worker: None,
                 queue_size: q,
                 queue_timeout: Duration::from_secs(t_secs),
+                priorities,
             },
             rec.clone(),
         );
@@ -155,11 +171,26 @@ impl Fixture {
     }
 
     fn sel(&self, target: Target) -> Sel {
+        self.sel_at(target, Priority::Default)
+    }
+
+    fn sel_at(&self, target: Target, priority: Priority) -> Sel {
         Sel {
             world: self.world.clone(),
             target,
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            priority,
         }
+    }
+
+    fn spawn_at(
+        &self,
+        target: Target,
+        priority: Priority,
+    ) -> JoinHandle<Result<Admitted<String>, Rejected>> {
+        let adm = self.adm.clone();
+        let sel = self.sel_at(target, priority);
+        tokio::spawn(async move { adm.acquire(sel).await })
     }
 
     async fn get(&self, target: Target) -> Result<Admitted<String>, Rejected> {
@@ -855,6 +886,7 @@ async fn stress_cancel_timeout_races_multi_thread() {
                 max_inflight_tokens_per_worker: None,
                 queue_size: 8,
                 queue_timeout: Duration::from_micros(200),
+                priorities: None,
             },
             rec.clone(),
         );
@@ -949,6 +981,299 @@ async fn rejections_carry_retry_after_from_the_drain_rate_never_the_timeout() {
     assert_eq!(unavailable, Rejection::Unavailable);
     assert_eq!(unavailable.retry_after, None);
     f.assert_clean();
+}
+
+// ---------------------------------------------------------------- priority classes
+
+/// Classes with the given (queue size, timeout s, starvation s) each, lowest first.
+fn classes(settings: [(usize, u64, Option<u64>); 4]) -> PriorityClasses {
+    PriorityClasses(settings.map(|(q, t, s)| ClassSettings {
+        queue_size: q,
+        queue_timeout: Duration::from_secs(t),
+        starvation_after: s.map(Duration::from_secs),
+    }))
+}
+
+const ROOMY: [(usize, u64, Option<u64>); 4] = [(10, 600, None); 4];
+
+#[derive(Default)]
+struct PrioRec(
+    Mutex<Vec<(Priority, PriorityOutcome)>>,
+    Mutex<[(usize, usize); 4]>,
+);
+
+impl Observer for PrioRec {
+    fn priority_outcome(&self, priority: Priority, outcome: PriorityOutcome) {
+        self.0.lock().push((priority, outcome));
+    }
+    fn priority_levels(&self, priority: Priority, queued: usize, inflight: usize) {
+        self.1.lock()[priority.index()] = (queued, inflight);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_freed_slot_goes_to_the_highest_priority_then_the_oldest() {
+    let f = Fixture::with(1, 10, 60, Some(classes(ROOMY)), &["w0"]);
+    let mut held = f.get(Target::Any).await.unwrap();
+    let order = [
+        Priority::Bulk,
+        Priority::Default,
+        Priority::Interactive,
+        Priority::Bulk,
+        Priority::System,
+        Priority::Interactive,
+    ];
+    let waiters: Vec<_> = order.iter().map(|&p| f.spawn_at(Target::Any, p)).collect();
+    settle().await;
+    assert_eq!(f.adm.queued(), 6);
+    let mut waiters: Vec<_> = waiters.into_iter().map(Some).collect();
+    // Expected ids (arrival numbers 1..=6): system, interactive x2, default, bulk x2.
+    for expected in [5, 3, 6, 2, 1, 4] {
+        drop(held);
+        settle().await;
+        let h = waiters[expected as usize - 1].take().unwrap();
+        held = done(h).await.unwrap();
+    }
+    drop(held);
+    let ids: Vec<u32> = f.commits().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, [0, 5, 3, 6, 2, 1, 4]);
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_priority_classes_the_selector_priority_is_ignored() {
+    let f = Fixture::new(1, 10, 60, &["w0"]);
+    let held = f.get(Target::Any).await.unwrap();
+    let bulk = f.spawn_at(Target::Any, Priority::Bulk);
+    let system = f.spawn_at(Target::Any, Priority::System);
+    settle().await;
+    drop(held);
+    settle().await;
+    let first = done(bulk).await.unwrap();
+    assert!(!system.is_finished());
+    assert_eq!(first.permit.priority(), Priority::Default);
+    drop(first);
+    settle().await;
+    drop(done(system).await.unwrap());
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_priority_has_its_own_queue_size_and_timeout() {
+    let mut c = ROOMY;
+    c[Priority::Bulk.index()] = (1, 5, None);
+    c[Priority::Interactive.index()] = (2, 30, None);
+    let f = Fixture::with(1, 10, 60, Some(classes(c)), &["w0"]);
+    let held = f.get(Target::Any).await.unwrap();
+    let bulk = f.spawn_at(Target::Any, Priority::Bulk);
+    settle().await;
+    let second_bulk = f.adm.acquire(f.sel_at(Target::Any, Priority::Bulk)).await;
+    assert_eq!(
+        second_bulk.unwrap_err(),
+        Rejection::QueueFull,
+        "bulk queue of 1"
+    );
+    let i1 = f.spawn_at(Target::Any, Priority::Interactive);
+    let i2 = f.spawn_at(Target::Any, Priority::Interactive);
+    settle().await;
+    let third = f
+        .adm
+        .acquire(f.sel_at(Target::Any, Priority::Interactive))
+        .await;
+    assert_eq!(
+        third.unwrap_err(),
+        Rejection::QueueFull,
+        "interactive queue of 2"
+    );
+    assert_eq!(f.adm.queued(), 3);
+    // Bulk gives up after its 5 s; interactive waits on.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+    assert_eq!(done(bulk).await.unwrap_err(), Rejection::QueueTimeout);
+    assert!(!i1.is_finished() && !i2.is_finished());
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    settle().await;
+    assert_eq!(done(i1).await.unwrap_err(), Rejection::QueueTimeout);
+    assert_eq!(done(i2).await.unwrap_err(), Rejection::QueueTimeout);
+    drop(held);
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_starved_waiter_is_promoted_ahead_of_higher_priorities() {
+    let rec = Arc::new(PrioRec::default());
+    let mut c = ROOMY;
+    c[Priority::Bulk.index()] = (10, 600, Some(10));
+    let adm = Admission::new(
+        AdmissionConfig {
+            max_inflight_per_worker: 1,
+            max_inflight_tokens_per_worker: None,
+            queue_size: 10,
+            queue_timeout: Duration::from_secs(600),
+            priorities: Some(classes(c)),
+        },
+        rec.clone(),
+    );
+    let f = Fixture::with(1, 10, 600, None, &[]);
+    f.world.lock().workers.push(Worker {
+        slot: adm.slot("w0"),
+        healthy: true,
+        open_until: None,
+    });
+    let spawn = |p| {
+        let adm = adm.clone();
+        let sel = f.sel_at(Target::Any, p);
+        tokio::spawn(async move { adm.acquire(sel).await })
+    };
+    let mut held = adm
+        .acquire(f.sel_at(Target::Any, Priority::Interactive))
+        .await
+        .unwrap();
+    let bulk = spawn(Priority::Bulk);
+    settle().await;
+    // A steady stream of interactive requests keeps the slot while the bulk one is young.
+    for _ in 0..3 {
+        let next = spawn(Priority::Interactive);
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(held);
+        settle().await;
+        held = done(next).await.unwrap();
+        assert!(!bulk.is_finished());
+    }
+    // 9 s waited; one more interactive arrives, and the bulk waiter passes 10 s.
+    let late = spawn(Priority::Interactive);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(held);
+    settle().await;
+    let b = done(bulk).await.unwrap();
+    assert!(!late.is_finished(), "the promoted bulk waiter went first");
+    drop(b);
+    settle().await;
+    drop(done(late).await.unwrap());
+    let promoted: Vec<_> = rec
+        .0
+        .lock()
+        .iter()
+        .filter(|(_, o)| matches!(o, PriorityOutcome::Admitted { promoted: true, .. }))
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(promoted, [Priority::Bulk]);
+    assert_eq!(*rec.1.lock(), [(0, 0); 4], "levels back to zero");
+    assert_eq!(adm.queued(), 0);
+    assert_eq!(adm.inflight_total(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn priority_orders_across_wait_classes_without_head_of_line_blocking() {
+    let f = Fixture::with(1, 10, 60, Some(classes(ROOMY)), &["w0", "w1"]);
+    let h0 = f.get(Target::Strict(0)).await.unwrap();
+    let h1 = f.get(Target::Strict(1)).await.unwrap();
+    // Oldest: a bulk waiter for w0 only; then an interactive one for any worker.
+    let bulk_w0 = f.spawn_at(Target::Strict(0), Priority::Bulk);
+    let inter_any = f.spawn_at(Target::Any, Priority::Interactive);
+    let bulk_w1 = f.spawn_at(Target::Strict(1), Priority::Bulk);
+    settle().await;
+    // w0 frees: the interactive waiter can use it and outranks the older bulk one.
+    drop(h0);
+    settle().await;
+    let i = done(inter_any).await.unwrap();
+    assert_eq!(i.choice, "w0");
+    assert!(!bulk_w0.is_finished());
+    // w1 frees: only bulk_w1 can use it; bulk_w0 (still blocked on w0) does not hold it back.
+    drop(h1);
+    settle().await;
+    let b1 = done(bulk_w1).await.unwrap();
+    drop(i);
+    settle().await;
+    let b0 = done(bulk_w0).await.unwrap();
+    drop((b0, b1));
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn outcomes_cover_admit_reject_timeout_and_cancel() {
+    let rec = Arc::new(PrioRec::default());
+    let mut c = ROOMY;
+    c[Priority::Bulk.index()] = (1, 5, None);
+    let adm = Admission::new(
+        AdmissionConfig {
+            max_inflight_per_worker: 1,
+            max_inflight_tokens_per_worker: None,
+            queue_size: 10,
+            queue_timeout: Duration::from_secs(60),
+            priorities: Some(classes(c)),
+        },
+        rec.clone(),
+    );
+    let f = Fixture::with(1, 10, 60, None, &[]);
+    f.world.lock().workers.push(Worker {
+        slot: adm.slot("w0"),
+        healthy: true,
+        open_until: None,
+    });
+    let held = adm
+        .acquire(f.sel_at(Target::Any, Priority::System))
+        .await
+        .unwrap();
+    assert_eq!(rec.1.lock()[Priority::System.index()], (0, 1));
+    let timed_out = {
+        let adm = adm.clone();
+        let sel = f.sel_at(Target::Any, Priority::Bulk);
+        tokio::spawn(async move { adm.acquire(sel).await })
+    };
+    settle().await;
+    assert_eq!(rec.1.lock()[Priority::Bulk.index()], (1, 0));
+    let full = adm.acquire(f.sel_at(Target::Any, Priority::Bulk)).await;
+    assert_eq!(full.unwrap_err(), Rejection::QueueFull);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+    assert_eq!(done(timed_out).await.unwrap_err(), Rejection::QueueTimeout);
+    let cancelled = {
+        let adm = adm.clone();
+        let sel = f.sel_at(Target::Any, Priority::Default);
+        tokio::spawn(async move { adm.acquire(sel).await })
+    };
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cancelled.abort();
+    settle().await;
+    drop(held);
+    let got = rec.0.lock().clone();
+    let z = Duration::ZERO;
+    assert_eq!(
+        got,
+        [
+            (
+                Priority::System,
+                PriorityOutcome::Admitted {
+                    waited: z,
+                    promoted: false
+                }
+            ),
+            (
+                Priority::Bulk,
+                PriorityOutcome::Rejected {
+                    reason: Rejection::QueueFull,
+                    waited: z
+                }
+            ),
+            (
+                Priority::Bulk,
+                PriorityOutcome::Rejected {
+                    reason: Rejection::QueueTimeout,
+                    waited: Duration::from_secs(5)
+                }
+            ),
+            (
+                Priority::Default,
+                PriorityOutcome::Cancelled {
+                    waited: Duration::from_secs(2)
+                }
+            ),
+        ]
+    );
+    assert_eq!(*rec.1.lock(), [(0, 0); 4]);
 }
 
 mod shares;

@@ -150,6 +150,7 @@ impl Harness {
                 max_inflight_tokens_per_worker: None,
                 queue_size: q,
                 queue_timeout: TIMEOUT,
+                priorities: None,
             },
             Arc::new(NoObserver),
         );

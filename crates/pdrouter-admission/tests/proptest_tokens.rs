@@ -162,6 +162,7 @@ fn run(count: Option<u32>, budget: u32, ops: &[Op]) -> Result<(), TestCaseError>
                 max_inflight_tokens_per_worker: Some(budget),
                 queue_size: 1000,
                 queue_timeout: Duration::from_secs(3600),
+                priorities: None,
             },
             Arc::new(NoObserver),
         );

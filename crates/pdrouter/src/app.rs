@@ -325,6 +325,10 @@ fn start_sharer(
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let cfg = Arc::new(cfg);
     let metrics = Metrics::new();
+    let classes = cfg.admission.and_then(|a| a.priorities);
+    if let Some(classes) = classes.or(cfg.limiter.and_then(|l| l.priorities)) {
+        metrics.priority_limits(&classes);
+    }
     let admission = cfg.admission.map(|a| {
         // With a store, slots admit nothing until the store (or its fallback) gives them a
         // share; the sharer is the only one to set their limits.
@@ -337,6 +341,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
                     .map(|t| if shared { 0 } else { t }),
                 queue_size: a.queue_size,
                 queue_timeout: a.queue_timeout,
+                priorities: a.priorities,
             },
             metrics.clone() as Arc<dyn Observer>,
         )
@@ -602,6 +607,7 @@ mod tests {
                 max_inflight_tokens_per_worker: None,
                 queue_size: 4,
                 queue_timeout: Duration::from_secs(600),
+                priorities: None,
             },
             metrics.clone() as Arc<dyn Observer>,
         );

@@ -17,6 +17,7 @@ use crate::config::{
     RetryConfig, StartupWait, TokenizerSource, WorkerSpec, WorkerType, flag_range,
     parse_worker_url,
 };
+use crate::priority::PrioritySettings;
 use pdrouter_policy::{AssignmentMode, ManualConfig, PrefixHashConfig};
 
 /// pdrouter: prefill/decode-disaggregated LLM router with per-worker Prefill admission.
@@ -326,9 +327,27 @@ pub struct LaunchArgs {
     /// per worker; the group bound may be exceeded). Default hold.
     #[arg(long, value_name = "hold|local", help_heading = "Prefill admission")]
     pub admission_store_fallback: Option<String>,
-    /// Priority scheduler (accepted and validated; cannot be combined with admission).
-    #[arg(long, help_heading = "Prefill admission")]
+    // ---- Priority classes ----
+    /// Order the wait queue by priority class (bulk < default < interactive < system, from
+    /// X-SMG-Priority): Prefill admission's queue when a Prefill limit is set, else the global
+    /// limiter's. Needs one of them.
+    #[arg(long, help_heading = "Priority classes")]
     pub priority_scheduler_enabled: bool,
+    /// Highest class a request may have unless its tenant is listed in
+    /// --priority-scheduler-config: bulk, default, interactive or system [default: default].
+    #[arg(long, value_name = "CLASS", help_heading = "Priority classes")]
+    pub priority_scheduler_default_max_class: Option<String>,
+    /// YAML file with per-class queue size, queue timeout and starvation age
+    /// (`classes`) and per-tenant maximum classes (`tenant_policies`).
+    #[arg(long, value_name = "FILE", help_heading = "Priority classes")]
+    pub priority_scheduler_config: Option<std::path::PathBuf>,
+    /// Read each request's tenant from --tenant-header-name (for per-tenant maximum classes);
+    /// only when something in front of the router sets that header.
+    #[arg(long, help_heading = "Priority classes")]
+    pub trust_tenant_header: bool,
+    /// The header naming the tenant, read with --trust-tenant-header [default: x-smg-tenant-id].
+    #[arg(long, value_name = "HEADER", help_heading = "Priority classes")]
+    pub tenant_header_name: Option<String>,
 
     // ---- Retries ----
     /// Total attempts per request, 1-100 (1 = no retry).
@@ -483,6 +502,12 @@ pub const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
     ("--prefill-selector", DISCOVERY),
     ("--decode-selector", DISCOVERY),
     (
+        "--priority-scheduler-tenant-metric-top-n",
+        "pdrouter labels scheduler metrics with the tenants listed in \
+         --priority-scheduler-config and puts every other tenant under 'other', so the number \
+         of series is bounded by the file (README: Priority classes)",
+    ),
+    (
         "--enable-igw",
         "pdrouter has no separate multi-model gateway mode: it always sends a request to the \
          workers serving the model it names, so register the workers of every model with \
@@ -569,6 +594,66 @@ fn valid_log_level(level: &str) -> bool {
 }
 
 impl LaunchArgs {
+    /// The priority settings, checked: the class flags need `--priority-scheduler-enabled`,
+    /// which needs a queue to order (`governs`); the tenant header is read only when trusted.
+    fn priority(&self, governs: bool) -> Result<Option<PrioritySettings>, ConfigError> {
+        let given = [
+            (
+                "--priority-scheduler-default-max-class",
+                self.priority_scheduler_default_max_class.is_some(),
+            ),
+            (
+                "--priority-scheduler-config",
+                self.priority_scheduler_config.is_some(),
+            ),
+            ("--trust-tenant-header", self.trust_tenant_header),
+            ("--tenant-header-name", self.tenant_header_name.is_some()),
+        ];
+        if !self.priority_scheduler_enabled {
+            return match given.iter().find(|(_, g)| *g) {
+                Some((flag, _)) => Err(ConfigError(format!(
+                    "{flag} needs --priority-scheduler-enabled"
+                ))),
+                None => Ok(None),
+            };
+        }
+        if !governs {
+            return Err(ConfigError(
+                "--priority-scheduler-enabled orders a wait queue, and none is on: give \
+                 --prefill-max-inflight-requests-per-worker (or the token budget) in PD mode, or \
+                 --max-concurrent-requests"
+                    .into(),
+            ));
+        }
+        let max = match &self.priority_scheduler_default_max_class {
+            Some(v) => crate::priority::class_flag("--priority-scheduler-default-max-class", v)?,
+            None => pdrouter_admission::Priority::Default,
+        };
+        let mut settings = PrioritySettings::new(max);
+        if let Some(path) = &self.priority_scheduler_config {
+            crate::priority::load(path, &mut settings)?;
+        }
+        if self.trust_tenant_header {
+            let name = self
+                .tenant_header_name
+                .as_deref()
+                .unwrap_or(crate::priority::DEFAULT_TENANT_HEADER);
+            settings.tenant_header = Some(crate::priority::tenant_header(name)?);
+        } else if self.tenant_header_name.is_some() {
+            return Err(ConfigError(
+                "--tenant-header-name needs --trust-tenant-header (without it no tenant is read)"
+                    .into(),
+            ));
+        } else if !settings.tenants.is_empty() {
+            return Err(ConfigError(
+                "--priority-scheduler-config lists tenant_policies, which need \
+                 --trust-tenant-header (tenants come from the tenant header only)"
+                    .into(),
+            ));
+        }
+        Ok(Some(settings))
+    }
+
     /// Turns the raw flags into a validated [`Config`].
     pub fn into_config(self) -> Result<Config, ConfigError> {
         if self.pd_disaggregation && self.epd_disaggregation {
@@ -712,7 +797,18 @@ impl LaunchArgs {
             queue_size: self.prefill_queue_size,
             queue_timeout_secs: self.prefill_queue_timeout_secs,
         }
-        .resolve(mode, self.priority_scheduler_enabled)?;
+        .resolve(mode)?;
+        let priority = self.priority(admission.is_some() || limiter.is_some())?;
+        let mut admission = admission;
+        let mut limiter = limiter;
+        // The classes order one queue: admission's when it is on, else the limiter's.
+        if let Some(p) = &priority {
+            match (&mut admission, &mut limiter) {
+                (Some(a), _) => a.priorities = Some(p.classes(a.queue_size, a.queue_timeout)),
+                (None, Some(l)) => l.priorities = Some(p.classes(l.queue_size, l.queue_timeout)),
+                (None, None) => {}
+            }
+        }
         let admission_store = RawStore {
             url: self.admission_store,
             group: self.admission_group,
@@ -787,7 +883,7 @@ impl LaunchArgs {
             },
             prometheus: Some((self.prometheus_host, self.prometheus_port)),
             dp_aware: self.dp_aware,
-            priority_scheduler: self.priority_scheduler_enabled,
+            priority,
             admission,
             admission_store,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
@@ -1152,11 +1248,85 @@ mod tests {
             ],
         ]
         .concat();
-        assert!(
-            parse(&with_both)
-                .unwrap_err()
-                .contains("--priority-scheduler-enabled")
+        // Admission and priority classes compose in EPD as in PD.
+        let both = parse(&with_both).unwrap();
+        assert!(both.admission.unwrap().priorities.is_some());
+    }
+
+    #[test]
+    fn priority_classes_order_admission_else_the_limiter() {
+        use pdrouter_admission::Priority;
+        let pd = [
+            "--pd-disaggregation",
+            "--prefill",
+            "http://p:1",
+            "--decode",
+            "http://d:1",
+            "--max-concurrent-requests",
+            "8",
+            "--queue-size",
+            "7",
+        ];
+        let with_admission = [
+            &pd[..],
+            &[
+                "--prefill-max-inflight-requests-per-worker",
+                "1",
+                "--prefill-queue-size",
+                "9",
+                "--priority-scheduler-enabled",
+                "--priority-scheduler-default-max-class",
+                "interactive",
+            ],
+        ]
+        .concat();
+        let cfg = parse(&with_admission).unwrap();
+        let classes = cfg
+            .admission
+            .unwrap()
+            .priorities
+            .expect("admission ordered");
+        assert_eq!(
+            classes.get(Priority::Bulk).queue_size,
+            9,
+            "the admission flag"
         );
+        assert_eq!(
+            cfg.limiter.unwrap().priorities,
+            None,
+            "the limiter stays one FIFO"
+        );
+        let p = cfg.priority.unwrap();
+        assert_eq!(p.default_max_class, Priority::Interactive);
+        assert_eq!(p.tenant_header, None, "not trusted");
+        let limiter_only = parse(
+            &[
+                &pd[..],
+                &["--priority-scheduler-enabled", "--trust-tenant-header"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let classes = limiter_only
+            .limiter
+            .unwrap()
+            .priorities
+            .expect("limiter ordered");
+        assert_eq!(
+            classes.get(Priority::System).queue_size,
+            7,
+            "the limiter flag"
+        );
+        assert_eq!(
+            limiter_only
+                .priority
+                .unwrap()
+                .tenant_header
+                .unwrap()
+                .as_str(),
+            "x-smg-tenant-id"
+        );
+        assert!(parse(&pd).unwrap().priority.is_none());
     }
 
     #[test]
@@ -1311,6 +1481,9 @@ mod tests {
             "admission_store",
             "admission_group",
             "admission_store_fallback",
+            "priority_scheduler_default_max_class",
+            "priority_scheduler_config",
+            "tenant_header_name",
         ];
         let mut seen = 0;
         for arg in launch.get_arguments() {

@@ -490,6 +490,9 @@ pub struct AdmissionSettings {
     /// The limit sized at run time (`auto`), with its unit and bounds; the configured limit
     /// of that unit above is then where every worker starts (the bound `min`).
     pub auto: Option<AutoConfig>,
+    /// Per-class settings when priority classes order this queue (they then replace
+    /// `queue_size` and `queue_timeout`, which are their defaults).
+    pub priorities: Option<pdrouter_admission::PriorityClasses>,
 }
 
 /// The whole validated configuration.
@@ -536,8 +539,9 @@ pub struct Config {
     pub prometheus: Option<(IpAddr, u16)>,
     /// `--dp-aware`.
     pub dp_aware: bool,
-    /// `--priority-scheduler-enabled` (validated only).
-    pub priority_scheduler: bool,
+    /// Priority classes (`--priority-scheduler-enabled`): they order Prefill admission's queue
+    /// when admission is on, else the global limiter's.
+    pub priority: Option<crate::priority::PrioritySettings>,
     /// Prefill admission, when enabled.
     pub admission: Option<AdmissionSettings>,
     /// The admission store shared with other replicas, when `--admission-store` is given.
@@ -667,6 +671,7 @@ impl RawLimiter {
             queue_size,
             queue_timeout: Duration::from_secs(timeout),
             tokens_per_second: rate,
+            priorities: None,
         }))
     }
 }
@@ -906,13 +911,9 @@ pub const DEFAULT_QUEUE_TIMEOUT_SECS: u64 = 60;
 
 impl RawAdmission {
     /// Applies the admission startup rules (queue flags need a positive limit; the limit needs PD
-    /// mode and excludes the priority scheduler; a non-empty queue needs a positive timeout):
-    /// returns the admission settings, or `None` when admission is off.
-    pub fn resolve(
-        self,
-        mode: Mode,
-        priority_scheduler: bool,
-    ) -> Result<Option<AdmissionSettings>, ConfigError> {
+    /// mode; a non-empty queue needs a positive timeout): returns the admission settings, or
+    /// `None` when admission is off.
+    pub fn resolve(self, mode: Mode) -> Result<Option<AdmissionSettings>, ConfigError> {
         let auto = self.auto.resolve()?;
         let auto_unit = auto.map(|a| a.unit);
         // In range, so the conversions below are exact.
@@ -942,11 +943,6 @@ impl RawAdmission {
                 "{flag} needs PD mode (--pd-disaggregation with --prefill and --decode workers)"
             )));
         }
-        if priority_scheduler {
-            return Err(bad(format!(
-                "{flag} cannot be combined with --priority-scheduler-enabled; choose one"
-            )));
-        }
         let max = if let Some(a) = auto.filter(|a| a.unit == Unit::Requests) {
             a.min
         } else if self.max_inflight > 0 {
@@ -974,6 +970,7 @@ impl RawAdmission {
             queue_size,
             queue_timeout: Duration::from_secs(timeout),
             auto,
+            priorities: None,
         }))
     }
 }
@@ -1213,7 +1210,7 @@ impl Config {
             },
             prometheus: None,
             dp_aware: false,
-            priority_scheduler: false,
+            priority: None,
             admission: None,
             admission_store: None,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
@@ -1259,24 +1256,21 @@ mod tests {
             max_inflight_tokens: Some(t),
             ..raw(max, None, None)
         };
-        let alone = tokens(-1, 4096)
-            .resolve(Mode::PdHttp, false)
-            .unwrap()
-            .unwrap();
+        let alone = tokens(-1, 4096).resolve(Mode::PdHttp).unwrap().unwrap();
         assert_eq!(alone.max_inflight_per_worker, NO_COUNT_LIMIT);
         assert_eq!(alone.max_inflight_tokens_per_worker, Some(4096));
         assert_eq!(alone.queue_size, DEFAULT_QUEUE_SIZE);
-        let both = tokens(2, 1).resolve(Mode::PdGrpc, false).unwrap().unwrap();
+        let both = tokens(2, 1).resolve(Mode::PdGrpc).unwrap().unwrap();
         assert_eq!(both.max_inflight_per_worker, 2);
         assert_eq!(both.max_inflight_tokens_per_worker, Some(1));
         for bad in [0, -5, 1_000_000_001] {
-            let err = tokens(2, bad).resolve(Mode::PdHttp, false).unwrap_err();
+            let err = tokens(2, bad).resolve(Mode::PdHttp).unwrap_err();
             assert!(
                 err.0.contains("--prefill-max-inflight-tokens-per-worker"),
                 "{err:?}"
             );
         }
-        let regular = tokens(-1, 10).resolve(Mode::Regular, false).unwrap_err();
+        let regular = tokens(-1, 10).resolve(Mode::Regular).unwrap_err();
         assert!(regular.0.contains("needs PD mode"), "{regular:?}");
     }
 
@@ -1295,7 +1289,7 @@ mod tests {
     #[test]
     fn an_auto_limit_starts_at_its_bound_min() {
         let a = auto(true, false, None, None)
-            .resolve(Mode::PdHttp, false)
+            .resolve(Mode::PdHttp)
             .unwrap()
             .unwrap();
         let (min, max) = AUTO_REQUESTS_BOUNDS;
@@ -1314,7 +1308,7 @@ mod tests {
             max_inflight: 3,
             ..auto(false, true, Some(2000), None)
         }
-        .resolve(Mode::PdGrpc, false)
+        .resolve(Mode::PdGrpc)
         .unwrap()
         .unwrap();
         assert_eq!(
@@ -1327,12 +1321,12 @@ mod tests {
             Some((Unit::Tokens, 2000, AUTO_TOKENS_BOUNDS.1))
         );
         // A bound given alone moves the other default out of its way.
-        let high = auto(true, false, Some(100), None).resolve(Mode::PdHttp, false);
+        let high = auto(true, false, Some(100), None).resolve(Mode::PdHttp);
         assert_eq!(
             high.unwrap().unwrap().auto.map(|a| (a.min, a.max)),
             Some((100, 100))
         );
-        let low = auto(false, true, None, Some(10)).resolve(Mode::PdHttp, false);
+        let low = auto(false, true, None, Some(10)).resolve(Mode::PdHttp);
         assert_eq!(
             low.unwrap().unwrap().auto.map(|a| (a.min, a.max)),
             Some((10, 10))
@@ -1373,22 +1367,22 @@ mod tests {
             ),
         ];
         for (raw, want) in cases {
-            let err = raw.resolve(Mode::PdHttp, false).unwrap_err();
+            let err = raw.resolve(Mode::PdHttp).unwrap_err();
             assert!(err.0.contains(want), "{raw:?}: {err:?}");
         }
-        let regular = auto(true, false, None, None).resolve(Mode::Regular, false);
+        let regular = auto(true, false, None, None).resolve(Mode::Regular);
         assert!(regular.unwrap_err().0.contains("needs PD mode"));
     }
 
     #[test]
     fn admission_off_by_default() {
-        assert_eq!(raw(-1, None, None).resolve(Mode::PdHttp, false), Ok(None));
-        assert_eq!(raw(0, None, None).resolve(Mode::Regular, false), Ok(None));
+        assert_eq!(raw(-1, None, None).resolve(Mode::PdHttp), Ok(None));
+        assert_eq!(raw(0, None, None).resolve(Mode::Regular), Ok(None));
     }
 
     #[test]
     fn the_admission_store_needs_a_request_limit_and_checks_its_flags() {
-        let limits = raw(4, None, None).resolve(Mode::PdHttp, false).unwrap();
+        let limits = raw(4, None, None).resolve(Mode::PdHttp).unwrap();
         let store = |f: fn(&mut RawStore)| {
             let mut r = RawStore {
                 url: Some("redis://u:pw@127.0.0.1:6379/1".into()),
@@ -1434,36 +1428,31 @@ mod tests {
 
     #[test]
     fn admission_defaults_when_enabled() {
-        let a = raw(2, None, None)
-            .resolve(Mode::PdHttp, false)
-            .unwrap()
-            .unwrap();
+        let a = raw(2, None, None).resolve(Mode::PdHttp).unwrap().unwrap();
         assert_eq!(a.max_inflight_per_worker, 2);
         assert_eq!(a.queue_size, 100);
         assert_eq!(a.queue_timeout, Duration::from_secs(60));
     }
 
     #[test]
-    fn the_four_startup_rejections_have_distinct_messages() {
+    fn the_three_startup_rejections_have_distinct_messages() {
         let errs = [
-            raw(-1, Some(4), None).resolve(Mode::PdHttp, false),
-            raw(1, None, None).resolve(Mode::Regular, false),
-            raw(1, None, None).resolve(Mode::PdHttp, true),
-            raw(1, Some(4), Some(0)).resolve(Mode::PdHttp, false),
+            raw(-1, Some(4), None).resolve(Mode::PdHttp),
+            raw(1, None, None).resolve(Mode::Regular),
+            raw(1, Some(4), Some(0)).resolve(Mode::PdHttp),
         ];
         let msgs: Vec<String> = errs.into_iter().map(|e| e.unwrap_err().0).collect();
         assert!(msgs[0].contains("--prefill-queue-size"));
         assert!(msgs[1].contains("PD mode"));
-        assert!(msgs[2].contains("--priority-scheduler-enabled"));
-        assert!(msgs[3].contains("--prefill-queue-timeout-secs 0"));
+        assert!(msgs[2].contains("--prefill-queue-timeout-secs 0"));
         let unique: std::collections::HashSet<_> = msgs.iter().collect();
-        assert_eq!(unique.len(), 4);
+        assert_eq!(unique.len(), 3);
     }
 
     #[test]
     fn queue_size_zero_allows_zero_timeout() {
         let a = raw(1, Some(0), Some(0))
-            .resolve(Mode::PdHttp, false)
+            .resolve(Mode::PdHttp)
             .unwrap()
             .unwrap();
         assert_eq!(a.queue_size, 0);

@@ -71,6 +71,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         queue_size: QUEUE,
         queue_timeout: Duration::from_secs(10),
         auto: None,
+        priorities: None,
     });
     cfg.validate().map_err(|e| e.to_string())?;
     let router = crate::start(cfg).await.map_err(|e| e.to_string())?;

@@ -29,16 +29,19 @@ use crate::select::Wanted;
 /// Per-request facts from the HTTP layer.
 #[derive(Debug, Clone)]
 pub struct RequestCtx {
-    /// `x-request-id`.
-    pub request_id: String,
-    /// `X-SMG-Target-Worker`.
-    pub target: Option<usize>,
+    /// `x-request-id` (a `Box<str>`: this struct lives in every waiting request's future).
+    pub request_id: Box<str>,
+    /// `X-SMG-Target-Worker` (a `u32`, which leaves room for `priority` in the request's
+    /// future, held for the whole wait).
+    pub target: Option<u32>,
     /// `X-SMG-Routing-Key`.
     pub routing_key: Option<Arc<str>>,
     /// Client headers passed on to workers (trace context, client credential).
     pub forwarded: Option<Arc<Forwarded>>,
     /// When the request arrived.
     pub started: Instant,
+    /// Its priority class (`default` unless priority classes are on).
+    pub priority: pdrouter_admission::Priority,
 }
 
 /// Everything routing needs, built once by the composition root.
@@ -148,7 +151,7 @@ impl Dispatcher {
         Wanted {
             text: req.text.clone(),
             routing_key: ctx.routing_key.clone(),
-            target: ctx.target,
+            target: ctx.target.map(|t| t as usize),
             model: self.routed_model(req),
             prefix_tokens: (policy.kind() == pdrouter_policy::PolicyKind::PrefixHash)
                 .then(|| self.prefix_tokens(req))

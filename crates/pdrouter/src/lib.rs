@@ -15,6 +15,7 @@ pub mod images;
 pub mod limiter;
 pub mod metrics;
 pub mod pd;
+pub mod priority;
 pub mod proxy;
 pub mod registry;
 mod regular;

@@ -10,9 +10,14 @@
 //! token, which admission spends. Otherwise it waits in a bounded FIFO queue: full → 429, no
 //! permit within the timeout → 408.
 //!
+//! With priority classes (when they do not order Prefill admission instead), each class has
+//! its own [`Fifo`], queue size and timeout: a freed place goes to the oldest waiter past its
+//! class's starvation age, else to the oldest waiter of the highest class waiting.
+//!
 //! Invariants:
 //! - No bypass: an arrival is admitted at once only when nobody is waiting; waiters are served
-//!   strictly in arrival order ([`Fifo`]).
+//!   strictly in arrival order ([`Fifo`]) within a class, classes highest first, promoted
+//!   waiters (past their class's starvation age) before all others.
 //! - Everything is released by ownership: a [`Permit`] gives its place back when dropped (and
 //!   hands it to the oldest waiter); a waiter dropped while queued (client gone) leaves the
 //!   queue at once; a permit granted to a waiter that is already gone is dropped, and so
@@ -25,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use pdrouter_admission::{Priority, PriorityClasses};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -39,6 +45,23 @@ pub struct LimiterConfig {
     pub queue_timeout: Duration,
     /// Token refill rate per second; `None`: concurrency alone limits.
     pub tokens_per_second: Option<f64>,
+    /// Priority classes, when they order this queue: each class's own queue size, timeout and
+    /// starvation age replace `queue_size` and `queue_timeout`. `None`: one FIFO.
+    pub priorities: Option<PriorityClasses>,
+}
+
+impl LimiterConfig {
+    /// The class settings in force (every class alike, without promotion, when `priorities`
+    /// is `None`).
+    pub fn classes(&self) -> PriorityClasses {
+        self.priorities
+            .unwrap_or_else(|| PriorityClasses::uniform(self.queue_size, self.queue_timeout))
+    }
+
+    /// How long a request of `priority` may wait.
+    pub fn timeout_of(&self, priority: Priority) -> Duration {
+        self.classes().get(priority).queue_timeout
+    }
 }
 
 /// Why a request was not admitted.
@@ -50,8 +73,10 @@ pub enum Refusal {
     QueueTimeout,
 }
 
-/// What the limiter reports (implemented by the metrics).
-pub trait LimiterObserver: Send + Sync + 'static {
+/// What the limiter reports (implemented by the metrics). With priority classes it also
+/// reports through the admission [`Observer`](pdrouter_admission::Observer)'s per-priority
+/// hooks (`priority_outcome`, `priority_levels`), which mean the same for this queue.
+pub trait LimiterObserver: pdrouter_admission::Observer {
     /// A request was admitted (`true`) or refused (`false`).
     fn decided(&self, allowed: bool);
     /// Current permits out and requests waiting.
@@ -88,6 +113,10 @@ impl<T> Fifo<T> {
     pub fn pop(&mut self) -> Option<T> {
         self.entries.pop_first().map(|(_, v)| v)
     }
+    /// The oldest entry.
+    pub fn peek(&self) -> Option<&T> {
+        self.entries.first_key_value().map(|(_, v)| v)
+    }
     /// Removes the entry with this ticket, if still queued.
     pub fn remove(&mut self, ticket: u64) -> Option<T> {
         self.entries.remove(&ticket)
@@ -102,16 +131,49 @@ impl<T> Fifo<T> {
     }
 }
 
+/// A queued request: where its permit goes, and since when it waits.
+#[derive(Debug)]
+struct Waiter {
+    tx: oneshot::Sender<Permit>,
+    since: Instant,
+}
+
 #[derive(Debug)]
 struct State {
     inflight: usize,
-    queue: Fifo<oneshot::Sender<Permit>>,
+    /// Permits out per priority.
+    held: [usize; 4],
+    /// One queue per priority, indexed by [`Priority::index`].
+    queues: [Fifo<Waiter>; 4],
     tokens: f64,
     refilled: Instant,
 }
 
+impl State {
+    fn queued(&self) -> usize {
+        self.queues.iter().map(Fifo::len).sum()
+    }
+
+    /// The class whose oldest waiter is served next at `now` (see the module docs).
+    fn next_class(&self, classes: &PriorityClasses, now: Instant) -> Option<Priority> {
+        let head = |p: Priority| self.queues[p.index()].peek().map(|w| w.since);
+        let promoted = Priority::ALL
+            .into_iter()
+            .filter_map(|p| {
+                head(p)
+                    .filter(|&since| classes.starved(p, since, now))
+                    .map(|s| (s, p))
+            })
+            .min_by_key(|&(since, p)| (since, std::cmp::Reverse(p)));
+        promoted
+            .map(|(_, p)| p)
+            .or_else(|| Priority::ALL.into_iter().rev().find(|&p| head(p).is_some()))
+    }
+}
+
 struct Shared {
     cfg: LimiterConfig,
+    classes: PriorityClasses,
     state: Mutex<State>,
     observer: Arc<dyn LimiterObserver>,
 }
@@ -131,22 +193,31 @@ pub struct Limiter {
     shared: Arc<Shared>,
 }
 
-/// One admitted request's place; dropping it frees the place for the oldest waiter.
+/// One admitted request's place; dropping it frees the place for the next waiter.
 #[derive(Debug)]
 pub struct Permit {
     shared: Arc<Shared>,
+    priority: Priority,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut state = self.shared.state.lock();
         state.inflight -= 1;
+        state.held[self.priority.index()] -= 1;
         let grants = self.shared.grant(&mut state);
-        let levels = (state.inflight, state.queue.len());
+        let levels = self.shared.levels_of(&state);
         drop(state);
-        self.shared.observer.levels(levels.0, levels.1);
+        self.shared.report(&levels);
         self.shared.deliver(grants);
     }
+}
+
+/// Counts read under the lock, reported after it.
+struct Levels {
+    inflight: usize,
+    queued: usize,
+    by_priority: [(usize, usize); 4],
 }
 
 impl Shared {
@@ -165,34 +236,79 @@ impl Shared {
     }
 
     /// Takes a place (the caller checked [`has_room`](Self::has_room)).
-    fn take(self: &Arc<Self>, state: &mut State) -> Permit {
+    fn take(self: &Arc<Self>, state: &mut State, priority: Priority) -> Permit {
         state.inflight += 1;
+        state.held[priority.index()] += 1;
         if self.cfg.tokens_per_second.is_some() {
             state.tokens -= 1.0;
         }
         Permit {
             shared: self.clone(),
+            priority,
         }
     }
 
-    /// Places for the oldest waiters while there is room; delivered after unlocking.
-    fn grant(self: &Arc<Self>, state: &mut State) -> Vec<(oneshot::Sender<Permit>, Permit)> {
+    /// Places for the next waiters while there is room; delivered after unlocking.
+    fn grant(self: &Arc<Self>, state: &mut State) -> Vec<Grant> {
         self.refill(state);
+        let now = Instant::now();
         let mut grants = Vec::new();
-        while !state.queue.is_empty() && self.has_room(state) {
-            if let Some(tx) = state.queue.pop() {
-                let permit = self.take(state);
-                grants.push((tx, permit));
+        while self.has_room(state) {
+            let Some(p) = state.next_class(&self.classes, now) else {
+                break;
+            };
+            let promoted = state.queues[p.index()]
+                .peek()
+                .is_some_and(|w| self.classes.starved(p, w.since, now));
+            if let Some(w) = state.queues[p.index()].pop() {
+                let permit = self.take(state, p);
+                grants.push(Grant {
+                    waiter: w,
+                    permit,
+                    promoted,
+                    at: now,
+                });
             }
         }
         grants
     }
 
+    fn levels_of(&self, state: &State) -> Levels {
+        Levels {
+            inflight: state.inflight,
+            queued: state.queued(),
+            by_priority: std::array::from_fn(|i| (state.queues[i].len(), state.held[i])),
+        }
+    }
+
+    fn report(&self, levels: &Levels) {
+        self.observer.levels(levels.inflight, levels.queued);
+        if self.cfg.priorities.is_some() {
+            for p in Priority::ALL {
+                let (queued, held) = levels.by_priority[p.index()];
+                self.observer.priority_levels(p, queued, held);
+            }
+        }
+    }
+
+    fn outcome(&self, priority: Priority, outcome: pdrouter_admission::PriorityOutcome) {
+        if self.cfg.priorities.is_some() {
+            self.observer.priority_outcome(priority, outcome);
+        }
+    }
+
     /// Hands out grants; a waiter already gone drops its permit, which passes it on.
-    fn deliver(&self, grants: Vec<(oneshot::Sender<Permit>, Permit)>) {
-        for (tx, permit) in grants {
-            if tx.send(permit).is_ok() {
+    fn deliver(&self, grants: Vec<Grant>) {
+        for g in grants {
+            let priority = g.permit.priority;
+            if g.waiter.tx.send(g.permit).is_ok() {
                 self.observer.decided(true);
+                let waited = g.at.saturating_duration_since(g.waiter.since);
+                let promoted = g.promoted;
+                self.outcome(
+                    priority,
+                    pdrouter_admission::PriorityOutcome::Admitted { waited, promoted },
+                );
             }
         }
     }
@@ -208,9 +324,18 @@ impl Shared {
     }
 }
 
+/// A place taken for a waiter under the lock, sent after unlocking.
+struct Grant {
+    waiter: Waiter,
+    permit: Permit,
+    promoted: bool,
+    at: Instant,
+}
+
 /// Removes its waiter from the queue when the waiting future is dropped (client gone).
 struct Ticket<'a> {
     shared: &'a Arc<Shared>,
+    priority: Priority,
     id: Option<u64>,
 }
 
@@ -218,17 +343,22 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
             let mut state = self.shared.state.lock();
-            let removed = state.queue.remove(id).is_some();
+            let removed = state.queues[self.priority.index()].remove(id);
             // Leaving may let the next waiter use a token this one was waiting for.
-            let grants = if removed {
+            let grants = if removed.is_some() {
                 self.shared.grant(&mut state)
             } else {
                 Vec::new()
             };
-            let levels = (state.inflight, state.queue.len());
+            let levels = self.shared.levels_of(&state);
             drop(state);
-            if removed {
-                self.shared.observer.levels(levels.0, levels.1);
+            if let Some(w) = removed {
+                self.shared.report(&levels);
+                let waited = Instant::now().saturating_duration_since(w.since);
+                self.shared.outcome(
+                    self.priority,
+                    pdrouter_admission::PriorityOutcome::Cancelled { waited },
+                );
             }
             self.shared.deliver(grants);
         }
@@ -241,9 +371,11 @@ impl Limiter {
         Self {
             shared: Arc::new(Shared {
                 cfg,
+                classes: cfg.classes(),
                 state: Mutex::new(State {
                     inflight: 0,
-                    queue: Fifo::default(),
+                    held: [0; 4],
+                    queues: Default::default(),
                     tokens: cfg.max_concurrent as f64,
                     refilled: Instant::now(),
                 }),
@@ -264,39 +396,65 @@ impl Limiter {
 
     /// Requests waiting now.
     pub fn queued(&self) -> usize {
-        self.shared.state.lock().queue.len()
+        self.shared.state.lock().queued()
     }
 
-    /// Waits for a permit (see the module docs). Cancel-safe: dropping the future leaves the
-    /// queue and loses nothing.
-    pub async fn acquire(&self) -> Result<Permit, Refusal> {
+    /// Waits for a permit as a request of `priority` (ignored without priority classes; see
+    /// the module docs). Cancel-safe: dropping the future leaves the queue and loses nothing.
+    pub async fn acquire(&self, priority: Priority) -> Result<Permit, Refusal> {
+        use pdrouter_admission::PriorityOutcome;
         let shared = &self.shared;
-        let deadline = crate::config::deadline_after(Instant::now(), shared.cfg.queue_timeout);
+        let priority = if shared.cfg.priorities.is_some() {
+            priority
+        } else {
+            Priority::Default
+        };
+        let class = *shared.classes.get(priority);
+        let since = Instant::now();
+        let deadline = crate::config::deadline_after(since, class.queue_timeout);
         let mut rx = {
             let mut state = shared.state.lock();
             shared.refill(&mut state);
-            if state.queue.is_empty() && shared.has_room(&state) {
-                let permit = shared.take(&mut state);
-                let levels = (state.inflight, state.queue.len());
+            if state.queued() == 0 && shared.has_room(&state) {
+                let permit = shared.take(&mut state, priority);
+                let levels = shared.levels_of(&state);
                 drop(state);
-                shared.observer.levels(levels.0, levels.1);
+                shared.report(&levels);
                 shared.observer.decided(true);
+                let waited = Duration::ZERO;
+                shared.outcome(
+                    priority,
+                    PriorityOutcome::Admitted {
+                        waited,
+                        promoted: false,
+                    },
+                );
                 return Ok(permit);
             }
-            if state.queue.len() >= shared.cfg.queue_size {
+            if state.queues[priority.index()].len() >= class.queue_size {
                 drop(state);
                 shared.observer.decided(false);
+                let full = pdrouter_admission::Rejection::QueueFull;
+                let waited = Duration::ZERO;
+                shared.outcome(
+                    priority,
+                    PriorityOutcome::Rejected {
+                        reason: full,
+                        waited,
+                    },
+                );
                 return Err(Refusal::QueueFull);
             }
             let (tx, rx) = oneshot::channel();
-            let id = state.queue.push(tx);
-            let levels = (state.inflight, state.queue.len());
+            let id = state.queues[priority.index()].push(Waiter { tx, since });
+            let levels = shared.levels_of(&state);
             drop(state);
-            shared.observer.levels(levels.0, levels.1);
+            shared.report(&levels);
             (
                 rx,
                 Ticket {
                     shared,
+                    priority,
                     id: Some(id),
                 },
             )
@@ -315,8 +473,9 @@ impl Limiter {
                 () = tokio::time::sleep_until(deadline) => {
                     let id = rx.1.id.take();
                     let mut state = shared.state.lock();
-                    let removed = id.is_some_and(|id| state.queue.remove(id).is_some());
-                    let levels = (state.inflight, state.queue.len());
+                    let queue = &mut state.queues[priority.index()];
+                    let removed = id.is_some_and(|id| queue.remove(id).is_some());
+                    let levels = shared.levels_of(&state);
                     drop(state);
                     if !removed {
                         // Granted at the deadline: the permit is in the channel.
@@ -324,8 +483,11 @@ impl Limiter {
                             return Ok(permit);
                         }
                     }
-                    shared.observer.levels(levels.0, levels.1);
+                    shared.report(&levels);
                     shared.observer.decided(false);
+                    let reason = pdrouter_admission::Rejection::QueueTimeout;
+                    let waited = Instant::now().saturating_duration_since(since);
+                    shared.outcome(priority, PriorityOutcome::Rejected { reason, waited });
                     return Err(Refusal::QueueTimeout);
                 }
                 () = async {
@@ -336,9 +498,9 @@ impl Limiter {
                 } => {
                     let mut state = shared.state.lock();
                     let grants = shared.grant(&mut state);
-                    let levels = (state.inflight, state.queue.len());
+                    let levels = shared.levels_of(&state);
                     drop(state);
-                    shared.observer.levels(levels.0, levels.1);
+                    shared.report(&levels);
                     shared.deliver(grants);
                 }
             }

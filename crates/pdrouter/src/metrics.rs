@@ -83,6 +83,41 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// Label: a priority class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    /// `bulk`, `default`, `interactive` or `system`.
+    pub class: &'static str,
+}
+
+/// Labels: a priority class and how a request of it left the queue.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmitLabels {
+    /// The class.
+    pub class: &'static str,
+    /// `admitted`, `rejected_queue_full`, `rejected_queue_timeout`, `rejected_unavailable` or
+    /// `client_cancelled`.
+    pub outcome: &'static str,
+}
+
+/// Labels: a request's class capped by its tenant.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClampLabels {
+    /// A tenant listed in the priority file, `other` or `anonymous`.
+    pub tenant: String,
+    /// The class the header asked for.
+    pub requested_class: &'static str,
+    /// The class it got.
+    pub effective_class: &'static str,
+}
+
+/// Label: a tenant (listed in the priority file, `other` or `anonymous`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabel {
+    /// The tenant.
+    pub tenant: String,
+}
+
 /// Label: how a Prefill leg that outlived Decode ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
@@ -170,6 +205,14 @@ pub struct Metrics {
     store_rtt: Histogram,
     store_errors: Counter,
     store_lease_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    scheduler_admit: Family<AdmitLabels, Counter>,
+    scheduler_wait: HistFamily<ClassLabel>,
+    scheduler_clamp: Family<ClampLabels, Counter>,
+    scheduler_unknown: Family<TenantLabel, Counter>,
+    scheduler_promotions: Family<ClassLabel, Counter>,
+    scheduler_inflight: Family<ClassLabel, Gauge>,
+    scheduler_queue_depth: Family<ClassLabel, Gauge>,
+    scheduler_queue_limit: Family<ClassLabel, Gauge>,
 }
 
 impl Metrics {
@@ -207,6 +250,14 @@ impl Metrics {
             store_rtt: latency_histogram(),
             store_errors: Counter::default(),
             store_lease_age: Gauge::default(),
+            scheduler_admit: Family::default(),
+            scheduler_wait: Family::new_with_constructor(latency_histogram),
+            scheduler_clamp: Family::default(),
+            scheduler_unknown: Family::default(),
+            scheduler_promotions: Family::default(),
+            scheduler_inflight: Family::default(),
+            scheduler_queue_depth: Family::default(),
+            scheduler_queue_limit: Family::default(),
             registry: PromRegistry::default(),
         };
         // prometheus-client appends `_total` to counters itself.
@@ -364,6 +415,49 @@ impl Metrics {
             "Time since this replica's leases were last renewed (+Inf before the first renewal)",
             m.store_lease_age.clone(),
         );
+        registry.register(
+            "smg_scheduler_admit",
+            "Priority classes: how requests left the queue the classes order, by class and \
+             outcome (admitted, rejected_queue_full, rejected_queue_timeout, \
+             rejected_unavailable, client_cancelled)",
+            m.scheduler_admit.clone(),
+        );
+        registry.register(
+            "smg_scheduler_queue_wait_seconds",
+            "Priority classes: time in the queue before admission, timeout or cancellation, by \
+             class (0 when admitted at once)",
+            m.scheduler_wait.clone(),
+        );
+        registry.register(
+            "smg_scheduler_clamp",
+            "Requests whose X-SMG-Priority class was capped by their tenant's maximum class",
+            m.scheduler_clamp.clone(),
+        );
+        registry.register(
+            "smg_scheduler_unknown_priority_value",
+            "Requests whose X-SMG-Priority named no class (served as default), by tenant",
+            m.scheduler_unknown.clone(),
+        );
+        registry.register(
+            "smg_scheduler_starvation_promotion",
+            "Requests admitted ahead of their class because they waited past its starvation age",
+            m.scheduler_promotions.clone(),
+        );
+        registry.register(
+            "smg_scheduler_inflight",
+            "Priority classes: admitted requests holding their place, by class",
+            m.scheduler_inflight.clone(),
+        );
+        registry.register(
+            "smg_scheduler_queue_depth",
+            "Priority classes: requests waiting, by class",
+            m.scheduler_queue_depth.clone(),
+        );
+        registry.register(
+            "smg_scheduler_queue_size_limit",
+            "Priority classes: the configured queue size of each class",
+            m.scheduler_queue_limit.clone(),
+        );
         Arc::new(Self { registry, ..m })
     }
 
@@ -401,6 +495,92 @@ impl Metrics {
     pub fn store_lease_age(&self, age: Option<Duration>) {
         self.store_lease_age
             .set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
+    }
+
+    /// The classes' configured queue sizes (set once at startup when priority classes are on).
+    pub fn priority_limits(&self, classes: &pdrouter_admission::PriorityClasses) {
+        for p in pdrouter_admission::Priority::ALL {
+            let label = ClassLabel { class: p.as_str() };
+            self.scheduler_queue_limit
+                .get_or_create(&label)
+                .set(classes.get(p).queue_size as i64);
+            self.scheduler_queue_depth.get_or_create(&label).set(0);
+            self.scheduler_inflight.get_or_create(&label).set(0);
+        }
+    }
+
+    /// How a request's class was found: counts unknown header values and clamps.
+    pub fn priority_resolved(&self, r: &crate::priority::Resolution<'_>) {
+        if r.unknown_value {
+            self.scheduler_unknown
+                .get_or_create(&TenantLabel {
+                    tenant: r.tenant.to_string(),
+                })
+                .inc();
+        }
+        if r.priority < r.requested {
+            self.scheduler_clamp
+                .get_or_create(&ClampLabels {
+                    tenant: r.tenant.to_string(),
+                    requested_class: r.requested.as_str(),
+                    effective_class: r.priority.as_str(),
+                })
+                .inc();
+        }
+    }
+
+    fn priority_outcome(
+        &self,
+        priority: pdrouter_admission::Priority,
+        outcome: pdrouter_admission::PriorityOutcome,
+    ) {
+        use pdrouter_admission::{PriorityOutcome, Rejection};
+        let class = priority.as_str();
+        let (name, waited) = match outcome {
+            PriorityOutcome::Admitted { waited, promoted } => {
+                if promoted {
+                    self.scheduler_promotions
+                        .get_or_create(&ClassLabel { class })
+                        .inc();
+                }
+                ("admitted", waited)
+            }
+            PriorityOutcome::Rejected { reason, waited } => (
+                match reason {
+                    Rejection::QueueFull => "rejected_queue_full",
+                    Rejection::QueueTimeout => "rejected_queue_timeout",
+                    Rejection::Unavailable => "rejected_unavailable",
+                },
+                waited,
+            ),
+            PriorityOutcome::Cancelled { waited } => ("client_cancelled", waited),
+        };
+        self.scheduler_admit
+            .get_or_create(&AdmitLabels {
+                class,
+                outcome: name,
+            })
+            .inc();
+        self.scheduler_wait
+            .get_or_create(&ClassLabel { class })
+            .observe(waited.as_secs_f64());
+    }
+
+    fn priority_levels(
+        &self,
+        priority: pdrouter_admission::Priority,
+        queued: usize,
+        inflight: usize,
+    ) {
+        let label = ClassLabel {
+            class: priority.as_str(),
+        };
+        self.scheduler_queue_depth
+            .get_or_create(&label)
+            .set(queued as i64);
+        self.scheduler_inflight
+            .get_or_create(&label)
+            .set(inflight as i64);
     }
 
     /// Routing keys the manual policies remember in all.
@@ -645,6 +825,23 @@ impl pdrouter_admission::Observer for Metrics {
                 reason: reason.as_str().to_string(),
             })
             .inc();
+    }
+
+    fn priority_outcome(
+        &self,
+        priority: pdrouter_admission::Priority,
+        outcome: pdrouter_admission::PriorityOutcome,
+    ) {
+        Metrics::priority_outcome(self, priority, outcome);
+    }
+
+    fn priority_levels(
+        &self,
+        priority: pdrouter_admission::Priority,
+        queued: usize,
+        inflight: usize,
+    ) {
+        Metrics::priority_levels(self, priority, queued, inflight);
     }
 
     fn slot_forgotten(&self, key: &str) {

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use pdrouter_admission::{Ranking, Selector, Slot};
+use pdrouter_admission::{Priority, Ranking, Selector, Slot};
 use pdrouter_policy::{Policy, RequestInfo};
 
 use crate::config::WorkerType;
@@ -58,6 +58,7 @@ pub struct Candidates {
     /// Only gRPC workers of this runtime (a Decode paired with its Prefill); `None`: any.
     /// Kept out of [`Wanted`]: it fits this struct's padding, and queued waiters hold one.
     runtime: Option<crate::grpc::runtime::Runtime>,
+    priority: Priority,
 }
 
 impl Candidates {
@@ -76,12 +77,19 @@ impl Candidates {
             order: Vec::new(),
             prompt_tokens: 1,
             runtime: None,
+            priority: Priority::Default,
         }
     }
 
     /// Only workers of `runtime`, when given.
     pub fn with_runtime(mut self, runtime: Option<crate::grpc::runtime::Runtime>) -> Self {
         self.runtime = runtime;
+        self
+    }
+
+    /// The request's priority class, for admission with priority classes (default `default`).
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -198,6 +206,10 @@ impl Selector for Candidates {
 
     fn prompt_tokens(&self) -> u64 {
         u64::from(self.prompt_tokens)
+    }
+
+    fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// Requests of one worker type with the same strict target (or none) and the same model

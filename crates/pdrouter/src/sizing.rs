@@ -188,6 +188,7 @@ mod tests {
                 max_inflight_tokens_per_worker: tokens,
                 queue_size: 16,
                 queue_timeout: Duration::from_secs(600),
+                priorities: None,
             },
             metrics.clone() as Arc<dyn Observer>,
         );

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use pdrouter::config::WorkerType;
 use pdrouter::registry::WorkerStatus;
-use pdrouter_mock::EngineConfig;
 use support::*;
 use tokio::time::Instant;
 
@@ -34,17 +33,6 @@ struct Pd {
     adm: pdrouter_admission::Admission,
 }
 
-async fn engine_mock(t: Transport, role: Role) -> MockWorker {
-    let mut cfg = t.mock(role);
-    cfg.engine = Some(EngineConfig {
-        max_running: 64,
-        prefill_tokens_per_sec: 1e9,
-        bootstrap_port: 0,
-        ..EngineConfig::new()
-    });
-    MockWorker::start(cfg).await.expect("mock starts")
-}
-
 async fn engine_pd(
     t: Transport,
     prefills: usize,
@@ -55,9 +43,9 @@ async fn engine_pd(
 ) -> Pd {
     let mut ps = Vec::new();
     for _ in 0..prefills {
-        ps.push(engine_mock(t, Role::Prefill).await);
+        ps.push(t.engine(Role::Prefill).await);
     }
-    let d = engine_mock(t, Role::Decode).await;
+    let d = t.engine(Role::Decode).await;
     let mut cfg = pd_config(&ps.iter().collect::<Vec<_>>(), &[&d]);
     for (spec, p) in cfg.workers.iter_mut().zip(&ps) {
         spec.bootstrap_port = p.bootstrap_addr().map(|a| a.port());
@@ -511,6 +499,7 @@ async fn token_budget_admits_by_prompt_size_and_a_large_prompt_runs_alone() {
             queue_size: 8,
             queue_timeout: Duration::from_secs(60),
             auto: None,
+            priorities: None,
         });
     })
     .await;
@@ -604,6 +593,7 @@ async fn an_auto_request_limit_grows_while_it_binds_up_to_its_max() {
             max_inflight_tokens_per_worker: None,
             queue_size: 64,
             queue_timeout: Duration::from_secs(60),
+            priorities: None,
             auto: Some(pdrouter::config::AutoConfig {
                 unit: pdrouter::config::Unit::Requests,
                 min: 1,
@@ -630,6 +620,7 @@ async fn an_auto_token_budget_grows_by_mean_prompts_up_to_its_max() {
             max_inflight_tokens_per_worker: Some(8),
             queue_size: 64,
             queue_timeout: Duration::from_secs(60),
+            priorities: None,
             auto: Some(pdrouter::config::AutoConfig {
                 unit: pdrouter::config::Unit::Tokens,
                 min: 8,

@@ -129,18 +129,6 @@ fn invalid_configurations_exit_non_zero_naming_the_problem() {
             &[
                 "--prefill-max-inflight-requests-per-worker",
                 "1",
-                "--priority-scheduler-enabled",
-            ],
-        ]
-        .concat(),
-        "--priority-scheduler-enabled",
-    );
-    fails_with(
-        &[
-            &pd[..],
-            &[
-                "--prefill-max-inflight-requests-per-worker",
-                "1",
                 "--prefill-queue-timeout-secs",
                 "0",
             ],
@@ -152,6 +140,109 @@ fn invalid_configurations_exit_non_zero_naming_the_problem() {
         &[&pd[..], &["--prefill", "http://127.0.0.1:3", "notaport"]].concat(),
         "bootstrap port",
     );
+}
+
+/// Priority classes: a bad file, an unknown class name or a flag that would have no effect
+/// exits 2 with one line naming the problem.
+#[test]
+fn bad_priority_settings_exit_2_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let malformed = file("malformed.yaml", "classes: [1, 2\n");
+    let unknown_class = file("class.yaml", "classes:\n  urgent:\n    queue_size: 1\n");
+    let unknown_key = file("key.yaml", "classes:\n  bulk:\n    queue_sise: 1\n");
+    let tenants = file(
+        "tenants.yaml",
+        "tenant_policies:\n  \"header:a\":\n    max_class: system\n",
+    );
+    let limited = [
+        "--worker-urls",
+        "http://127.0.0.1:1",
+        "--max-concurrent-requests",
+        "4",
+    ];
+    let on = [&limited[..], &["--priority-scheduler-enabled"]].concat();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "--worker-urls",
+                "http://127.0.0.1:1",
+                "--priority-scheduler-enabled",
+            ],
+            "orders a wait queue, and none is on",
+        ),
+        (
+            [&on[..], &["--priority-scheduler-config", &malformed]].concat(),
+            "not a valid priority scheduler file",
+        ),
+        (
+            [&on[..], &["--priority-scheduler-config", &unknown_class]].concat(),
+            "'urgent' is not a priority class",
+        ),
+        (
+            [&on[..], &["--priority-scheduler-config", &unknown_key]].concat(),
+            "unknown field `queue_sise`",
+        ),
+        (
+            [
+                &on[..],
+                &["--priority-scheduler-config", "/nonexistent.yaml"],
+            ]
+            .concat(),
+            "cannot read it",
+        ),
+        (
+            [&on[..], &["--priority-scheduler-config", &tenants]].concat(),
+            "need --trust-tenant-header",
+        ),
+        (
+            [&on[..], &["--priority-scheduler-default-max-class", "vip"]].concat(),
+            "'vip' is not a priority class",
+        ),
+        (
+            [&on[..], &["--tenant-header-name", "x-team"]].concat(),
+            "--tenant-header-name needs --trust-tenant-header",
+        ),
+        (
+            [
+                &on[..],
+                &[
+                    "--trust-tenant-header",
+                    "--tenant-header-name",
+                    "bad header",
+                ],
+            ]
+            .concat(),
+            "not a valid HTTP header name",
+        ),
+        (
+            [
+                &limited[..],
+                &["--priority-scheduler-default-max-class", "bulk"],
+            ]
+            .concat(),
+            "--priority-scheduler-default-max-class needs --priority-scheduler-enabled",
+        ),
+        (
+            [
+                &limited[..],
+                &["--priority-scheduler-tenant-metric-top-n", "8"],
+            ]
+            .concat(),
+            "--priority-scheduler-tenant-metric-top-n is not supported",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = pdrouter().arg("launch").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: stderr was {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
 
 #[test]

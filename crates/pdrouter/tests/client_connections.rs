@@ -221,6 +221,7 @@ async fn a_stalled_body_gets_408_and_frees_its_permit() {
         queue_size: 0,
         queue_timeout: Duration::from_secs(1),
         tokens_per_second: None,
+        priorities: None,
     });
     let r = router(cfg).await;
 

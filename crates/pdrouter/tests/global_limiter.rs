@@ -22,6 +22,7 @@ fn limiter(max: usize, queue: usize, timeout_secs: u64) -> Option<LimiterConfig>
         queue_size: queue,
         queue_timeout: Duration::from_secs(timeout_secs),
         tokens_per_second: None,
+        priorities: None,
     })
 }
 

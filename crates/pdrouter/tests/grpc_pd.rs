@@ -512,6 +512,7 @@ async fn token_budget_charges_the_tokenizer_count() {
         queue_size: 4,
         queue_timeout: Duration::from_secs(30),
         auto: None,
+        priorities: None,
     });
     let r = router(cfg).await;
     let gauge = "smg_pd_prefill_admission_inflight_tokens{";

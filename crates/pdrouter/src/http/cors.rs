@@ -29,7 +29,8 @@ const ALLOWED_METHODS: &str = "GET, POST, PUT, DELETE, OPTIONS";
 /// Headers announced to a preflight that asks for none; the request-id and routing headers
 /// are the router's own.
 const ALLOWED_HEADERS: &str = "authorization, content-type, x-request-id, x-correlation-id, \
-                               x-smg-routing-key, x-smg-target-worker, traceparent, tracestate";
+                               x-smg-routing-key, x-smg-target-worker, x-smg-priority, \
+                               traceparent, tracestate";
 /// Response headers a browser script may read.
 const EXPOSED_HEADERS: &str = "x-request-id, x-smg-error-code, retry-after";
 /// How long a browser may cache a preflight answer, in seconds.

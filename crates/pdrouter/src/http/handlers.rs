@@ -149,7 +149,7 @@ fn request_ctx(state: &AppState, req: Request) -> Result<(RequestCtx, Body), Api
     check_length(state.cfg.max_payload_size, &parts.headers)?;
     let target = match header_str(&parts.headers, TARGET_WORKER)? {
         None => None,
-        Some(s) => Some(s.parse::<usize>().map_err(|_| {
+        Some(s) => Some(s.parse::<u32>().map_err(|_| {
             ApiError::invalid_header(
                 TARGET_WORKER,
                 format!("must be a 0-based worker index, got '{s}'"),
@@ -160,14 +160,23 @@ fn request_ctx(state: &AppState, req: Request) -> Result<(RequestCtx, Body), Api
     let request_id = parts
         .extensions
         .get::<RequestId>()
-        .map(|r| r.0.clone())
+        .map(|r| Box::from(r.0.as_str()))
         .unwrap_or_default();
+    let priority = match &state.cfg.priority {
+        Some(settings) => {
+            let resolved = settings.resolve(&parts.headers);
+            state.metrics.priority_resolved(&resolved);
+            resolved.priority
+        }
+        None => pdrouter_admission::Priority::Default,
+    };
     let ctx = RequestCtx {
         request_id,
         target,
         routing_key,
         forwarded: Forwarded::from_client(&parts.headers),
         started,
+        priority,
     };
     Ok((ctx, body))
 }
@@ -182,11 +191,10 @@ async fn answer(
     // and rides in the response body, so a streamed answer holds it to its last byte.
     // Boxed: its wait state (timers) lives only during the wait, not in every request's future.
     let permit = match &state.limiter {
-        Some(limiter) => Some(
-            Box::pin(limiter.acquire())
-                .await
-                .map_err(|r| ApiError::limited(r, limiter.config().queue_timeout.as_secs()))?,
-        ),
+        Some(limiter) => Some(Box::pin(limiter.acquire(ctx.priority)).await.map_err(|r| {
+            let timeout = limiter.config().timeout_of(ctx.priority);
+            ApiError::limited(r, timeout.as_secs())
+        })?),
         None => None,
     };
     let received =

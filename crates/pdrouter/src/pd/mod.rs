@@ -266,6 +266,15 @@ pub(crate) struct Holds {
     pub(crate) decode_load: LoadGuard,
 }
 
+/// The queue timeout of a request of `priority`, in seconds (a plain function: computed in the
+/// attempt's future it would take room there for the whole wait).
+fn timeout_secs(
+    adm: &pdrouter_admission::Admission,
+    priority: pdrouter_admission::Priority,
+) -> u64 {
+    adm.config().classes().get(priority).queue_timeout.as_secs()
+}
+
 impl Dispatcher {
     /// One PD attempt over either transport: `grpc` is the request translated for gRPC
     /// workers, `None` for HTTP ones. Selection and admission are the same for both.
@@ -295,6 +304,7 @@ impl Dispatcher {
                             req.prompt_tokens,
                             crate::grpc::answer::GrpcPlan::prompt_tokens,
                         ))
+                        .with_priority(ctx.priority)
                         .checked_target()?,
                 ),
             )
@@ -309,7 +319,7 @@ impl Dispatcher {
                 ),
                 Err(r) => {
                     tracing::debug!(reason = r.reason.as_str(), "prefill admission rejected");
-                    return Err(ApiError::admission(r, adm.config().queue_timeout.as_secs()));
+                    return Err(ApiError::admission(r, timeout_secs(adm, ctx.priority)));
                 }
             },
             None => (prefill_sel().pick()?, None),

@@ -53,6 +53,20 @@ impl Transport {
         cfg
     }
 
+    /// Starts an engine-mode mock of `role` (64 running, instant prefill, its own KV
+    /// bootstrap port): a hung Prefill keeps its engine slot and the Decode waits for that
+    /// Prefill's KV, as real engines do.
+    pub async fn engine(self, role: Role) -> MockWorker {
+        let mut cfg = self.mock(role);
+        cfg.engine = Some(pdrouter_mock::EngineConfig {
+            max_running: 64,
+            prefill_tokens_per_sec: 1e9,
+            bootstrap_port: 0,
+            ..pdrouter_mock::EngineConfig::new()
+        });
+        MockWorker::start(cfg).await.expect("mock starts")
+    }
+
     /// Starts a mock of `role` with `delay_ms` before its answer.
     pub async fn start(self, role: Role, delay_ms: u64) -> MockWorker {
         let mut cfg = self.mock(role);
@@ -153,6 +167,7 @@ pub fn admission(
         queue_size: queue,
         queue_timeout: Duration::from_secs(timeout_secs),
         auto: None,
+        priorities: None,
     })
 }
 
