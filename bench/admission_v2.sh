@@ -133,7 +133,9 @@ B=$(calc %.3f "$(p99 token_budget) / $best_count")
 # ---- Part 2: priority classes ----
 INTERACTIVE_RATE=$(calc %.1f "0.2 * 1.2 * $CAPACITY")
 BULK_RATE=$(calc %.1f "0.8 * 1.2 * $CAPACITY")
+# Clients may ask for interactive (the default highest class is `default`).
 PRIORITY_FLAGS=(--policy round_robin --priority-scheduler-enabled
+    --priority-scheduler-default-max-class interactive
     --prefill-max-inflight-tokens-per-worker "$TOKEN_BUDGET" --prefill-queue-size 1000
     --prefill-queue-timeout-secs 10)
 C=n/a

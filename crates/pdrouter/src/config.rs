@@ -1078,6 +1078,11 @@ impl Config {
             }
         }
         if let Some(st) = &self.admission_store {
+            if self.admission.is_some_and(|a| a.auto.is_some()) {
+                return Err(bad(
+                    "--admission-store shares fixed Prefill limits between replicas, not auto",
+                ));
+            }
             if self
                 .admission
                 .is_none_or(|a| a.max_inflight_per_worker == NO_COUNT_LIMIT)

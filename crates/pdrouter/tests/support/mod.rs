@@ -215,15 +215,16 @@ pub async fn router(mut cfg: Config) -> RouterHandle {
 }
 
 /// With `PDROUTER_TEST_ADMISSION_STORE=redis://...` set (`.ci/run` sets it for a second run of
-/// the admission suite), every router with a request limit shares it through that store, in a
-/// group of its own: a lone replica must behave exactly as without the store.
+/// the admission suite), every router with a fixed request limit shares it through that store,
+/// in a group of its own: a lone replica must behave exactly as without the store. (A limit
+/// sized by `auto` is never shared: the two exclude each other.)
 fn with_store_from_env(cfg: &mut Config) {
     let Ok(url) = std::env::var("PDROUTER_TEST_ADMISSION_STORE") else {
         return;
     };
-    let limited = cfg
-        .admission
-        .is_some_and(|a| a.max_inflight_per_worker != pdrouter::config::NO_COUNT_LIMIT);
+    let limited = cfg.admission.is_some_and(|a| {
+        a.max_inflight_per_worker != pdrouter::config::NO_COUNT_LIMIT && a.auto.is_none()
+    });
     if !limited || cfg.admission_store.is_some() {
         return;
     }
