@@ -46,6 +46,10 @@ pub struct MockArgs {
     #[arg(long, default_value_t = 1, value_name = "K",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub dp_size: u32,
+    /// EPD Prefill (gRPC, TokenSpeed): milliseconds it waits for every image item's
+    /// embedding to reach it from its encode worker before failing the request.
+    #[arg(long, default_value_t = 30_000, value_name = "W")]
+    pub encode_wait_ms: u64,
     /// Model id reported when a request names none.
     #[arg(long, default_value = "mock-model", value_name = "NAME")]
     pub model: String,
@@ -159,6 +163,7 @@ impl MockArgs {
             grpc_runtime: self.runtime,
             api_key: self.api_key.clone(),
             default_sampling_params: self.default_sampling_params.clone(),
+            encode_wait: Duration::from_millis(self.encode_wait_ms),
         }
     }
 }

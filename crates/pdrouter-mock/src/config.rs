@@ -123,6 +123,9 @@ pub struct MockConfig {
     /// (`default_sampling_params_json`, a JSON object), as an engine reports
     /// the ones of its model's generation config; `None` reports none.
     pub default_sampling_params: Option<String>,
+    /// gRPC TokenSpeed Prefill in EPD: the longest it waits for every image item's embedding
+    /// (its room finished at its encode worker) before failing the request.
+    pub encode_wait: Duration,
 }
 
 /// The engine protocol of a gRPC-mode worker.
@@ -157,9 +160,13 @@ impl MockConfig {
             grpc_runtime: GrpcRuntime::Sglang,
             api_key: None,
             default_sampling_params: None,
+            encode_wait: DEFAULT_ENCODE_WAIT,
         }
     }
 }
+
+/// Default of [`MockConfig::encode_wait`].
+pub(crate) const DEFAULT_ENCODE_WAIT: Duration = Duration::from_secs(30);
 
 impl Default for MockConfig {
     /// A [`Role::Regular`] worker with the defaults of [`MockConfig::new`].

@@ -112,6 +112,9 @@ struct RoomsInner {
     rooms: HashMap<u64, watch::Sender<bool>>,
     /// Finished rooms in finishing order, for expiry.
     finished: VecDeque<(Instant, u64)>,
+    /// What finished each room, when its finisher said (an encode worker: the item's
+    /// content hash), until it expires.
+    tags: HashMap<u64, String>,
 }
 
 impl Rooms {
@@ -121,8 +124,16 @@ impl Rooms {
 
     /// Marks `room` finished and wakes its waiters.
     pub(crate) fn finish(&self, room: u64) {
+        self.finish_tagged(room, None);
+    }
+
+    /// Marks `room` finished with what finished it (shown by `GET /room/{room}`).
+    pub(crate) fn finish_tagged(&self, room: u64, tag: Option<String>) {
         let now = Instant::now();
         let mut inner = self.lock();
+        if let Some(tag) = tag {
+            inner.tags.insert(room, tag);
+        }
         inner
             .rooms
             .entry(room)
@@ -135,7 +146,13 @@ impl Rooms {
             }
             inner.finished.pop_front();
             inner.rooms.remove(&old);
+            inner.tags.remove(&old);
         }
+    }
+
+    /// What finished `room`, if its finisher said.
+    pub(crate) fn tag(&self, room: u64) -> Option<String> {
+        self.lock().tags.get(&room).cloned()
     }
 
     /// Whether `room` has finished (and not yet expired).
@@ -431,7 +448,8 @@ async fn room(State(rooms): State<Arc<Rooms>>, Path(room): Path<String>) -> Resp
         return (StatusCode::BAD_REQUEST, "room must be an unsigned integer").into_response();
     };
     match tokio::time::timeout(LONG_POLL_LIMIT, rooms.wait(room)).await {
-        Ok(()) => axum::Json(json!({ "room": room, "ready": true })).into_response(),
+        Ok(()) => axum::Json(json!({ "room": room, "ready": true, "tag": rooms.tag(room) }))
+            .into_response(),
         Err(_) => (StatusCode::GATEWAY_TIMEOUT, "prefill did not finish").into_response(),
     }
 }
@@ -472,6 +490,15 @@ pub(crate) fn bootstrap_points(req: &serde_json::Map<String, Value>) -> Vec<(Str
 
 /// Asks `http://host:port/room/{room}` and waits for its answer.
 pub(crate) async fn await_room(host: &str, port: u16, room: u64) -> Result<(), String> {
+    await_room_tag(host, port, room).await.map(drop)
+}
+
+/// [`await_room`], returning the room's tag (what finished it), if any.
+pub(crate) async fn await_room_tag(
+    host: &str,
+    port: u16,
+    room: u64,
+) -> Result<Option<String>, String> {
     let authority = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -494,9 +521,15 @@ pub(crate) async fn await_room(host: &str, port: u16, room: u64) -> Result<(), S
         .await
         .map_err(|e| format!("bootstrap {authority}: {e}"))?;
     let status = resp.status();
-    let _ = resp.into_body().collect().await;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     if status.is_success() {
-        Ok(())
+        let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        Ok(answer["tag"].as_str().map(str::to_owned))
     } else {
         Err(format!("bootstrap {authority} room {room}: {status}"))
     }

@@ -380,6 +380,8 @@ pub(crate) struct Shared {
     /// gRPC: the default sampling parameters `GetModelInfo` reports (a JSON
     /// object), if any.
     pub(crate) default_sampling_params: Option<String>,
+    /// EPD Prefill: bound on the wait for the items' embeddings.
+    pub(crate) encode_wait: std::time::Duration,
     pub(crate) controls: MockControls,
     /// Bootstrap rooms whose prefill finished (filled by the engine-mode
     /// prefill and by every gRPC prefill).
@@ -398,6 +400,7 @@ impl Shared {
             grpc_runtime: cfg.grpc_runtime,
             api_key: cfg.api_key.clone(),
             default_sampling_params: cfg.default_sampling_params.clone(),
+            encode_wait: cfg.encode_wait,
             controls: MockControls::new(cfg),
             engine: cfg
                 .engine

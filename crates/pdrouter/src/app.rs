@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, WorkerSpec};
+use crate::config::{Config, Mode, WorkerSpec};
 use crate::dispatch::Dispatcher;
 use crate::http::{AppState, app};
 use crate::metrics::Metrics;
@@ -251,6 +251,49 @@ fn uses_prefix_hash(cfg: &Config) -> bool {
     [cfg.policy, cfg.prefill_policy, cfg.decode_policy].contains(&PolicyKind::PrefixHash)
 }
 
+/// How image parts are served: in EPD mode, for the vision model recognised in the model
+/// directory (`--model-path`, else `--tokenizer-path`'s directory, else the tokenizer bundle a
+/// worker sent); a vision model whose files are broken stops the router.
+fn image_support(
+    cfg: &Config,
+    tokenizer: Option<&crate::grpc::tokenizer::RouterTokenizer>,
+) -> Result<crate::images::ImageSupport, StartError> {
+    use crate::images::{ImageInputs, ImageSupport};
+    if cfg.mode != Mode::EpdGrpc {
+        return Ok(ImageSupport::NoEncoders);
+    }
+    let t = &cfg.tokenizer;
+    let dir = match (&t.model_path, &t.tokenizer_path) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(p)) if p.is_dir() => Some(p.clone()),
+        (None, Some(p)) => p.parent().map(std::path::Path::to_path_buf),
+        (None, None) => tokenizer
+            .and_then(|t| t.fetched_dir())
+            .map(ToOwned::to_owned),
+    };
+    let Some(dir) = dir else {
+        return Ok(ImageSupport::NotVisionModel);
+    };
+    match ImageInputs::load(&cfg.images, &dir) {
+        Ok(Some(inputs)) => {
+            tracing::info!(
+                model_type = inputs.model().family().model_type(),
+                dir = %dir.display(),
+                "image inputs served"
+            );
+            Ok(ImageSupport::Model(Box::new(inputs)))
+        }
+        Ok(None) => {
+            tracing::info!(
+                dir = %dir.display(),
+                "not a vision model this router preprocesses for: image inputs are refused"
+            );
+            Ok(ImageSupport::NotVisionModel)
+        }
+        Err(e) => Err(StartError::Tokenizer(format!("vision model: {e}"))),
+    }
+}
+
 /// Says what the tokenizer flags do in this configuration, so they are never silently unused.
 fn log_tokenizer_use(cfg: &Config) {
     let given = cfg.tokenizer.tokenizer_path.is_some() || cfg.tokenizer.model_path.is_some();
@@ -364,10 +407,12 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let policy = Arc::new(Policy::with_settings(cfg.policy, settings));
     let prefill_policy = Arc::new(Policy::with_settings(cfg.prefill_policy, settings));
     let decode_policy = Arc::new(Policy::with_settings(cfg.decode_policy, settings));
+    let encode_policy = Arc::new(Policy::with_settings(cfg.encode_policy, settings));
     let policies = vec![
         policy.clone(),
         prefill_policy.clone(),
         decode_policy.clone(),
+        encode_policy.clone(),
     ];
     wire_events(&registry, &metrics, admission.as_ref(), &policies);
     if let Some(sizer) = sizer.clone() {
@@ -437,6 +482,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     } else {
         None
     };
+    let images = image_support(&cfg, tokenizer.as_deref())?;
 
     let mut background = Vec::new();
     let sharer = match (&cfg.admission_store, &admission, cfg.admission) {
@@ -511,6 +557,8 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         policy,
         prefill_policy,
         decode_policy,
+        encode_policy,
+        images,
         tokenizer,
     });
     let state = Arc::new(AppState {

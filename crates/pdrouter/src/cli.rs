@@ -186,6 +186,11 @@ pub struct LaunchArgs {
     /// Policy for Decode selection (defaults to --policy).
     #[arg(long, help_heading = "Policies")]
     pub decode_policy: Option<String>,
+    /// EPD: policy choosing each image's Encode worker, keyed by the image's content hash:
+    /// consistent_hashing (the same image always goes to the same worker), random,
+    /// round_robin, power_of_two, cache_aware, manual.
+    #[arg(long, default_value = "consistent_hashing", help_heading = "Policies")]
+    pub encode_policy: String,
     /// cache_aware: prefix match rate above which cache affinity wins, 0-1.
     #[arg(long, default_value_t = 0.3, help_heading = "Policies")]
     pub cache_threshold: f32,
@@ -563,6 +568,19 @@ fn policy(flag: &str, name: &str) -> Result<PolicyKind, ConfigError> {
     })
 }
 
+/// `--encode-policy`: the policies that can rank Encode workers by an image's content hash
+/// (prefix_hash needs prompt tokens and bucket prompt lengths, which an image has not).
+fn encode_policy(name: &str) -> Result<PolicyKind, ConfigError> {
+    let kind = policy("--encode-policy", name)?;
+    if matches!(kind, PolicyKind::PrefixHash | PolicyKind::Bucket) {
+        return Err(ConfigError(format!(
+            "--encode-policy '{name}' cannot choose Encode workers (it needs the prompt); use \
+             consistent_hashing, random, round_robin, power_of_two, cache_aware or manual"
+        )));
+    }
+    Ok(kind)
+}
+
 fn worker(flag: &str, raw: &str, t: WorkerType) -> Result<WorkerSpec, ConfigError> {
     let url = parse_worker_url(raw).map_err(|e| ConfigError(format!("{flag}: {e}")))?;
     Ok(WorkerSpec {
@@ -744,6 +762,7 @@ impl LaunchArgs {
             Some(p) => policy("--decode-policy", p)?,
             None => base,
         };
+        let encode_policy = encode_policy(&self.encode_policy)?;
         let assignment_mode = AssignmentMode::parse(&self.assignment_mode).ok_or_else(|| {
             ConfigError(format!(
                 "--assignment-mode '{}' is not one of {}",
@@ -842,6 +861,7 @@ impl LaunchArgs {
             policy: base,
             prefill_policy,
             decode_policy,
+            encode_policy,
             cache: CacheAwareConfig {
                 cache_threshold: self.cache_threshold,
                 balance_abs_threshold: self.balance_abs_threshold,
@@ -1462,6 +1482,7 @@ mod tests {
             "policy",
             "prefill_policy",
             "decode_policy",
+            "encode_policy",
             "health_check_endpoint",
             "prometheus_host",
             "log_level",
@@ -1575,6 +1596,24 @@ mod tests {
         .unwrap();
         assert_eq!(c.client_header_timeout, Duration::from_secs(5));
         assert_eq!(c.max_connections, 10);
+    }
+
+    #[test]
+    fn encode_policy_defaults_to_consistent_hashing_and_refuses_prompt_policies() {
+        let c = parse(&["--worker-urls", "http://w:1"]).unwrap();
+        assert_eq!(c.encode_policy, PolicyKind::ConsistentHashing);
+        let args = [
+            "--worker-urls",
+            "http://w:1",
+            "--encode-policy",
+            "power_of_two",
+        ];
+        assert_eq!(parse(&args).unwrap().encode_policy, PolicyKind::PowerOfTwo);
+        for bad in ["prefix_hash", "bucket", "nope"] {
+            let args = ["--worker-urls", "http://w:1", "--encode-policy", bad];
+            let err = parse(&args).unwrap_err();
+            assert!(err.contains("--encode-policy"), "{err}");
+        }
     }
 
     #[test]

@@ -512,6 +512,8 @@ pub struct Config {
     pub prefill_policy: PolicyKind,
     /// Policy for Decode selection.
     pub decode_policy: PolicyKind,
+    /// Policy choosing an image item's Encode worker (EPD), keyed by the item's content hash.
+    pub encode_policy: PolicyKind,
     /// cache_aware knobs.
     pub cache: CacheAwareConfig,
     /// How often cache_aware trees are trimmed.
@@ -1183,6 +1185,7 @@ impl Config {
             policy: PolicyKind::CacheAware,
             prefill_policy: PolicyKind::CacheAware,
             decode_policy: PolicyKind::CacheAware,
+            encode_policy: PolicyKind::ConsistentHashing,
             cache: CacheAwareConfig::default(),
             eviction_interval: Duration::from_secs(120),
             api_key: None,

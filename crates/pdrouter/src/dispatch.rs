@@ -57,6 +57,10 @@ pub struct Dispatcher {
     pub(crate) policy: Arc<Policy>,
     pub(crate) prefill_policy: Arc<Policy>,
     pub(crate) decode_policy: Arc<Policy>,
+    /// Chooses each image's Encode worker (EPD).
+    pub(crate) encode_policy: Arc<Policy>,
+    /// What gRPC chat requests' image parts get: served in EPD over a vision model.
+    pub(crate) images: crate::images::ImageSupport,
     /// The router's tokenizer, for gRPC workers.
     pub(crate) tokenizer: Option<Arc<crate::grpc::tokenizer::RouterTokenizer>>,
 }

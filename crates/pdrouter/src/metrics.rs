@@ -189,6 +189,8 @@ pub struct Metrics {
     pd_ttft: Histogram,
     pd_prefill_duration: Histogram,
     pd_prefill_after_decode: Family<OutcomeLabel, Counter>,
+    pd_encode_requests: Family<WorkerLabel, Counter>,
+    pd_encode_failures: Family<WorkerLabel, Counter>,
     admission_inflight: Family<WorkerLabel, Gauge>,
     admission_inflight_tokens: Family<WorkerLabel, Gauge>,
     admission_limit: Family<WorkerLabel, Gauge>,
@@ -234,6 +236,8 @@ impl Metrics {
             pd_ttft: latency_histogram(),
             pd_prefill_duration: latency_histogram(),
             pd_prefill_after_decode: Family::default(),
+            pd_encode_requests: Family::default(),
+            pd_encode_failures: Family::default(),
             admission_inflight: Family::default(),
             admission_inflight_tokens: Family::default(),
             admission_limit: Family::default(),
@@ -325,6 +329,17 @@ impl Metrics {
             "smg_pd_prefill_duration_seconds",
             "PD Prefill leg time, from send to end of body",
             m.pd_prefill_duration.clone(),
+        );
+        registry.register(
+            "smg_pd_encode_requests",
+            "EPD Encode calls sent (one per image item), per Encode worker",
+            m.pd_encode_requests.clone(),
+        );
+        registry.register(
+            "smg_pd_encode_failures",
+            "EPD Encode calls that failed, timed out or were not accepted, per Encode worker \
+             (the request's fate is the Prefill's: it waits for the embedding itself)",
+            m.pd_encode_failures.clone(),
         );
         registry.register(
             "smg_pd_prefill_after_decode",
@@ -671,6 +686,16 @@ impl Metrics {
         self.pd_prefill_duration.observe(d.as_secs_f64());
     }
 
+    /// An Encode call to `w` was sent.
+    pub fn encode_sent(&self, w: &Worker) {
+        self.pd_encode_requests.get_or_create(&Self::label(w)).inc();
+    }
+
+    /// An Encode call to `w` failed.
+    pub fn encode_failed(&self, w: &Worker) {
+        self.pd_encode_failures.get_or_create(&Self::label(w)).inc();
+    }
+
     /// A Prefill leg that outlived Decode ended.
     pub fn prefill_after_decode(&self, outcome: AfterDecode) {
         self.pd_prefill_after_decode
@@ -705,7 +730,13 @@ impl Metrics {
                 self.remove_worker(old);
                 self.add_worker(new);
             }
-            Event::Removed(w) => self.remove_worker(w),
+            Event::Removed(w) => {
+                self.remove_worker(w);
+                // Counters survive a replacement (same URL), not a removal.
+                let l = Self::label(w);
+                self.pd_encode_requests.remove(&l);
+                self.pd_encode_failures.remove(&l);
+            }
             Event::StatusChanged { worker, to, .. } => {
                 if *to != WorkerStatus::Draining {
                     self.worker_health

@@ -50,6 +50,10 @@ fn invalid_configurations_exit_non_zero_naming_the_problem() {
         "--prefill-policy",
     );
     fails_with(
+        &[&pd[..], &["--encode-policy", "nope"]].concat(),
+        "--encode-policy",
+    );
+    fails_with(
         &[
             "--worker-urls",
             "http://127.0.0.1:1",

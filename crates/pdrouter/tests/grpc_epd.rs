@@ -2,6 +2,7 @@
 //! are registered, health-checked through the standard gRPC health service and listed; the
 //! router is ready only with a ready worker of each role; a text-only request is TokenSpeed PD
 //! (no `Encode` call, one `kv_bootstrap_info` on both legs) under the same Prefill admission.
+//! Requests with images are in `grpc_epd_images.rs`.
 
 mod support;
 
@@ -136,8 +137,10 @@ async fn an_image_request_is_refused_naming_its_part_and_reaches_no_worker() {
     let image = r#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":[
         {"type":"text","text":"what is this?"},
         {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
+    // The model's tokenizer came from a worker's bundle without a vision model's config:
+    // images are the client's mistake here.
     let reply = post(r.addr(), "/v1/chat/completions", image).await;
-    assert_eq!(reply.status, 501, "{}", reply.text());
+    assert_eq!(reply.status, 400, "{}", reply.text());
     assert!(
         reply.text().contains("messages[1].content[1]"),
         "{}",

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use pdrouter_proto::grpc::health::v1 as health;
 use pdrouter_proto::tokenspeed_encoder::token_speed_encoder_server::TokenSpeedEncoder;
 use pdrouter_proto::tokenspeed_encoder::{EncodeRequest, EncodeResponse};
+use pdrouter_proto::tokenspeed_scheduler::tensor_data::Payload;
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};
 
@@ -36,14 +37,37 @@ fn rooms(req: &EncodeRequest) -> Result<Vec<u64>, Status> {
             req.items.len()
         )));
     }
-    if let Some(i) = items.iter().position(|it| {
-        it.encoder_input
-            .as_ref()
-            .is_none_or(|t| t.shape.is_empty() || t.dtype.is_empty())
-    }) {
-        return Err(Status::invalid_argument(format!(
-            "item {i} has no encoder_input shape and dtype"
-        )));
+    for (i, it) in items.iter().enumerate() {
+        let Some(t) = it.encoder_input.as_ref().filter(|t| !t.shape.is_empty()) else {
+            return Err(Status::invalid_argument(format!(
+                "item {i} has no encoder_input shape and dtype"
+            )));
+        };
+        // The pixels must be here, exactly as many bytes as the shape and dtype say.
+        let size = match t.dtype.as_str() {
+            "bfloat16" | "float16" => 2,
+            "float32" => 4,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "item {i}: unknown dtype '{other}'"
+                )));
+            }
+        };
+        let want = t
+            .shape
+            .iter()
+            .try_fold(size, |n: u64, &d| n.checked_mul(u64::from(d)));
+        let got = t.payload.as_ref().map(|p| match p {
+            Payload::Inline(b) => b.len() as u64,
+        });
+        if got.is_none() || got != want {
+            return Err(Status::invalid_argument(format!(
+                "item {i}: {} pixel bytes for shape {:?} in {}",
+                got.map_or("no".to_owned(), |n| n.to_string()),
+                t.shape,
+                t.dtype
+            )));
+        }
     }
     req.items
         .iter()
@@ -54,6 +78,11 @@ fn rooms(req: &EncodeRequest) -> Result<Vec<u64>, Status> {
         .collect()
 }
 
+/// Lower-case hex of a content hash.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// What `/mock/stats` shows of an `Encode` request.
 fn view(req: &EncodeRequest) -> Value {
     let items = req.mm_inputs.as_ref().map_or(&[][..], |m| &m.items[..]);
@@ -62,13 +91,16 @@ fn view(req: &EncodeRequest) -> Value {
         .zip(&req.items)
         .map(|(it, a)| {
             let tensor = it.encoder_input.as_ref();
-            let hash: String = it.content_hash.iter().map(|b| format!("{b:02x}")).collect();
+            let hash = hex(&it.content_hash);
             json!({
                 "content_hash": hash,
                 "bootstrap_room": a.bootstrap_room,
                 "modality": it.modality,
                 "shape": tensor.map(|t| t.shape.clone()),
                 "dtype": tensor.map(|t| t.dtype.clone()),
+                "payload_bytes": tensor.and_then(|t| t.payload.as_ref()).map(|p| match p {
+                    Payload::Inline(b) => b.len(),
+                }),
                 "model_specific_tensors": it.model_specific_tensors.iter()
                     .map(|(k, t)| (k.clone(), json!(t.shape)))
                     .collect::<serde_json::Map<_, _>>(),
@@ -105,8 +137,11 @@ impl TokenSpeedEncoder for Encoder {
             tokio::time::sleep(delay).await;
         }
         s.controls.record_encode_items(rooms.len() as u64);
-        for room in rooms {
-            s.rooms.finish(room);
+        let items = req.mm_inputs.as_ref().map_or(&[][..], |m| &m.items[..]);
+        // The room remembers which item's embedding it holds: the Prefill checks it against
+        // the item its request names.
+        for (room, item) in rooms.into_iter().zip(items) {
+            s.rooms.finish_tagged(room, Some(hex(&item.content_hash)));
         }
         Ok(Response::new(EncodeResponse { accepted: true }))
     }
@@ -154,7 +189,7 @@ mod tests {
                         encoder_input: Some(TensorData {
                             shape: vec![4, 1176],
                             dtype: "bfloat16".to_owned(),
-                            payload: None,
+                            payload: Some(Payload::Inline(vec![0; 4 * 1176 * 2])),
                         }),
                         ..Default::default()
                     })
@@ -176,6 +211,13 @@ mod tests {
         let mut no_tensor = req(&[1], 1);
         no_tensor.mm_inputs.as_mut().unwrap().items[0].encoder_input = None;
         assert!(rooms(&no_tensor).is_err());
+        let mut short = req(&[1], 1);
+        short.mm_inputs.as_mut().unwrap().items[0]
+            .encoder_input
+            .as_mut()
+            .unwrap()
+            .payload = Some(Payload::Inline(vec![0; 10]));
+        assert!(rooms(&short).is_err());
         let v = view(&req(&[7], 1));
         assert_eq!(v["items"][0]["content_hash"], "ab01");
         assert_eq!(v["items"][0]["shape"], json!([4, 1176]));

@@ -20,7 +20,7 @@ use super::aborts::Aborts;
 use super::generate::{Generation, Plan};
 use super::view;
 use crate::config::Role;
-use crate::engine::{LONG_POLL_LIMIT, await_room};
+use crate::engine::{LONG_POLL_LIMIT, await_room, await_room_tag};
 use crate::state::{InflightGuard, Shared};
 
 /// Piece size of the `GetTokenizer` stream; small, so that even the tiny
@@ -57,7 +57,7 @@ impl Scheduler {
         &self,
         req: &GenerateRequest,
         ticket: Option<&Ticket>,
-        encoded: &[Ticket],
+        encoded: &[EncodedItem],
     ) -> Result<(), Status> {
         let s = &self.shared;
         // An engine-mode prefill is held inside the engine (holding its slot, like a stalled
@@ -71,9 +71,19 @@ impl Scheduler {
         }
         let delay = s.controls.delay();
         // EPD: every item's embedding must have reached this worker (its encode worker
-        // finished the item's room) before the prompt can be computed.
-        for item in encoded {
-            await_ticket(item, "encode of room").await?;
+        // finished the item's room, holding that item) before the prompt can be computed;
+        // the wait is bounded, and its end fails the request.
+        if !encoded.is_empty() {
+            let waits = futures_util::future::try_join_all(encoded.iter().map(await_item));
+            tokio::time::timeout(s.encode_wait, waits)
+                .await
+                .map_err(|_| {
+                    Status::deadline_exceeded(format!(
+                        "the embeddings of the {} image items did not all arrive within {:?}",
+                        encoded.len(),
+                        s.encode_wait
+                    ))
+                })??;
         }
         match s.role {
             Role::Prefill => {
@@ -110,7 +120,7 @@ impl Scheduler {
         &self,
         req: GenerateRequest,
         ticket: Option<Ticket>,
-        encoded: Vec<Ticket>,
+        encoded: Vec<EncodedItem>,
     ) -> Result<Stream<GenerateResponse>, Status> {
         let s = &self.shared;
         let guard = InflightGuard::begin(s);
@@ -154,6 +164,40 @@ async fn await_ticket(t: &Ticket, what: &str) -> Result<(), Status> {
             t.room
         ))),
     }
+}
+
+/// Waits until an image item's room is finished at its encode worker and checks the room
+/// holds that item (the encode worker tags the room with the item's content hash).
+async fn await_item(e: &EncodedItem) -> Result<(), Status> {
+    let t = &e.ticket;
+    let port = u16::try_from(t.port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| {
+            Status::invalid_argument(format!("item {}: bad bootstrap_port {}", e.index, t.port))
+        })?;
+    let tag = await_room_tag(&t.host, port, t.room)
+        .await
+        .map_err(Status::unavailable)?;
+    if tag.as_deref() != Some(e.hash.as_str()) {
+        return Err(Status::failed_precondition(format!(
+            "item {}: room {} holds {}, the request names {}",
+            e.index,
+            t.room,
+            tag.as_deref().unwrap_or("no item"),
+            e.hash
+        )));
+    }
+    Ok(())
+}
+
+/// An image item whose embedding a Prefill waits for: where it comes from, and which item it
+/// is (its content hash, lower-case hex).
+#[derive(Debug, Clone)]
+pub(crate) struct EncodedItem {
+    pub(crate) index: u32,
+    pub(crate) ticket: Ticket,
+    pub(crate) hash: String,
 }
 
 /// The KV hand-over ticket of a request, whichever protocol carried it.

@@ -14,7 +14,7 @@ use pdrouter_proto::tokenspeed_scheduler as ts;
 use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_server::TokenSpeedScheduler;
 use tonic::{Request, Response, Status};
 
-use super::service::{Scheduler, Stream, Ticket};
+use super::service::{EncodedItem, Scheduler, Stream, Ticket};
 use super::view;
 
 /// TokenSpeed's service in front of a [`Scheduler`].
@@ -24,24 +24,62 @@ pub(crate) struct TokenSpeedFront {
 }
 
 /// TokenSpeed's request as SGLang's, its KV ticket and its items' encode tickets (EPD).
-type Converted = (sg::GenerateRequest, Option<Ticket>, Vec<Ticket>);
+type Converted = (sg::GenerateRequest, Option<Ticket>, Vec<EncodedItem>);
 
-fn to_sglang(r: ts::GenerateRequest) -> Result<Converted, Status> {
-    let encoded = r
-        .encode_bootstrap_info
-        .as_ref()
-        .map_or(&[][..], |e| &e.items[..])
+/// The image items a Prefill must wait for, checked against the request's items: one ticket
+/// per item (by `item_index`), no pixels where an encode worker sends the embedding.
+fn encoded_items(r: &ts::GenerateRequest) -> Result<Vec<EncodedItem>, Status> {
+    let items = r.mm_inputs.as_ref().map_or(&[][..], |m| &m.items[..]);
+    let Some(info) = &r.encode_bootstrap_info else {
+        return Ok(Vec::new());
+    };
+    if info.items.len() != items.len() {
+        return Err(Status::invalid_argument(format!(
+            "{} image items but {} encode tickets",
+            items.len(),
+            info.items.len()
+        )));
+    }
+    let mut seen = vec![false; items.len()];
+    info.items
         .iter()
         .map(|i| {
-            Ok(Ticket {
-                host: i.bootstrap_host.clone(),
-                port: i.bootstrap_port,
-                room: u64::try_from(i.bootstrap_room).map_err(|_| {
-                    Status::invalid_argument("an encode bootstrap_room is negative")
-                })?,
+            let index = i.item_index;
+            let item = usize::try_from(index)
+                .ok()
+                .filter(|&k| k < items.len() && !std::mem::replace(&mut seen[k], true))
+                .and_then(|k| items.get(k))
+                .ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "item_index {index} is out of range or repeated"
+                    ))
+                })?;
+            if item
+                .encoder_input
+                .as_ref()
+                .is_some_and(|t| t.payload.is_some())
+            {
+                return Err(Status::invalid_argument(format!(
+                    "item {index} carries its pixels: they go to its encode worker"
+                )));
+            }
+            Ok(EncodedItem {
+                index,
+                hash: super::encoder::hex(&item.content_hash),
+                ticket: Ticket {
+                    host: i.bootstrap_host.clone(),
+                    port: i.bootstrap_port,
+                    room: u64::try_from(i.bootstrap_room).map_err(|_| {
+                        Status::invalid_argument("an encode bootstrap_room is negative")
+                    })?,
+                },
             })
         })
-        .collect::<Result<Vec<_>, Status>>()?;
+        .collect()
+}
+
+fn to_sglang(r: ts::GenerateRequest) -> Result<Converted, Status> {
+    let encoded = encoded_items(&r)?;
     let ticket = match &r.kv_bootstrap_info {
         Some(kv) => Some(Ticket {
             host: kv.bootstrap_host.clone(),
@@ -293,5 +331,58 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(negative.unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn encode_tickets_must_match_the_items_one_to_one_without_pixels() {
+        let item = |pixels: bool| ts::MultimodalItem {
+            content_hash: vec![0xab, 0xcd],
+            encoder_input: Some(ts::TensorData {
+                shape: vec![4, 1176],
+                dtype: "bfloat16".to_owned(),
+                payload: pixels.then(|| ts::tensor_data::Payload::Inline(vec![0; 4])),
+            }),
+            ..Default::default()
+        };
+        let ticket = |index: u32, room: i64| ts::EncodeItemBootstrapInfo {
+            item_index: index,
+            bootstrap_host: "127.0.0.1".to_owned(),
+            bootstrap_port: 9,
+            bootstrap_room: room,
+        };
+        let req = |items: Vec<ts::MultimodalItem>, tickets: Vec<ts::EncodeItemBootstrapInfo>| {
+            ts::GenerateRequest {
+                mm_inputs: Some(ts::MultimodalInputs { items }),
+                encode_bootstrap_info: Some(ts::EncodeBootstrapInfo { items: tickets }),
+                ..Default::default()
+            }
+        };
+        let ok = encoded_items(&req(
+            vec![item(false), item(false)],
+            vec![ticket(1, 5), ticket(0, 6)],
+        ))
+        .unwrap();
+        assert_eq!((ok[0].index, ok[0].ticket.room), (1, 5));
+        assert_eq!(ok[1].hash, "abcd");
+        let refused = [
+            req(vec![item(false)], vec![ticket(0, 1), ticket(0, 2)]),
+            req(
+                vec![item(false), item(false)],
+                vec![ticket(0, 1), ticket(0, 2)],
+            ),
+            req(vec![item(false)], vec![ticket(1, 1)]),
+            req(vec![item(true)], vec![ticket(0, 1)]),
+            req(vec![item(false)], vec![ticket(0, -1)]),
+        ];
+        for r in refused {
+            assert_eq!(
+                encoded_items(&r).unwrap_err().code(),
+                tonic::Code::InvalidArgument
+            );
+        }
+        // Items without tickets (PD, or a Decode) wait for nothing.
+        let mut plain = req(vec![item(true)], vec![]);
+        plain.encode_bootstrap_info = None;
+        assert!(encoded_items(&plain).unwrap().is_empty());
     }
 }

@@ -119,11 +119,53 @@ pub(crate) fn tokenspeed_request(r: &ts::GenerateRequest) -> Value {
         })),
         "has_mm_inputs": r.mm_inputs.is_some(),
         "has_encode_bootstrap_info": r.encode_bootstrap_info.is_some(),
+        "mm_items": r.mm_inputs.as_ref().map(|m| m.items.iter().map(mm_item).collect::<Vec<_>>()),
+        "encode_bootstrap_info": r.encode_bootstrap_info.as_ref().map(|e| e.items.iter().map(|i| json!({
+            "item_index": i.item_index,
+            "bootstrap_host": i.bootstrap_host,
+            "bootstrap_port": i.bootstrap_port,
+            "bootstrap_room": i.bootstrap_room,
+        })).collect::<Vec<_>>()),
         "stream": r.stream,
         "return_logprob": r.return_logprob,
         "logprob_start_len": r.logprob_start_len,
         "top_logprobs_num": r.top_logprobs_num,
         "data_parallel_rank": r.data_parallel_rank,
+    })
+}
+
+/// A tensor's shape, dtype and inline payload size (`null`: no payload).
+fn tensor(t: &ts::TensorData) -> Value {
+    json!({
+        "shape": t.shape,
+        "dtype": t.dtype,
+        "payload_bytes": t.payload.as_ref().map(|p| match p {
+            ts::tensor_data::Payload::Inline(b) => b.len(),
+        }),
+    })
+}
+
+/// What `/mock/stats` shows of one multimodal item of a `Generate` request.
+fn mm_item(it: &ts::MultimodalItem) -> Value {
+    let grid = it
+        .model_specific_tensors
+        .get("image_grid_thw")
+        .and_then(|t| t.payload.as_ref())
+        .map(|ts::tensor_data::Payload::Inline(b)| {
+            b.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        });
+    json!({
+        "modality": it.modality,
+        "content_hash": super::encoder::hex(&it.content_hash),
+        "encoder_input": it.encoder_input.as_ref().map(tensor),
+        "image_grid_thw": grid,
+        "model_specific_tensors": it.model_specific_tensors.iter()
+            .map(|(k, t)| (k.clone(), tensor(t)))
+            .collect::<Map<_, _>>(),
+        "placeholders": it.placeholders.iter().map(|p| json!([p.offset, p.length])).collect::<Vec<_>>(),
+        "placeholder_token_id": it.placeholder_token_id,
     })
 }
 

@@ -53,7 +53,7 @@ impl Dispatcher {
         let Some(t) = &self.tokenizer else {
             return Err(ApiError::internal("gRPC mode without a tokenizer"));
         };
-        let plan = translate::plan(req, &t.tokenizer).await?;
+        let plan = translate::plan_with(req, &t.tokenizer, &self.images).await?;
         Ok(Box::new(GrpcPlan {
             plan: Arc::new(plan),
             tokenizer: t.tokenizer.clone(),

@@ -204,6 +204,23 @@ impl WorkerChannel {
         )
     }
 
+    /// TokenSpeed's encoder `Encode` (EPD): whether the worker accepted the item, within
+    /// `timeout`.
+    pub async fn encode(
+        &self,
+        req: pdrouter_proto::tokenspeed_encoder::EncodeRequest,
+        timeout: Duration,
+    ) -> Result<bool, Status> {
+        use pdrouter_proto::tokenspeed_encoder::token_speed_encoder_client::TokenSpeedEncoderClient;
+        let mut c = TokenSpeedEncoderClient::new(self.channel()?);
+        let mut req = self.call(req);
+        crate::telemetry::propagate_to_grpc(req.metadata_mut());
+        match tokio::time::timeout(timeout, c.encode(req)).await {
+            Ok(r) => Ok(r?.get_ref().accepted),
+            Err(_) => Err(Status::deadline_exceeded("Encode did not answer in time")),
+        }
+    }
+
     /// The worker's runtime, asking its services when it is not known yet.
     pub async fn detect(&self, timeout: Duration) -> Result<Runtime, Status> {
         match self.runtime() {

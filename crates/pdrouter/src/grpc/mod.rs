@@ -7,6 +7,7 @@
 //! - [`client`]: one lazily connected tonic channel per worker, runtime detection by
 //!   `HealthCheck`, `GetModelInfo`, `GetTokenizer`, and [`client::LegStream`], a `Generate`
 //!   stream that sends `Abort` when it is dropped before its end.
+//! - [`encode`]: EPD's `Encode` calls, one per image item, fire-and-forget.
 //! - [`cpu_pool`]: the low-priority threads large prompts are tokenized on, so they never
 //!   take the CPU from the async workers serving small requests.
 //! - [`info`]: `GetModelInfo` and `GetServerInfo` shown as SGLang's HTTP server shows
@@ -24,6 +25,7 @@
 pub mod answer;
 pub mod client;
 pub mod cpu_pool;
+pub mod encode;
 pub mod info;
 pub mod output;
 pub mod runtime;

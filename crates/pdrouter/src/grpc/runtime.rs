@@ -109,6 +109,9 @@ pub struct Call {
     pub dp_rank: Option<u32>,
     /// The KV ticket in PD.
     pub kv: Option<KvTicket>,
+    /// The request's images (EPD, TokenSpeed only): items on both legs, encode tickets on
+    /// the Prefill's.
+    pub images: crate::images::CallImages,
 }
 
 impl Call {
@@ -144,6 +147,7 @@ impl Call {
             unset,
             dp_rank,
             kv,
+            images,
         } = self;
         let set = |k: &str| !unset.contains(&k);
         let sampling_params = req.sampling_params.map(|p| {
@@ -196,8 +200,9 @@ impl Call {
             top_logprobs_num: req.top_logprobs_num,
             token_ids_logprob: req.token_ids_logprob,
             stream: req.stream,
-            mm_inputs: None,
-            encode_bootstrap_info: None,
+            mm_inputs: images.images.as_ref().map(|i| i.mm_inputs()),
+            encode_bootstrap_info: (!images.encode.is_empty())
+                .then(|| crate::images::wire::encode_bootstrap_info(&images.encode)),
             kv_bootstrap_info: kv.map(|k| ts::KvBootstrapInfo {
                 bootstrap_host: k.host,
                 bootstrap_port: k.port.map_or(0, i32::from),
@@ -337,6 +342,7 @@ mod tests {
                 port: Some(8998),
                 room: (1 << 40) + 3,
             }),
+            images: Default::default(),
         }
     }
 

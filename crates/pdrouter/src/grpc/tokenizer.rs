@@ -25,6 +25,13 @@ pub struct RouterTokenizer {
     _unpacked: Option<Unpacked>,
 }
 
+impl RouterTokenizer {
+    /// The directory of a tokenizer fetched from a worker (its bundle's files).
+    pub fn fetched_dir(&self) -> Option<&Path> {
+        self._unpacked.as_ref().map(Unpacked::path)
+    }
+}
+
 impl std::fmt::Debug for RouterTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RouterTokenizer")

@@ -6,6 +6,11 @@
 //!   ([`ImageConfig`]) and the model directory. [`ImageInputs::prepare`] turns a request's
 //!   messages into [`ImageItem`]s; [`ImageInputs::chat_prompt`] renders and tokenizes the chat
 //!   with each image's placeholder run in place.
+//! - [`ImageSupport`]: what a router does with image parts — refuse them (no Encode workers,
+//!   or not a vision model) or serve them with [`ImageInputs`]; [`ImageSupport::prompt`] is
+//!   the whole path from a chat request's messages to its token ids and [`PromptImages`].
+//! - [`wire`]: the images as TokenSpeed's messages (items without pixels for `Generate`, one
+//!   `Encode` request per item with them, the Prefill's per-item encode tickets).
 //! - [`fetch`]: the http(s) fetcher (time, size and redirect limits); [`address`]: which
 //!   addresses it may reach.
 //! - Decoding, preprocessing and prompt expansion are `pdrouter_vision`'s (no I/O there).
@@ -18,6 +23,7 @@
 
 pub mod address;
 pub mod fetch;
+pub mod wire;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,6 +41,7 @@ use crate::error::ApiError;
 use crate::grpc::cpu_pool;
 use crate::grpc::translate::chat_input;
 pub use fetch::{FetchError, ImageFetcher};
+pub use wire::{CallImages, EncodeTicket, PromptImages};
 
 /// Why one image part could not be used: its data, or fetching it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -186,6 +193,89 @@ impl ImageInputs {
                 expand_ids(text, &ids, &counts, token).map_err(|e| ApiError::image_prompt(&e))
             }
         }
+    }
+}
+
+/// What the router does with a chat request's image parts.
+#[derive(Debug, Clone)]
+pub enum ImageSupport {
+    /// Refused with 501: only EPD mode has Encode workers to run a vision encoder.
+    NoEncoders,
+    /// EPD over a model this router does not preprocess images for: refused with 400.
+    NotVisionModel,
+    /// Served for this vision model.
+    Model(Box<ImageInputs>),
+}
+
+/// A chat request with image parts, before its prompt is built.
+#[derive(Debug, Default)]
+pub struct ImageChat {
+    /// `messages`, as sent.
+    pub messages: Value,
+    /// `tools`.
+    pub tools: Option<Value>,
+    /// `chat_template_kwargs`.
+    pub kwargs: Option<Value>,
+}
+
+impl ImageSupport {
+    /// The refusal of a request with image parts, naming the first (a malformed or an
+    /// eleventh part is the client's mistake first: 400).
+    fn refuse(&self, messages: &Value) -> ApiError {
+        let first = match image_parts(messages) {
+            Ok(parts) => match parts.first() {
+                Some(p) => p.path,
+                None => return ApiError::internal("refusing images of a request without any"),
+            },
+            Err(e) => return ApiError::image_prompt(&e),
+        };
+        match self {
+            ImageSupport::NoEncoders => ApiError::not_implemented(format!(
+                "{first}: image inputs are served over gRPC only in EPD mode \
+                 (--epd-disaggregation with --encode workers); send text only"
+            )),
+            _ => ApiError::bad_request(
+                "invalid_request",
+                format!(
+                    "{first}: the served model takes no images here (image inputs are \
+                     preprocessed for Qwen2-VL and Qwen2.5-VL, recognised from config.json's \
+                     model_type in --model-path or --tokenizer-path); send text only"
+                ),
+            ),
+        }
+    }
+
+    /// The prompt of a chat request with images: each image fetched or decoded and
+    /// preprocessed ([`ImageInputs::prepare`]), then the chat rendered and tokenized with each
+    /// image's placeholder run in place ([`ImageInputs::chat_prompt`], on the CPU pool for a
+    /// large request of `size` bytes). Returns the prompt text and ids, and the images.
+    pub async fn prompt(
+        &self,
+        tokenizer: &Arc<Tokenizer>,
+        chat: ImageChat,
+        size: usize,
+    ) -> Result<(String, Vec<u32>, PromptImages), ApiError> {
+        let ImageSupport::Model(inputs) = self else {
+            return Err(self.refuse(&chat.messages));
+        };
+        let items = inputs.prepare(&chat.messages).await?;
+        let (inputs, tok) = (inputs.clone(), tokenizer.clone());
+        cpu_pool::offload(size, move || {
+            let p = inputs.chat_prompt(
+                &tok,
+                &chat.messages,
+                chat.tools.as_ref(),
+                chat.kwargs.as_ref(),
+                &items,
+            )?;
+            let images = PromptImages {
+                items,
+                placeholders: p.placeholders,
+                token_id: inputs.model().image_token_id(),
+            };
+            Ok((p.text, p.ids, images))
+        })
+        .await?
     }
 }
 

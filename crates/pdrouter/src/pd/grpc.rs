@@ -69,6 +69,12 @@ impl Dispatcher {
                 runtime,
             ));
         }
+        if plan.images.is_some() && runtime != crate::grpc::runtime::Runtime::TokenSpeed {
+            return Err(crate::grpc::translate::unsupported_on(
+                "image inputs",
+                runtime,
+            ));
+        }
         let defaults = decode
             .model()
             .map(|m| m.sampling_defaults.clone())
@@ -91,10 +97,19 @@ impl Dispatcher {
             }
             call.kv = Some(ticket);
         }
+        // EPD: each image item goes to its Encode worker now; the Prefill is told where each
+        // embedding comes from, the Decode only what the items are.
+        let encode = match &plan.images {
+            Some(images) => {
+                self.start_encodes(&ctx.request_id, images, self.cfg.request_timeout)?
+            }
+            None => Vec::new(),
+        };
         // A DP-aware pool routes each leg to its own worker entry's rank.
         let mut dcalls = calls.clone();
         for c in &mut calls {
             c.dp_rank = prefill.dp_rank();
+            c.images.encode.clone_from(&encode);
         }
         for c in &mut dcalls {
             c.dp_rank = decode.dp_rank();

@@ -17,15 +17,22 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         .filter(|m| m.is_array())
         .ok_or_else(|| ApiError::invalid_field("messages", "must be an array"))?;
     // Image parts need the encode path (pixels to encode workers, placeholders expanded in
-    // the prompt); rendered as text they would reach the engine as an image token without an
-    // image.
+    // the prompt), which `plan` takes or refuses; rendered as text they would reach the
+    // engine as an image token without an image.
     let images = pdrouter_vision::image_parts(messages).map_err(|e| ApiError::image_prompt(&e))?;
-    if let Some(first) = images.first() {
-        return Err(ApiError::not_implemented(format!(
-            "{}: image inputs are not served over gRPC by this router yet; send text only",
-            first.path
-        )));
-    }
+    let prompt = if images.is_empty() {
+        Source::Chat(chat_input(
+            messages,
+            o.get("tools"),
+            o.get("chat_template_kwargs"),
+        ))
+    } else {
+        Source::Images(crate::images::ImageChat {
+            messages: messages.clone(),
+            tools: o.get("tools").filter(|t| !t.is_null()).cloned(),
+            kwargs: o.get("chat_template_kwargs").cloned(),
+        })
+    };
     let output = flag(o, "logprobs")?.unwrap_or(false);
     let top = top_count(o, "top_logprobs")?;
     if top.is_some() && !output {
@@ -36,11 +43,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
     }
     let (params, unset) = sampling(o, &["max_completion_tokens", "max_tokens"])?;
     Ok(Input {
-        prompts: vec![Source::Chat(chat_input(
-            messages,
-            o.get("tools"),
-            o.get("chat_template_kwargs"),
-        ))],
+        prompts: vec![prompt],
         params,
         unset,
         logprobs: LogprobAsk {

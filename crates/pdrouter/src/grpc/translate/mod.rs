@@ -95,6 +95,9 @@ pub struct Plan {
     pub instructions: Option<String>,
     /// `/v1/completions` `echo`: each choice's text starts with its prompt.
     pub echo: bool,
+    /// The images of a chat request with image parts (EPD): sent to Encode workers, and
+    /// described (without pixels) in both legs' requests.
+    pub images: Option<Arc<crate::images::PromptImages>>,
 }
 
 impl Plan {
@@ -142,6 +145,10 @@ impl Plan {
                 unset: Arc::clone(&self.unset),
                 dp_rank: None,
                 kv: None,
+                images: crate::images::CallImages {
+                    images: self.images.clone(),
+                    encode: Vec::new(),
+                },
             })
             .collect()
     }
@@ -340,6 +347,9 @@ pub(crate) enum Source {
     Text(String),
     /// Token ids.
     Ids(Vec<u32>),
+    /// Chat messages with image parts: the prompt is built with the images
+    /// ([`crate::images::ImageSupport::prompt`]).
+    Images(crate::images::ImageChat),
 }
 
 /// What an endpoint's body asks for, before tokenization.
@@ -401,11 +411,23 @@ fn tokenize(t: &Tokenizer, s: Source) -> Result<(String, Vec<u32>), ApiError> {
                 .map_err(|e| ApiError::invalid_field("input_ids", e))?;
             Ok((String::new(), ids))
         }
+        // `plan` builds these with their images before tokenizing the rest.
+        Source::Images(_) => Err(ApiError::internal("an image prompt reached the tokenizer")),
     }
 }
 
-/// Translates a request for gRPC workers.
+/// Translates a request for gRPC workers that are sent no images (image parts are refused).
 pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Plan, ApiError> {
+    plan_with(req, tokenizer, &crate::images::ImageSupport::NoEncoders).await
+}
+
+/// Translates a request for gRPC workers; a chat request's image parts are served or refused
+/// as `images` says.
+pub async fn plan_with(
+    req: &ParsedRequest,
+    tokenizer: &Arc<Tokenizer>,
+    images: &crate::images::ImageSupport,
+) -> Result<Plan, ApiError> {
     // The handler keeps the tree for gRPC workers; a request parsed without it is read again.
     let parsed;
     let o = match req.tree() {
@@ -426,7 +448,7 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
         Endpoint::Responses => responses::input(o)?,
     };
     let Input {
-        prompts,
+        mut prompts,
         mut params,
         unset,
         logprobs,
@@ -449,14 +471,27 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
     }
     params.n = u32::try_from(n).unwrap_or(u32::MAX);
     let listed = req.endpoint == Endpoint::Generate && (req.batch.is_some() || n > 1);
-    let tok = tokenizer.clone();
-    let tokenized = crate::grpc::cpu_pool::offload(req.raw.len(), move || {
-        prompts
-            .into_iter()
-            .map(|s| tokenize(&tok, s))
-            .collect::<Result<Vec<_>, ApiError>>()
-    })
-    .await??;
+    let with_images = match prompts.as_mut_slice() {
+        [Source::Images(chat)] => Some(std::mem::take(chat)),
+        _ => None,
+    };
+    let (tokenized, images) = match with_images {
+        Some(chat) => {
+            let (text, ids, imgs) = images.prompt(tokenizer, chat, req.raw.len()).await?;
+            (vec![(text, ids)], Some(Arc::new(imgs)))
+        }
+        None => {
+            let tok = tokenizer.clone();
+            let tokenized = crate::grpc::cpu_pool::offload(req.raw.len(), move || {
+                prompts
+                    .into_iter()
+                    .map(|s| tokenize(&tok, s))
+                    .collect::<Result<Vec<_>, ApiError>>()
+            })
+            .await??;
+            (tokenized, None)
+        }
+    };
     if tokenized.iter().any(|(_, ids)| ids.is_empty()) {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -511,6 +546,7 @@ pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Pla
         unset: unset.into(),
         instructions,
         echo,
+        images,
     })
 }
 
