@@ -70,10 +70,10 @@ impl Dispatcher {
             ));
         }
         if plan.images.is_some() && runtime != crate::grpc::runtime::Runtime::TokenSpeed {
-            return Err(crate::grpc::translate::unsupported_on(
-                "image inputs",
-                runtime,
-            ));
+            return Err(ApiError::not_implemented(format!(
+                "image inputs need TokenSpeed workers; Prefill worker {} speaks {runtime}",
+                prefill.url()
+            )));
         }
         let defaults = decode
             .model()
