@@ -57,6 +57,11 @@ pub struct DemoArgs {
     /// serve) and speaks SGLang's scheduler protocol to them.
     #[arg(long)]
     pub grpc: bool,
+    /// Run EPD: an embedded TokenSpeed Encode mock besides the Prefill and Decode ones, and a
+    /// router serving images for a small Qwen2-VL-shaped model (the mocks' byte-level
+    /// tokenizer).
+    #[arg(long, conflicts_with = "grpc")]
+    pub epd: bool,
 }
 
 /// `pdrouter launch` flags.

@@ -1,7 +1,10 @@
 //! `pdrouter demo`: two embedded Prefill mocks and one Decode mock on loopback, a PD router with
 //! admission in front, an optional short burst that shows the queue at work, then serving until
 //! Ctrl-C. Needs no engine, GPU or network. With `--grpc` the mocks speak gRPC and the router
-//! tokenizes, with the byte-level tokenizer the mocks serve through `GetTokenizer`.
+//! tokenizes, with the byte-level tokenizer the mocks serve through `GetTokenizer`. With
+//! `--epd` the mocks speak TokenSpeed's protocol, an Encode mock joins them, and the router
+//! serves images for a Qwen2-VL-shaped model over that tokenizer (written to a temporary
+//! directory, removed at exit).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +21,23 @@ const LIMIT: u32 = 2;
 const QUEUE: usize = 16;
 const BURST: usize = 12;
 
-async fn mock(role: Role, delay_ms: u64, grpc: bool) -> Result<MockWorker, String> {
+/// A small PNG (8 x 8, one colour) for the EPD demo's example request.
+const DEMO_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGM4ISeHFTEMLQkAkL9BAbKfPiIAAAAASUVORK5CYII=";
+
+/// The transport of the demo's mocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http,
+    Grpc,
+    Epd,
+}
+
+async fn mock(role: Role, delay_ms: u64, kind: Kind) -> Result<MockWorker, String> {
     let mut cfg = MockConfig::new(role);
-    cfg.grpc = grpc;
+    cfg.grpc = kind != Kind::Http;
+    if kind == Kind::Epd {
+        cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed;
+    }
     cfg.delay = Duration::from_millis(delay_ms);
     cfg.token_interval = Duration::from_millis(15);
     cfg.output_tokens = 8;
@@ -31,12 +48,21 @@ async fn mock(role: Role, delay_ms: u64, grpc: bool) -> Result<MockWorker, Strin
 
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let grpc = args.grpc;
+    let kind = match (args.epd, args.grpc) {
+        (true, _) => Kind::Epd,
+        (false, true) => Kind::Grpc,
+        (false, false) => Kind::Http,
+    };
+    let grpc = kind != Kind::Http;
     let prefills = [
-        mock(Role::Prefill, 600, grpc).await?,
-        mock(Role::Prefill, 600, grpc).await?,
+        mock(Role::Prefill, 600, kind).await?,
+        mock(Role::Prefill, 600, kind).await?,
     ];
-    let decode = mock(Role::Decode, 0, grpc).await?;
+    let decode = mock(Role::Decode, 0, kind).await?;
+    let encode = match kind {
+        Kind::Epd => Some(mock(Role::Encode, 0, kind).await?),
+        _ => None,
+    };
     let mut workers: Vec<WorkerSpec> = prefills
         .iter()
         .enumerate()
@@ -58,8 +84,26 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         bootstrap_port: None,
         api_key: None,
     });
-    let mode = if grpc { Mode::PdGrpc } else { Mode::PdHttp };
+    if let Some(e) = &encode {
+        workers.push(WorkerSpec {
+            url: e.url(),
+            worker_type: WorkerType::Encode,
+            // The Prefill mock waits for each image's room on the Encode mock's own port.
+            bootstrap_port: Some(e.addr().port()),
+            api_key: None,
+        });
+    }
+    let mode = match kind {
+        Kind::Http => Mode::PdHttp,
+        Kind::Grpc => Mode::PdGrpc,
+        Kind::Epd => Mode::EpdGrpc,
+    };
+    let model_dir = match kind {
+        Kind::Epd => Some(DemoModel::write()?),
+        _ => None,
+    };
     let mut cfg = Config::with_workers(mode, workers);
+    cfg.tokenizer.model_path = model_dir.as_ref().map(|m| m.0.clone());
     cfg.host = args.host;
     cfg.port = args.port;
     cfg.prometheus = Some((args.host, 0));
@@ -85,8 +129,15 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         drop(snap);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let transport = if grpc { "gRPC" } else { "HTTP" };
-    println!("pdrouter demo: PD router on http://{addr} ({transport} workers)");
+    let transport = match kind {
+        Kind::Http => "HTTP workers",
+        Kind::Grpc => "gRPC workers",
+        Kind::Epd => "EPD, TokenSpeed gRPC workers",
+    };
+    println!("pdrouter demo: PD router on http://{addr} ({transport})");
+    if let Some(e) = &encode {
+        println!("  encode  mock {}", e.url());
+    }
     for p in &prefills {
         println!("  prefill mock {} (600 ms per prefill)", p.url());
     }
@@ -102,6 +153,12 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!(
         "  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"mock-model\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}],\"stream\":true}}'"
     );
+    if encode.is_some() {
+        println!("  with an image (its pixels go to the encode mock, the Prefill waits for them):");
+        println!(
+            "  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"mock-model\",\"messages\":[{{\"role\":\"user\",\"content\":[{{\"type\":\"text\",\"text\":\"What is this?\"}},{{\"type\":\"image_url\",\"image_url\":{{\"url\":\"data:image/png;base64,{DEMO_PNG}\"}}}}]}}]}}'"
+        );
+    }
     println!();
     if args.burst {
         burst(&router, addr).await;
@@ -112,7 +169,45 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         p.shutdown().await;
     }
     decode.shutdown().await;
+    if let Some(e) = encode {
+        e.shutdown().await;
+    }
+    drop(model_dir);
     Ok(())
+}
+
+/// The EPD demo's model directory: the mocks' byte-level tokenizer and a Qwen2-VL
+/// `config.json` whose image token is that tokenizer's `<image>`; removed on drop.
+struct DemoModel(std::path::PathBuf);
+
+impl DemoModel {
+    fn write() -> Result<Self, String> {
+        use pdrouter_tokenizer::bytelevel;
+        let dir = std::env::temp_dir().join(format!(
+            "pdrouter-demo-model-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let fail = |e: std::io::Error| format!("cannot write the demo model: {e}");
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        let model = DemoModel(dir);
+        for (name, data) in bytelevel::files() {
+            std::fs::write(model.0.join(name), data).map_err(fail)?;
+        }
+        let config = serde_json::json!({
+            "model_type": "qwen2_vl",
+            "image_token_id": bytelevel::IMAGE,
+            "vocab_size": bytelevel::VOCAB_SIZE,
+        });
+        std::fs::write(model.0.join("config.json"), config.to_string()).map_err(fail)?;
+        Ok(model)
+    }
+}
+
+impl Drop for DemoModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 async fn burst(router: &crate::RouterHandle, addr: std::net::SocketAddr) {

@@ -68,3 +68,29 @@ async fn demo_answers_a_chat_request(t: Transport) {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// `pdrouter demo --epd` answers a chat request with an image through its Encode mock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epd_demo_answers_an_image_request() {
+    let (mut child, addr) = tokio::task::spawn_blocking(|| start_demo(&["--epd"]))
+        .await
+        .unwrap();
+    // The 8 x 8 PNG of the demo's banner.
+    let body = r#"{"model":"mock-model","messages":[{"role":"user","content":[
+        {"type":"text","text":"What is this?"},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGM4ISeHFTEMLQkAkL9BAbKfPiIAAAAASUVORK5CYII="}}]}]}"#;
+    let reply = tokio::time::timeout(
+        Duration::from_secs(30),
+        post(addr, "/v1/chat/completions", body),
+    )
+    .await
+    .expect("answered in time");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["object"], "chat.completion");
+    sigterm(&child);
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
