@@ -80,6 +80,7 @@
 mod cli;
 mod config;
 mod engine;
+mod files;
 mod grpc;
 mod http;
 mod state;
@@ -88,6 +89,7 @@ mod worker;
 pub use cli::{CliError, MockArgs, run_cli};
 pub use config::{GrpcRuntime, MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
+pub use files::FileServer;
 pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;
 pub use state::{Headers, MockControls, MockStats};
 pub use worker::{MockWorker, PortReservation};

@@ -9,7 +9,6 @@ mod support;
 
 use std::collections::HashMap;
 use std::io::Cursor;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -19,7 +18,6 @@ use pdrouter_tokenizer::bytelevel;
 use pdrouter_vision::image::{self, ImageFormat};
 use serde_json::{Value, json};
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -76,27 +74,11 @@ fn chat(urls: &[String], stream: bool) -> String {
     .to_string()
 }
 
-/// Serves `body` for every request on loopback; returns its URL.
-async fn image_server(body: Vec<u8>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let body = Arc::new(body);
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = sock.read(&mut buf).await;
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(&body).await;
-            });
-        }
-    });
-    format!("http://{addr}/picture.png")
+/// Serves `body` as a PNG for every request on loopback, while the server lives.
+async fn image_server(body: Vec<u8>) -> pdrouter_mock::FileServer {
+    pdrouter_mock::FileServer::start(body, "image/png")
+        .await
+        .unwrap()
 }
 
 async fn ts(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
@@ -107,13 +89,15 @@ async fn ts(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
     .await
 }
 
-struct Epd {
-    encoders: Vec<MockWorker>,
-    p: MockWorker,
-    d: MockWorker,
-    cfg: Config,
-    _model: tempfile::TempDir,
-}
+/// The Encode mocks, the Prefill and Decode mocks, the router's config, and the model
+/// directory it names (kept for the test's length).
+struct Epd(
+    Vec<MockWorker>,
+    MockWorker,
+    MockWorker,
+    Config,
+    tempfile::TempDir,
+);
 
 /// `encoders` Encode mocks, a Prefill mock tuned by `prefill`, a Decode mock, and an EPD
 /// config over them for the Qwen2-VL test model (health checks off, retries off).
@@ -140,13 +124,7 @@ async fn epd(encoders: usize, prefill: impl FnOnce(&mut MockConfig)) -> Epd {
     cfg.grpc_runtime = Some(pdrouter::grpc::runtime::Runtime::TokenSpeed);
     let model = model_dir();
     cfg.tokenizer.model_path = Some(model.path().to_owned());
-    Epd {
-        encoders: es,
-        p,
-        d,
-        cfg,
-        _model: model,
-    }
+    Epd(es, p, d, cfg, model)
 }
 
 /// Nothing is left: no worker runs anything, the router holds no load (Encode workers'
@@ -171,18 +149,13 @@ fn sum_metric(r: &pdrouter::RouterHandle, prefix: &str) -> f64 {
 
 #[tokio::test]
 async fn an_image_goes_to_its_encode_worker_and_prefill_waits_for_its_embedding() {
-    let Epd {
-        encoders,
-        p,
-        d,
-        mut cfg,
-        _model,
-    } = epd(1, |_| {}).await;
+    let Epd(encoders, p, d, mut cfg, _model) = epd(1, |_| {}).await;
     cfg.admission = admission(1, 4, 30);
     cfg.images.allow_private_urls = true;
     let e = &encoders[0];
     let r = router(cfg).await;
-    let remote = image_server(png(200, 150, 9)).await;
+    let server = image_server(png(200, 150, 9)).await;
+    let remote = server.url("/picture.png");
     let cases = [
         (vec![data_url(&png(60, 40, 1))], false),
         (vec![data_url(&png(60, 40, 1))], true),
@@ -293,13 +266,7 @@ async fn an_image_goes_to_its_encode_worker_and_prefill_waits_for_its_embedding(
 
 #[tokio::test]
 async fn the_same_image_always_lands_on_the_same_encode_worker() {
-    let Epd {
-        encoders,
-        p,
-        d,
-        cfg,
-        _model,
-    } = epd(2, |_| {}).await;
+    let Epd(encoders, p, d, cfg, _model) = epd(2, |_| {}).await;
     let r = router(cfg).await;
     let ports: Vec<u16> = encoders.iter().map(|e| e.addr().port()).collect();
     // Two sets of ten different pictures, each sent twice (the second time in reverse order).
@@ -345,13 +312,7 @@ async fn the_same_image_always_lands_on_the_same_encode_worker() {
 
 #[tokio::test]
 async fn prefill_admission_governs_epd_and_encode_takes_no_slot() {
-    let Epd {
-        encoders,
-        p,
-        d,
-        mut cfg,
-        _model,
-    } = epd(1, |_| {}).await;
+    let Epd(encoders, p, d, mut cfg, _model) = epd(1, |_| {}).await;
     cfg.admission = admission(1, 4, 30);
     let e = &encoders[0];
     let r = router(cfg).await;
@@ -413,13 +374,8 @@ async fn prefill_admission_governs_epd_and_encode_takes_no_slot() {
 
 #[tokio::test]
 async fn failing_encodes_fail_only_their_requests_and_leak_nothing() {
-    let Epd {
-        encoders,
-        p,
-        d,
-        mut cfg,
-        _model,
-    } = epd(1, |c| c.encode_wait = Duration::from_secs(3)).await;
+    let Epd(encoders, p, d, mut cfg, _model) =
+        epd(1, |c| c.encode_wait = Duration::from_secs(3)).await;
     cfg.admission = admission(2, 16, 60);
     // Every request must meet its Encode worker: an open breaker would refuse some with 503
     // before any Encode, and this test counts Encode failures against failed requests.
@@ -459,19 +415,14 @@ async fn failing_encodes_fail_only_their_requests_and_leak_nothing() {
 
 #[tokio::test]
 async fn bad_images_are_400s_naming_their_part_and_reach_no_worker() {
-    let Epd {
-        encoders,
-        p,
-        d,
-        mut cfg,
-        _model,
-    } = epd(1, |_| {}).await;
+    let Epd(encoders, p, d, mut cfg, _model) = epd(1, |_| {}).await;
     cfg.admission = admission(1, 4, 30);
     cfg.images.max_bytes = 3000;
     cfg.images.max_pixels = 4096;
     let e = &encoders[0];
     let r = router(cfg).await;
-    let private = image_server(png(20, 20, 1)).await;
+    let server = image_server(png(20, 20, 1)).await;
+    let private = server.url("/picture.png");
     let ok = data_url(&png(30, 30, 1));
     let big_file = noisy_png(40);
     assert!(big_file.len() > 3000);
@@ -513,13 +464,7 @@ async fn bad_images_are_400s_naming_their_part_and_reach_no_worker() {
 
 #[tokio::test]
 async fn a_model_that_is_not_a_vision_model_refuses_images_with_400() {
-    let Epd {
-        encoders,
-        p,
-        d,
-        mut cfg,
-        _model,
-    } = epd(1, |_| {}).await;
+    let Epd(encoders, p, d, mut cfg, _model) = epd(1, |_| {}).await;
     let text_model = tokenizer_dir();
     std::fs::write(
         text_model.path().join("config.json"),

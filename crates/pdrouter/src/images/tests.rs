@@ -2,14 +2,12 @@
 //! 400s naming the part out; prompts for both kinds of chat template.
 
 use std::io::Cursor;
-use std::sync::Arc;
 
 use base64::Engine as _;
 use pdrouter_tokenizer::bytelevel;
 use pdrouter_vision::image::{self, ImageFormat};
 use pdrouter_vision::{IMAGE_ANCHOR, Placeholder};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 
@@ -52,32 +50,17 @@ fn inputs(config: ImageConfig) -> (ImageInputs, tempfile::TempDir) {
     (inputs, dir)
 }
 
-/// Serves `body` as an image on loopback for every request.
-async fn image_server(body: Vec<u8>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let body = Arc::new(body);
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = sock.read(&mut buf).await;
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(&body).await;
-            });
-        }
-    });
-    format!("http://{addr}/cat.png")
+/// Serves `body` as an image on loopback for every request (while the server lives).
+async fn image_server(body: Vec<u8>) -> pdrouter_mock::FileServer {
+    pdrouter_mock::FileServer::start(body, "image/png")
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
 async fn data_and_remote_images_become_items_in_prompt_order() {
-    let remote = image_server(png(200, 150)).await;
+    let server = image_server(png(200, 150)).await;
+    let remote = server.url("/cat.png");
     let (inputs, _dir) = inputs(ImageConfig {
         allow_private_urls: true,
         ..ImageConfig::default()
@@ -161,7 +144,8 @@ async fn byte_and_pixel_limits_come_from_the_flags() {
     assert_eq!(err.code, "image_too_large");
     assert!(err.message.contains("--max-image-bytes"), "{}", err.message);
 
-    let remote = image_server(picture.clone()).await;
+    let server = image_server(picture.clone()).await;
+    let remote = server.url("/cat.png");
     let (small_fetch, _d2) = inputs(ImageConfig {
         max_bytes: picture.len() as u64 - 1,
         allow_private_urls: true,
