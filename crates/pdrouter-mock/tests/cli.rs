@@ -125,11 +125,14 @@ fn args_map_to_config() {
         "7",
         "--token-interval-ms",
         "3",
+        "--encode-wait-ms",
+        "1500",
     ]);
     let cfg = MockConfig::from(args);
     let mut want = MockConfig::new(Role::Decode);
     want.delay = Duration::from_millis(7);
     want.token_interval = Duration::from_millis(3);
+    want.encode_wait = Duration::from_millis(1500);
     assert_eq!(cfg, want);
     let grpc = MockConfig::from(MockArgs::parse_from(["m", "--role", "prefill", "--grpc"]));
     assert!(grpc.grpc);

@@ -1,6 +1,6 @@
 //! TokenSpeed mode through tonic clients: only TokenSpeed's service answers, Generate over the
 //! same engine model, and the EPD coupling — a Prefill waits until every item's room reached
-//! an encode worker, a Decode waits for its Prefill's KV room.
+//! an encode worker holding that item (bounded), a Decode waits for its Prefill's KV room.
 
 mod common;
 
@@ -15,17 +15,36 @@ use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_client::TokenSpe
 use pdrouter_proto::tokenspeed_scheduler::{
     EncodeBootstrapInfo, EncodeItemBootstrapInfo, GenerateRequest, HealthCheckRequest,
     KvBootstrapInfo, MultimodalInputs, MultimodalItem, TensorData, TokenizedInput,
-    generate_response::Response,
+    generate_response::Response, tensor_data::Payload,
 };
 use pdrouter_tokenizer::bytelevel;
 use tonic::Code;
 
 async fn start(role: Role) -> MockWorker {
+    start_tuned(role, |_| {}).await
+}
+
+async fn start_tuned(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
     let mut cfg = MockConfig::new(role);
     cfg.grpc = true;
     cfg.grpc_runtime = GrpcRuntime::TokenSpeed;
     cfg.output_tokens = 4;
+    tune(&mut cfg);
     MockWorker::start(cfg).await.expect("start TokenSpeed mock")
+}
+
+/// An image item as the router describes it: content hash, encoder input shape and dtype,
+/// and the pixels only when `pixels` (an `Encode` request).
+fn item(hash: &[u8], pixels: bool) -> MultimodalItem {
+    MultimodalItem {
+        content_hash: hash.to_vec(),
+        encoder_input: Some(TensorData {
+            shape: vec![16, 1176],
+            dtype: "bfloat16".to_owned(),
+            payload: pixels.then(|| Payload::Inline(vec![0; 16 * 1176 * 2])),
+        }),
+        ..Default::default()
+    }
 }
 
 fn url(w: &MockWorker) -> String {
@@ -45,6 +64,9 @@ fn generate(
         }),
         sampling_params: Some(Default::default()),
         kv_bootstrap_info: kv,
+        mm_inputs: (!items.is_empty()).then(|| MultimodalInputs {
+            items: items.iter().map(|_| item(&[0xca, 0xfe], false)).collect(),
+        }),
         encode_bootstrap_info: (!items.is_empty()).then(|| EncodeBootstrapInfo {
             items: items
                 .iter()
@@ -62,18 +84,14 @@ fn generate(
 }
 
 fn encode(room: i64) -> EncodeRequest {
+    encode_item(room, &[0xca, 0xfe])
+}
+
+fn encode_item(room: i64, hash: &[u8]) -> EncodeRequest {
     EncodeRequest {
         request_id: "enc".to_owned(),
         mm_inputs: Some(MultimodalInputs {
-            items: vec![MultimodalItem {
-                content_hash: vec![0xca, 0xfe],
-                encoder_input: Some(TensorData {
-                    shape: vec![16, 1176],
-                    dtype: "bfloat16".to_owned(),
-                    payload: None,
-                }),
-                ..Default::default()
-            }],
+            items: vec![item(hash, true)],
         }),
         items: vec![EncodeItemAssignment {
             bootstrap_room: room,
@@ -208,4 +226,51 @@ async fn prefill_waits_for_every_encoded_item_and_decode_for_the_prefill() {
     let pl = p.stats().last_request.unwrap();
     assert_eq!(pl["has_encode_bootstrap_info"], true);
     assert_eq!(pl["kv_bootstrap_info"]["bootstrap_room"], (1_i64 << 62) + 9);
+}
+
+#[tokio::test]
+async fn prefill_fails_when_an_embedding_never_comes_or_is_another_items() {
+    let e = start(Role::Encode).await;
+    let p = start_tuned(Role::Prefill, |c| {
+        c.encode_wait = Duration::from_millis(200)
+    })
+    .await;
+    let kv = KvBootstrapInfo {
+        bootstrap_host: "127.0.0.1".to_owned(),
+        bootstrap_port: i32::from(p.addr().port()),
+        bootstrap_room: 5,
+    };
+    let mut pc = TokenSpeedSchedulerClient::connect(url(&p)).await.unwrap();
+    // Nobody encodes the item: the bounded wait ends the request.
+    let err = pc
+        .generate(generate("never", Some(kv.clone()), &[(&e, 11)]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    // The room was finished with another picture than the one the request names.
+    let mut enc = TokenSpeedEncoderClient::connect(url(&e)).await.unwrap();
+    assert!(
+        enc.encode(encode_item(12, &[0xbe, 0xef]))
+            .await
+            .unwrap()
+            .into_inner()
+            .accepted
+    );
+    let err = pc
+        .generate(generate("other", Some(kv.clone()), &[(&e, 12)]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("beef"), "{err:?}");
+    // Pixels in the Generate request itself are refused: they go to the encode worker.
+    let mut with_pixels = generate("pixels", Some(kv), &[(&e, 12)]);
+    with_pixels.mm_inputs.as_mut().unwrap().items[0] = item(&[0xbe, 0xef], true);
+    let err = pc.generate(with_pixels).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    // An Encode without its pixels is refused.
+    let mut no_pixels = encode(13);
+    no_pixels.mm_inputs.as_mut().unwrap().items[0] = item(&[0xca, 0xfe], false);
+    let err = enc.encode(no_pixels).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    common::wait_until("the Prefill idle", || async { p.stats().inflight == 0 }).await;
 }
