@@ -375,8 +375,10 @@ async fn prefill_admission_governs_epd_and_encode_takes_no_slot() {
 #[tokio::test]
 async fn failing_encodes_fail_only_their_requests_and_leak_nothing() {
     let Epd(encoders, p, d, mut cfg, _model) =
-        epd(1, |c| c.encode_wait = Duration::from_secs(3)).await;
-    cfg.admission = admission(2, 16, 60);
+        epd(1, |c| c.encode_wait = Duration::from_secs(10)).await;
+    // A successful Encode must reach the Prefill well within its wait, however loaded the
+    // machine; the slots let every failing request wait at the same time.
+    cfg.admission = admission(16, 16, 60);
     // Every request must meet its Encode worker: an open breaker would refuse some with 503
     // before any Encode, and this test counts Encode failures against failed requests.
     cfg.breaker.enabled = false;
