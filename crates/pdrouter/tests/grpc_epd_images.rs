@@ -3,7 +3,8 @@
 //! Prefill gets the items without pixels and one encode ticket per item, and waits for every
 //! item's embedding (the mock checks the room holds that item); the Decode gets the items and
 //! the same KV ticket. Prefill admission governs EPD exactly as PD; Encode takes no slot and
-//! no load that outlives its call; bad images are 400s naming their part that reach nobody.
+//! no load that outlives its call; bad images are 400s naming their part that reach nobody,
+//! and outside EPD an image is a 501 naming its part.
 
 mod support;
 
@@ -491,4 +492,22 @@ async fn a_model_that_is_not_a_vision_model_refuses_images_with_400() {
         post(r.addr(), "/v1/chat/completions", CHAT).await.status,
         200
     );
+}
+
+#[tokio::test]
+async fn outside_epd_images_are_501_naming_their_part() {
+    let (p, d, cfg) = pair(3).await;
+    let r = router(cfg).await;
+    let body = chat(&[data_url(&png(30, 30, 1))], false);
+    let reply = post(r.addr(), "/v1/chat/completions", &body).await;
+    assert_eq!(reply.status, 501, "{}", reply.text());
+    assert_eq!(reply.error_code(), "not_implemented");
+    assert!(
+        reply.text().contains("messages[1].content[1]") && reply.text().contains("EPD"),
+        "{}",
+        reply.text()
+    );
+    for w in [&p, &d] {
+        assert_eq!(w.stats().requests_total, 0);
+    }
 }
