@@ -1,6 +1,7 @@
 //! The gRPC half of a PD attempt: after the pair selection and admission that HTTP PD uses
 //! too (`Dispatcher::pd_attempt`), one `GenerateRequest` per prompt is sent to both workers
-//! at once, each prompt with its own ticket.
+//! at once, each prompt with its own ticket. In EPD a request with images first starts one
+//! `Encode` per image item (`grpc::encode`), and its Prefill carries each item's encode ticket.
 //!
 //! Invariants, as for HTTP PD: the Prefill streams are started and drained by their own task
 //! ([`PrefillLeg`]) that owns the admission permit and the Prefill load and drops them at
