@@ -5,9 +5,13 @@
 //! (Qwen2.5-VL) share one preprocessing. Anything else is not a vision model here (`None`),
 //! which is not an error: a text model needs no image support.
 //!
-//! The placeholder token is `config.json`'s `image_token_id` (Qwen2-VL's `<|image_pad|>`,
-//! whose positions the model fills with image embeddings), or `vision_token_id` when only
-//! that is present. Both are looked up at the top level, then under `text_config`.
+//! Two placeholder tokens, both looked up at the top level, then under `text_config`:
+//! - the *image token* a chat template writes itself (Qwen2-VL's own template writes
+//!   `<|image_pad|>`): `config.json`'s `image_token_id`, or `vision_token_id` when only that is
+//!   present;
+//! - the *anchor token* an `<image>` anchor becomes when the router places images for a
+//!   template that takes string content: `vision_token_id`, as the reference router sends it,
+//!   or `image_token_id` when only that is present.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +58,7 @@ pub struct VisionModel {
     family: VisionFamily,
     processor: Qwen2VlProcessor,
     image_token_id: u32,
+    anchor_token_id: u32,
 }
 
 fn read_json(file: &Path) -> Result<Option<Value>, LoadError> {
@@ -72,9 +77,10 @@ fn read_json(file: &Path) -> Result<Option<Value>, LoadError> {
     }
 }
 
-fn token_id(config: &Value, file: &Path) -> Result<u32, LoadError> {
+/// The first of `keys` that `config` sets (top level first, then `text_config`).
+fn token_id(config: &Value, file: &Path, keys: [&str; 2]) -> Result<u32, LoadError> {
     let scopes = [Some(config), config.get("text_config")];
-    for key in ["image_token_id", "vision_token_id"] {
+    for key in keys {
         for scope in scopes.iter().flatten() {
             if let Some(v) = scope.get(key).filter(|v| !v.is_null()) {
                 return v
@@ -108,21 +114,25 @@ impl VisionModel {
         else {
             return Ok(None);
         };
-        let image_token_id = token_id(&config, &file)?;
+        let image_token_id = token_id(&config, &file, ["image_token_id", "vision_token_id"])?;
+        let anchor_token_id = token_id(&config, &file, ["vision_token_id", "image_token_id"])?;
         let processor = Qwen2VlProcessor::new(Qwen2VlConfig::load(dir)?);
         Ok(Some(VisionModel {
             family,
             processor,
             image_token_id,
+            anchor_token_id,
         }))
     }
 
-    /// A model from its parts (tests, and callers that configure it in code).
+    /// A model from its parts (tests, and callers that configure it in code), one token for
+    /// both placements.
     pub fn new(family: VisionFamily, config: Qwen2VlConfig, image_token_id: u32) -> Self {
         VisionModel {
             family,
             processor: Qwen2VlProcessor::new(config),
             image_token_id,
+            anchor_token_id: image_token_id,
         }
     }
 
@@ -136,9 +146,16 @@ impl VisionModel {
         &self.processor
     }
 
-    /// The token id each image's placeholder run is made of.
+    /// The image token a chat template writes itself; its one copy per image is expanded to
+    /// the image's placeholder run.
     pub fn image_token_id(&self) -> u32 {
         self.image_token_id
+    }
+
+    /// The token an `<image>` anchor's placeholder run is made of, when the router places the
+    /// images (templates that take string content).
+    pub fn anchor_token_id(&self) -> u32 {
+        self.anchor_token_id
     }
 
     /// Encoded bytes to the tensor the encoder takes: decode (within `limits`), resize,
@@ -176,6 +193,7 @@ mod tests {
         let m = VisionModel::load(dir.path()).unwrap().unwrap();
         assert_eq!(m.family(), VisionFamily::Qwen2Vl);
         assert_eq!(m.image_token_id(), 151655);
+        assert_eq!(m.anchor_token_id(), 151654);
         assert_eq!(m.processor().config().max_pixels, 12_845_056);
 
         let dir = dir_with(
@@ -185,7 +203,12 @@ mod tests {
         let m = VisionModel::load(dir.path()).unwrap().unwrap();
         assert_eq!(m.family(), VisionFamily::Qwen25Vl);
         assert_eq!(m.image_token_id(), 7);
+        assert_eq!(m.anchor_token_id(), 7);
         assert_eq!(m.processor().config(), &Qwen2VlConfig::default());
+
+        let only_image = dir_with(r#"{"model_type": "qwen2_vl", "image_token_id": 9}"#, None);
+        let m = VisionModel::load(only_image.path()).unwrap().unwrap();
+        assert_eq!((m.image_token_id(), m.anchor_token_id()), (9, 9));
     }
 
     #[test]

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use pdrouter_tokenizer::{ContentFormat, Tokenizer};
 use pdrouter_vision::{
     DecodeLimits, ExpandError, ExpandedPrompt, ImageError, ImageSource, LoadError, PartPath,
-    PixelDtype, ProcessedImage, VisionModel, expand_ids, expand_marked, flatten_content,
-    image_parts, parse_image_url,
+    PixelDtype, ProcessedImage, PromptError, VisionModel, expand_ids, expand_marked,
+    flatten_content, image_parts, parse_image_url,
 };
 use serde_json::Value;
 
@@ -166,31 +166,44 @@ impl ImageInputs {
         tools: Option<&Value>,
         kwargs: Option<&Value>,
         items: &[ImageItem],
-    ) -> Result<ExpandedPrompt, ApiError> {
+    ) -> Result<(ExpandedPrompt, u32), ApiError> {
         let bad =
             |e: &dyn std::fmt::Display| ApiError::bad_request("invalid_request", e.to_string());
         let counts: Vec<usize> = items.iter().map(|i| i.image.placeholders).collect();
-        let token = self.model.image_token_id();
         let format = tokenizer
             .chat_template()
             .map_or(ContentFormat::String, |t| t.content_format());
         match format {
             ContentFormat::String => {
+                let token = self.model.anchor_token_id();
                 let flat = flatten_content(messages).map_err(|e| ApiError::image_prompt(&e))?;
                 let text = tokenizer
                     .apply_chat_template(&chat_input(&flat, tools, kwargs))
                     .map_err(|e| bad(&e))?;
-                expand_marked(&text, &counts, token, |s| tokenizer.encode(s)).map_err(|e| match e {
-                    ExpandError::Prompt(p) => ApiError::image_prompt(&p),
-                    ExpandError::Encode(e) => bad(&e),
-                })
+                let p =
+                    expand_marked(&text, &counts, token, |s| tokenizer.encode(s)).map_err(|e| {
+                        match e {
+                            ExpandError::Prompt(p) => ApiError::image_prompt(&p),
+                            ExpandError::Encode(e) => bad(&e),
+                        }
+                    })?;
+                // The image token is a placeholder too: client text that encodes to it would
+                // reach the engine as an image without one.
+                let image = self.model.image_token_id();
+                if image != token && p.ids.contains(&image) {
+                    return Err(ApiError::image_prompt(&PromptError::PlaceholderInText));
+                }
+                Ok((p, token))
             }
             ContentFormat::OpenAi => {
+                let token = self.model.image_token_id();
                 let text = tokenizer
                     .apply_chat_template(&chat_input(messages, tools, kwargs))
                     .map_err(|e| bad(&e))?;
                 let ids = tokenizer.encode(&text).map_err(|e| bad(&e))?;
-                expand_ids(text, &ids, &counts, token).map_err(|e| ApiError::image_prompt(&e))
+                let p = expand_ids(text, &ids, &counts, token)
+                    .map_err(|e| ApiError::image_prompt(&e))?;
+                Ok((p, token))
             }
         }
     }
@@ -261,7 +274,7 @@ impl ImageSupport {
         let items = inputs.prepare(&chat.messages).await?;
         let (inputs, tok) = (inputs.clone(), tokenizer.clone());
         cpu_pool::offload(size, move || {
-            let p = inputs.chat_prompt(
+            let (p, token_id) = inputs.chat_prompt(
                 &tok,
                 &chat.messages,
                 chat.tools.as_ref(),
@@ -271,7 +284,7 @@ impl ImageSupport {
             let images = PromptImages {
                 items,
                 placeholders: p.placeholders,
-                token_id: inputs.model().image_token_id(),
+                token_id,
             };
             Ok((p.text, p.ids, images))
         })

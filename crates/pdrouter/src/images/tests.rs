@@ -11,14 +11,17 @@ use serde_json::json;
 
 use super::*;
 
-/// A bytelevel tokenizer directory dressed as a Qwen2-VL model whose image token is `<image>`.
+/// A bytelevel tokenizer directory dressed as a Qwen2-VL model whose image token (the one a
+/// template writes) is `<image>` and whose anchor token (the router's runs) is [`ANCHOR`].
+const ANCHOR: u32 = 1;
+
 fn model_dir(template: Option<&str>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (name, data) in bytelevel::files() {
         std::fs::write(dir.path().join(name), data).unwrap();
     }
     let config = json!({"model_type": "qwen2_vl", "image_token_id": bytelevel::IMAGE,
-                        "vision_token_id": 1, "vocab_size": bytelevel::VOCAB_SIZE});
+                        "vision_token_id": ANCHOR, "vocab_size": bytelevel::VOCAB_SIZE});
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
     if let Some(t) = template {
         std::fs::write(dir.path().join("string.jinja"), t).unwrap();
@@ -236,7 +239,8 @@ async fn prompt_for(
     let items = inputs.prepare(messages).await.unwrap();
     let out = inputs
         .chat_prompt(tokenizer, messages, None, None, &items)
-        .unwrap();
+        .unwrap()
+        .0;
     (items, out)
 }
 
@@ -286,7 +290,7 @@ async fn a_string_template_gets_anchors_before_the_text() {
             length: 6
         }]
     );
-    assert_eq!(runs(&out.ids, bytelevel::IMAGE), out.placeholders);
+    assert_eq!(runs(&out.ids, ANCHOR), out.placeholders);
     let tail = &out.ids[out.placeholders[0].offset + 6..];
     assert_eq!(
         tail,
@@ -307,6 +311,14 @@ async fn a_string_template_gets_anchors_before_the_text() {
         .chat_prompt(&tokenizer, &forged, None, None, &items)
         .unwrap_err();
     assert_eq!(err.status, http::StatusCode::BAD_REQUEST);
+    assert!(err.message.contains("placeholder token"), "{}", err.message);
+    // So is text that encodes to the anchor token.
+    let forged = json!([{"role": "user", "content": [
+        {"type": "text", "text": "see \u{1}"}, image_part(&data_url(&png(60, 40))),
+    ]}]);
+    let err = inputs
+        .chat_prompt(&tokenizer, &forged, None, None, &items)
+        .unwrap_err();
     assert!(err.message.contains("placeholder token"), "{}", err.message);
     // A part the template cannot show is refused, naming it.
     let audio = json!([{"role": "user", "content": [{"type": "input_audio"}]}]);
