@@ -91,6 +91,9 @@ async fn encode_workers_are_health_checked_listed_and_needed_for_readiness() {
     assert_eq!(encode.len(), 1, "{workers}");
     assert_eq!(encode[0]["url"], e.url());
     assert_eq!(encode[0]["bootstrap_port"], e.addr().port());
+    assert_eq!(encode[0]["connection_mode"], "grpc");
+    assert_eq!(workers["stats"]["encode_count"], 1);
+    assert_eq!(workers["stats"]["by_type"]["encode"], 1);
 
     // An unhealthy encode worker makes the router unready, and ready again on recovery.
     let encode_ready = |r: &pdrouter::RouterHandle| {

@@ -36,7 +36,7 @@ fn describe(w: &Worker, snap: &Snapshot, sharer: Option<&Sharer>) -> Value {
         "model_id": w.model_id(),
         "models": models,
         "worker_type": w.worker_type().as_str(),
-        "connection_mode": "http",
+        "connection_mode": if w.grpc().is_some() { "grpc" } else { "http" },
         // A gRPC worker's runtime once its health checks learned it.
         "runtime": w.runtime().map(|r| r.name()),
         "is_healthy": w.status() == WorkerStatus::Ready,
@@ -295,6 +295,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
             "prefill_count": count(WorkerType::Prefill),
             "decode_count": count(WorkerType::Decode),
             "regular_count": count(WorkerType::Regular),
+            "encode_count": count(WorkerType::Encode),
             "total_workers": all.len(),
             "healthy_workers": all.iter().filter(|w| w.status() == WorkerStatus::Ready).count(),
             "total_models": models.len(),
@@ -303,6 +304,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
                 "regular": count(WorkerType::Regular),
                 "prefill": count(WorkerType::Prefill),
                 "decode": count(WorkerType::Decode),
+                "encode": count(WorkerType::Encode),
             },
         }
     }))
