@@ -7,7 +7,13 @@
 #           (--admission-store, default interval 200 ms and lease TTL 3 s),
 #   split   by three routers with N/3 each (the advice without a store).
 #
-#   bench/replicas.sh [--quick] [--duration SECS] [--no-build]
+#   bench/replicas.sh [--quick] [--duration SECS] [--no-build] [--interval-ms MS] [--static]
+#
+# --interval-ms MS: the store interval of `shared` (default: the router's, 200 ms).
+# --static: also run `static`, three routers with a fixed partition of the
+# slots in proportion to the load (replica 0: 2 of each worker's 3, replica 1:
+# one slot of worker 0, replica 2: one of worker 1): the best any fixed split can
+# do here, i.e. what sharing must beat.
 #
 # Fleet: 2 engine-mode Prefill mocks (`--engine --max-running 3
 # --prefill-tokens-per-sec 4000`, prefill time = words / 4000 s, so 50 ms for
@@ -26,11 +32,24 @@
 # X and Y are shared's p99 TTFT over single's and split's (targets X <= 1.2,
 # Y < 1.0); Z is the most any Prefill mock had in flight during the shared run
 # minus N (target 0). Default 60 s per configuration; --quick 25 s (whole
-# script under 3 minutes once built).
+# script under 3 minutes once built). During `shared` each replica's shares
+# are sampled every 200 ms from its metrics; a summary line (mean share per
+# replica, share changes, exchanges per second) goes to stderr.
 
 source "$(dirname "$0")/lib.sh"
 
-scenario_args 60 25 '2,30p' "$@"
+INTERVAL_FLAGS=()
+STATIC=0
+ARGS=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --interval-ms) INTERVAL_FLAGS=(--admission-store-interval-ms "$2"); shift ;;
+    --static) STATIC=1 ;;
+    *) ARGS+=("$1") ;;
+    esac
+    shift
+done
+scenario_args 60 25 '2,37p' "${ARGS[@]}"
 command -v redis-server >/dev/null || die "redis-server is needed (Debian: apt-get install redis-server)"
 
 WORKERS=2
@@ -79,17 +98,70 @@ routers() {
     shift 3
     ROUTERS=()
     ROUTER_PIDS=()
+    METRICS=()
     for ((i = 0; i < count; i++)); do
-        start_router "router-$label-$i" --pd-disaggregation "${PREFILL_ARGS[@]}" \
-            --decode "$DECODE_URL" --disable-health-check --policy round_robin \
-            --prefill-max-inflight-requests-per-worker "$per" \
-            --prefill-queue-size 1000 --prefill-queue-timeout-secs 60 "$@"
-        ROUTERS+=("$SPAWNED_URL")
-        ROUTER_PIDS+=("$SPAWNED_PID")
+        router "$label-$i" "$per" "${PREFILL_ARGS[@]}" "$@"
     done
     for i in "${!ROUTERS[@]}"; do
         wait_ready "${ROUTERS[$i]}" --path /generate --max-tokens 1
     done
+}
+
+# router NAME PER_WORKER PREFILL_FLAGS+FLAGS...: one replica into ROUTERS/ROUTER_PIDS/METRICS.
+router() {
+    local name=$1 per=$2
+    shift 2
+    start_router "router-$name" --pd-disaggregation --decode "$DECODE_URL" \
+        --disable-health-check --policy round_robin \
+        --prefill-max-inflight-requests-per-worker "$per" \
+        --prefill-queue-size 1000 --prefill-queue-timeout-secs 60 "$@"
+    ROUTERS+=("$SPAWNED_URL")
+    ROUTER_PIDS+=("$SPAWNED_PID")
+    METRICS+=("$(grep -m1 -oE 'metrics on http://[^/ ]*' "$WORK/router-$name.out" | awk '{print $NF}')")
+}
+
+# sample_shares FILE: every 200 ms, appends "second replica worker share" lines read from each
+# replica's smg_pd_prefill_admission_share gauges (run in the background, killed by the caller).
+sample_shares() {
+    local i
+    while :; do
+        for i in "${!METRICS[@]}"; do
+            http "${METRICS[$i]}" GET /metrics 2>/dev/null |
+                awk -v t="$SECONDS" -v r="$i" '/^smg_pd_prefill_admission_share\{/ {
+                    match($0, /worker="[^"]*"/); print t, r, substr($0, RSTART + 8, RLENGTH - 9), $NF }'
+        done >>"$1"
+        sleep 0.2
+    done
+}
+
+# exchanges: store exchanges over all replicas so far (the RTT histogram's count).
+exchanges() {
+    local m total=0 v
+    for m in "${METRICS[@]}"; do
+        v=$(http "$m" GET /metrics | awk '/^smg_admission_store_rtt_seconds_count/ { print $NF }')
+        total=$((total + ${v%.*}))
+    done
+    echo "$total"
+}
+
+# store_cost: "calls usec" of the lease script (EVALSHA) in the store so far.
+store_cost() {
+    exec 4<>"/dev/tcp/127.0.0.1/$REDIS_PORT"
+    printf 'INFO commandstats\r\nQUIT\r\n' >&4
+    tr -d '\r' <&4 | awk -F'[=,:]' '/^cmdstat_evalsha:/ { c = $3; u = $5 } END { print c + 0, u + 0 }'
+    exec 4<&-
+}
+
+# share_summary FILE EXCHANGES: mean share per replica (summed over workers), how often a
+# replica's share of a worker changed between samples, and exchanges per second.
+share_summary() {
+    awk -v ex="$2" -v d="$DURATION" '
+        { k = $2 " " $3; if (k in last && last[k] != $4) changes++; last[k] = $4
+          sum[$2] += $4; if (!(($1 " " k) in seen)) { seen[$1 " " k] = 1 } n[$2 " " $3]++ }
+        END { printf "shared: mean share per replica (sum over workers):"
+              for (r = 0; r < 3; r++) { m = 0; for (k in n) if (k ~ "^" r " ") { m = n[k]; break }
+                  printf " r%d=%.2f", r, (m ? sum[r] / m : 0) }
+              printf "; share changes %d; store exchanges %.1f/s\n", changes, ex / d }' "$1" >&2
 }
 
 # max_inflight: the largest max_inflight over the Prefill mocks.
@@ -124,9 +196,11 @@ run() {
     MAX_INFLIGHT[$label]=$(max_inflight)
     head -n1 "$WORK/$label-0.csv" >"$WORK/$label.csv"
     tail -q -n +2 "$WORK/$label-0.csv" "$WORK/$label-1.csv" "$WORK/$label-2.csv" >>"$WORK/$label.csv"
-    for i in "${ROUTER_PIDS[@]}"; do
-        stop "$i"
-    done
+    if [[ -z "${run_keep:-}" ]]; then
+        for i in "${ROUTER_PIDS[@]}"; do
+            stop "$i"
+        done
+    fi
 }
 
 # stat LABEL: "p50 p99 max share_429 ok_rps" of the merged CSV (TTFT of complete OK
@@ -150,13 +224,42 @@ routers single 1 "$N"
 run single
 # Leases need the store up for one TTL; wait out what is left of it.
 while ((SECONDS - STORE_UP < 4)); do sleep 0.2; done
-routers shared 3 "$N" --admission-store "$STORE" --admission-group bench
-run shared
+routers shared 3 "$N" --admission-store "$STORE" --admission-group bench "${INTERVAL_FLAGS[@]}"
+sample_shares "$WORK/shares.txt" &
+SAMPLER=$!
+PIDS+=("$SAMPLER")
+EX0=$(exchanges)
+read -r CALLS0 USEC0 <<<"$(store_cost)"
+run_keep=1 run shared
+EX1=$(exchanges)
+read -r CALLS1 USEC1 <<<"$(store_cost)"
+kill "$SAMPLER" 2>/dev/null || true
+for i in "${ROUTER_PIDS[@]}"; do
+    stop "$i"
+done
+share_summary "$WORK/shares.txt" $((EX1 - EX0))
+CALLS=$((CALLS1 - CALLS0))
+((CALLS > 0)) && echo "store: $CALLS script calls, $(calc %.1f "($USEC1 - $USEC0) / $CALLS") us each, \
+$(calc %.2f "($USEC1 - $USEC0) / 10000 / $DURATION") % of one store core" >&2
 routers split 3 $((N / 3))
 run split
+LABELS=(single shared split)
+if ((STATIC)); then
+    ROUTERS=()
+    ROUTER_PIDS=()
+    METRICS=()
+    router static-0 2 "${PREFILL_ARGS[@]}"
+    router static-1 1 "${PREFILL_ARGS[@]:0:3}"
+    router static-2 1 "${PREFILL_ARGS[@]:3:3}"
+    for i in "${!ROUTERS[@]}"; do
+        wait_ready "${ROUTERS[$i]}" --path /generate --max-tokens 1
+    done
+    run static
+    LABELS+=(static)
+fi
 
 printf '%-7s %8s %8s %9s %9s %9s %13s\n' config ok_rps 429% ttft_p50 ttft_p99 ttft_max max_inflight
-for label in single shared split; do
+for label in "${LABELS[@]}"; do
     read -r p50 p99 max s429 okrps <<<"$(stat "$label")"
     printf '%-7s %8.1f %8.2f %9.1f %9.1f %9.1f %13s\n' "$label" "$okrps" \
         "$(calc %.2f "$s429 * 100")" "$p50" "$p99" "$max" "${MAX_INFLIGHT[$label]}"

@@ -1,7 +1,10 @@
 //! Admission controller benchmarks.
 //!
 //! 1. `fast_path/acquire_release`: acquire + release with an empty queue, one task (no runtime:
-//!    the fast path completes on its first poll).
+//!    the fast path completes on its first poll). `fast_path/acquire_release_shared`: the same
+//!    with the limits a replica sharing them through a store has: the controller built with
+//!    limit 0 and every slot's limit set through `Admission::set_limits`, as the sharer does.
+//!    The two must cost the same.
 //! 2. `contended_64_tasks/*`: 64 tasks doing acquire + release on a multi-thread runtime, with
 //!    ample slots (never waits) and with scarce slots (16 slots, permits held across a yield, so
 //!    requests queue and releases hand off).
@@ -90,22 +93,31 @@ fn poll_once(fut: &mut Acquire) -> Option<Result<Admitted<usize>, Rejected>> {
 }
 
 fn fast_path(c: &mut Criterion) {
-    let (adm, slots) = setup(64, 100, 4);
-    let sel = BenchSel {
-        slots,
-        strict: None,
-    };
-    c.bench_function("fast_path/acquire_release", |b| {
-        b.iter(|| {
-            let fut = adm.acquire(sel.clone());
-            let mut fut = std::pin::pin!(fut);
-            let Poll::Ready(Ok(a)) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-            else {
-                panic!("fast path must be ready")
-            };
-            drop(black_box(a));
-        })
-    });
+    let mut group = c.benchmark_group("fast_path");
+    let fixed = setup(64, 100, 4);
+    let shared = setup(0, 100, 4);
+    for slot in shared.1.iter() {
+        shared.0.set_limits(slot, 64, None);
+    }
+    for (name, (adm, slots)) in [("acquire_release", fixed), ("acquire_release_shared", shared)] {
+        let sel = BenchSel {
+            slots,
+            strict: None,
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let fut = adm.acquire(sel.clone());
+                let mut fut = std::pin::pin!(fut);
+                let Poll::Ready(Ok(a)) =
+                    fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+                else {
+                    panic!("fast path must be ready")
+                };
+                drop(black_box(a));
+            })
+        });
+    }
+    group.finish();
 }
 
 fn contended(c: &mut Criterion) {

@@ -8,6 +8,19 @@
 //! reports each worker's demand and what the replica may hold, renews its leases, and applies
 //! the shares the store grants back.
 //!
+//! # Early exchanges
+//!
+//! A share moves only through exchanges: its holder reports that it gave it back, then the
+//! replica that wants it is granted it at its own next exchange. Once per quarter interval
+//! ([`ShareConfig::poll`]) the sharer therefore looks, locally, whether an exchange is due
+//! early: when this replica has waiters (it wants more), or when the last answer said that
+//! some replica of the group wants more than it was granted on a worker (this replica may
+//! have something to hand back, or be granted what another handed back). So while replicas
+//! compete for a worker, a share moves within a few quarter intervals instead of a few
+//! intervals. Each replica still makes at most one exchange per quarter interval: store traffic
+//! stays bounded by replicas × 4 ÷ interval calls (each carrying every worker), never grows with
+//! requests, and is one call per interval while nobody waits.
+//!
 //! # Invariants
 //!
 //! - The controller's configured limits are 0 when a sharer drives it (the router builds it
@@ -68,6 +81,9 @@ pub struct ShareGrant {
     pub limit: u32,
     /// Live replicas holding a lease on the worker, this one included.
     pub replicas: u32,
+    /// Whether some live replica (this one included) wants more of the worker than it was
+    /// granted: the sharer then exchanges every quarter interval until it no longer is.
+    pub contended: bool,
 }
 
 /// A failed exchange, already safe to log (no credentials).
@@ -144,6 +160,12 @@ impl ShareConfig {
     pub fn call_timeout(&self) -> Duration {
         self.lease_ttl / 4
     }
+
+    /// How often the sharer checks whether an exchange is due early, and the least time
+    /// between two exchanges that it starts by itself: a quarter of the interval.
+    pub fn poll(&self) -> Duration {
+        self.interval / 4
+    }
 }
 
 /// Where a worker's share comes from.
@@ -218,6 +240,10 @@ struct State {
     seq: u64,
     /// Send instant of the last good exchange.
     last_ok: Option<Instant>,
+    /// The last exchange failed (no early exchange until one succeeds).
+    failing: bool,
+    /// The last good exchange said some replica wants more than it was granted.
+    contended: bool,
     in_fallback: bool,
     /// Replicas the last good exchange saw (the most over its workers).
     replicas: u32,
@@ -254,6 +280,8 @@ impl Sharer {
             state: Mutex::new(State {
                 seq: 0,
                 last_ok: None,
+                failing: false,
+                contended: false,
                 in_fallback: false,
                 replicas: 1,
                 views: HashMap::new(),
@@ -284,14 +312,17 @@ impl Sharer {
         self.state.lock().in_fallback
     }
 
-    /// Runs exchanges every interval until the returned task is aborted (or the runtime ends).
+    /// Runs exchanges every interval, or every quarter interval while an early one is due
+    /// (see the module docs), until the returned task is aborted (or the runtime ends).
     pub fn spawn(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);
         tokio::spawn(async move {
+            let poll = me.cfg.poll();
             loop {
                 let started = Instant::now();
                 me.tick().await;
                 let next = crate::deadline_after(started, me.cfg.interval);
+                let mut check = crate::deadline_after(started, poll);
                 loop {
                     // The lease may run out before the next exchange: stop using it on time.
                     let stop = me.lease_stop().filter(|s| *s < next);
@@ -301,10 +332,29 @@ impl Sharer {
                         () = sleep_until(stop.unwrap_or(next)), if stop.is_some() => {
                             me.expire_if_due();
                         }
+                        () = sleep_until(check), if check < next => {
+                            if me.early_due() {
+                                break;
+                            }
+                            check = crate::deadline_after(check, poll);
+                        }
                     }
                 }
             }
         })
+    }
+
+    /// Whether to exchange before the interval ends: the last exchange succeeded and either
+    /// this replica has waiters or the group was contended. Local reads only.
+    fn early_due(&self) -> bool {
+        let contended = {
+            let s = self.state.lock();
+            if s.failing || s.in_fallback {
+                return false;
+            }
+            s.contended
+        };
+        contended || self.admission.queued() > 0
     }
 
     /// Asks for an exchange now rather than at the next interval (a worker was registered and
@@ -362,6 +412,11 @@ impl Sharer {
                 self.apply(&slots, &grants, sent);
             }
             Err(e) => {
+                {
+                    let mut s = self.state.lock();
+                    s.failing = true;
+                    s.contended = false;
+                }
                 self.observer.exchange_failed(&e);
                 self.expire_if_due();
             }
@@ -426,6 +481,8 @@ impl Sharer {
             let mut s = self.state.lock();
             let recovered = s.in_fallback;
             s.in_fallback = false;
+            s.failing = false;
+            s.contended = grants.iter().any(|g| g.contended);
             s.last_ok = Some(sent);
             s.replicas = grants.iter().map(|g| g.replicas).max().unwrap_or(1).max(1);
             for (slot, g) in slots.iter().zip(grants) {

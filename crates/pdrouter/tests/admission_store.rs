@@ -135,6 +135,35 @@ async fn an_idle_replicas_share_flows_to_a_busy_one_and_shares_follow_demand() {
     );
 }
 
+/// Whether the grant says contended (checked on every exchange of the test below).
+async fn contended(r: &mut Replica, demand: u32) -> bool {
+    r.exchange(demand).await.contended
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_is_reported_to_every_replica_until_the_waiter_is_granted() {
+    let redis = RedisServer::start().await;
+    let ttl = Duration::from_secs(3);
+    redis.wait_uptime(ttl).await;
+    let mut idle = Replica::new(&redis, "idle", ttl);
+    let mut busy = Replica::new(&redis, "busy", ttl);
+    // Everyone's demand granted: not contended.
+    assert!(!contended(&mut idle, 0).await);
+    assert!(!contended(&mut busy, 0).await);
+    assert!(!contended(&mut idle, 0).await);
+    // The busy replica wants more than it can be granted (the idle one holds the rest): both
+    // hear of it, the idle one at its next exchange, so it hands its share back early.
+    assert!(contended(&mut busy, 6).await);
+    assert!(busy.applied < 6);
+    assert!(contended(&mut idle, 0).await, "the holder hears of the waiter");
+    assert!(contended(&mut idle, 0).await, "until the waiter has exchanged");
+    // The waiter is granted what was handed back: contention over, for both.
+    assert!(!contended(&mut busy, 6).await);
+    assert!(busy.applied >= 6);
+    assert!(!contended(&mut idle, 0).await);
+    assert!(idle.held() + busy.held() <= N);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_lease_returns_to_the_pool() {
     let redis = RedisServer::start().await;

@@ -29,6 +29,8 @@ enum Mode {
 #[derive(Default)]
 struct Script {
     mode: Option<Mode>,
+    /// What grants say of the group's contention.
+    contended: bool,
     calls: VecDeque<(u64, Vec<ShareReport>)>,
 }
 
@@ -45,14 +47,17 @@ impl FakeStore {
     fn calls(&self) -> usize {
         self.0.lock().calls.len()
     }
+    fn contend(&self, contended: bool) {
+        self.0.lock().contended = contended;
+    }
 }
 
 impl LeaseStore for FakeStore {
     fn exchange<'a>(&'a self, seq: u64, reports: &'a [ShareReport]) -> Exchange<'a> {
-        let mode = {
+        let (mode, contended) = {
             let mut s = self.0.lock();
             s.calls.push_back((seq, reports.to_vec()));
-            s.mode.expect("a scripted mode")
+            (s.mode.expect("a scripted mode"), s.contended)
         };
         Box::pin(async move {
             match mode {
@@ -62,6 +67,7 @@ impl LeaseStore for FakeStore {
                         share,
                         limit: 8,
                         replicas,
+                        contended,
                     })
                     .collect()),
                 Mode::Fail => Err(StoreError("refused".into())),
@@ -285,4 +291,57 @@ async fn a_nudge_exchanges_before_the_interval_ends() {
     settle().await;
     assert_eq!(store.calls(), 2, "a nudge exchanges at once");
     task.abort();
+}
+
+/// Calls the store receives during `d` from now.
+async fn calls_during(store: &FakeStore, d: Duration) -> usize {
+    let before = store.calls();
+    sleep(d).await;
+    settle().await;
+    store.calls() - before
+}
+
+#[tokio::test(start_paused = true)]
+async fn exchanges_come_every_quarter_interval_only_while_someone_waits() {
+    let f = Fixture::new(0, 8, 60, &["w0"]);
+    let store = FakeStore::default();
+    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
+    store.set(Mode::Grant {
+        share: 1,
+        replicas: 2,
+    });
+    let task = s.spawn();
+    settle().await;
+    // Nobody waits, the group is not contended: one exchange per interval.
+    let quiet = calls_during(&store, INTERVAL * 5).await;
+    assert!((5..=6).contains(&quiet), "{quiet} calls while quiet");
+    // A waiter here: one exchange per quarter interval (never more).
+    let held = f.get(Target::Any).await.unwrap();
+    let waiter = f.spawn(Target::Any);
+    settle().await;
+    assert_eq!(f.adm.queued(), 1);
+    let waiting = calls_during(&store, INTERVAL * 5).await;
+    assert!((19..=21).contains(&waiting), "{waiting} calls while waiting");
+    drop(held);
+    let admitted = waiter.await.unwrap().unwrap();
+    // No waiter here, but another replica wants more than it was granted: still every quarter.
+    store.contend(true);
+    calls_during(&store, INTERVAL).await;
+    let contended = calls_during(&store, INTERVAL * 5).await;
+    assert!((19..=21).contains(&contended), "{contended} calls while contended");
+    // Contention over: back to one per interval.
+    store.contend(false);
+    calls_during(&store, INTERVAL).await;
+    let after = calls_during(&store, INTERVAL * 5).await;
+    assert!((5..=6).contains(&after), "{after} calls after contention");
+    // A failing store is not asked early, however many wait.
+    store.contend(true);
+    calls_during(&store, INTERVAL).await;
+    store.set(Mode::Fail);
+    calls_during(&store, INTERVAL).await;
+    let failing = calls_during(&store, INTERVAL * 5).await;
+    assert!((5..=6).contains(&failing), "{failing} calls while failing");
+    drop(admitted);
+    task.abort();
+    f.assert_clean();
 }

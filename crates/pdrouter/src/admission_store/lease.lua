@@ -3,7 +3,9 @@
 -- KEYS[i]  the hash of worker i: field per replica id -> "seq expiry held grant demand limit"
 --          (expiry in the store's clock, ms).
 -- ARGV     replica id, sequence number, lease TTL in ms, then per worker: limit, held, demand.
--- Returns  per worker {share, group limit, live replicas}.
+-- Returns  per worker {share, group limit, live replicas, contended}: contended is 1 when some
+--          live replica (this one included) wants more than it was granted, which makes the
+--          replicas exchange every quarter interval until the shares have moved.
 --
 -- Safety: a replica may have in flight up to max(held, grant) of what it last reported and
 -- was granted, so a grant never exceeds the group limit minus that of every other live
@@ -116,6 +118,12 @@ for i, key in ipairs(KEYS) do
       string.format('%d %d %d %d %d %d', seq, now + ttl, held, grant, demand, limit))
     redis.call('PEXPIRE', key, ttl * 2)
   end
-  out[i] = {live[me].grant, n, #ids}
+  local contended = 0
+  for _, id in ipairs(ids) do
+    if live[id].demand > live[id].grant then
+      contended = 1
+    end
+  end
+  out[i] = {live[me].grant, n, #ids, contended}
 end
 return out

@@ -106,14 +106,15 @@ impl RedisLeases {
                 .arg(r.held)
                 .arg(r.demand);
         }
-        let answer: Result<Vec<(u32, u32, u32)>, _> = call.invoke_async(&mut conn).await;
+        let answer: Result<Vec<(u32, u32, u32, u32)>, _> = call.invoke_async(&mut conn).await;
         match answer {
             Ok(rows) => Ok(rows
                 .into_iter()
-                .map(|(share, limit, replicas)| ShareGrant {
+                .map(|(share, limit, replicas, contended)| ShareGrant {
                     share,
                     limit,
                     replicas,
+                    contended: contended != 0,
                 })
                 .collect()),
             Err(e) => {
