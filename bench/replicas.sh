@@ -4,16 +4,16 @@
 #
 #   single  by one router with N per worker (the reference: one FIFO queue),
 #   shared  by three routers sharing N through a Redis admission store
-#           (--admission-store, default interval 200 ms and lease TTL 3 s),
+#           (--admission-store, default interval 10 ms and lease TTL 3 s),
 #   split   by three routers with N/3 each (the advice without a store).
 #
 #   bench/replicas.sh [--quick] [--duration SECS] [--no-build] [--interval-ms MS] [--static]
 #
-# --interval-ms MS: the store interval of `shared` (default: the router's, 200 ms).
+# --interval-ms MS: the store interval of `shared` (default: the router's, 10 ms).
 # --static: also run `static`, three routers with a fixed partition of the
 # slots in proportion to the load (replica 0: 2 of each worker's 3, replica 1:
-# one slot of worker 0, replica 2: one of worker 1): the best any fixed split can
-# do here, i.e. what sharing must beat.
+# one slot of worker 0, replica 2: one of worker 1; every replica needs a slot
+# and replica 0 more than 3), the floor a fixed split gives.
 #
 # Fleet: 2 engine-mode Prefill mocks (`--engine --max-running 3
 # --prefill-tokens-per-sec 4000`, prefill time = words / 4000 s, so 50 ms for
@@ -34,7 +34,8 @@
 # minus N (target 0). Default 60 s per configuration; --quick 25 s (whole
 # script under 3 minutes once built). During `shared` each replica's shares
 # are sampled every 200 ms from its metrics; a summary line (mean share per
-# replica, share changes, exchanges per second) goes to stderr.
+# replica, share changes, exchanges per second), and one with the store's
+# script cost (calls, Redis time per call), go to stderr.
 
 source "$(dirname "$0")/lib.sh"
 
@@ -49,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     esac
     shift
 done
-scenario_args 60 25 '2,37p' "${ARGS[@]}"
+scenario_args 60 25 '2,38p' "${ARGS[@]}"
 command -v redis-server >/dev/null || die "redis-server is needed (Debian: apt-get install redis-server)"
 
 WORKERS=2
@@ -157,7 +158,7 @@ store_cost() {
 share_summary() {
     awk -v ex="$2" -v d="$DURATION" '
         { k = $2 " " $3; if (k in last && last[k] != $4) changes++; last[k] = $4
-          sum[$2] += $4; if (!(($1 " " k) in seen)) { seen[$1 " " k] = 1 } n[$2 " " $3]++ }
+          sum[$2] += $4; n[k]++ }
         END { printf "shared: mean share per replica (sum over workers):"
               for (r = 0; r < 3; r++) { m = 0; for (k in n) if (k ~ "^" r " ") { m = n[k]; break }
                   printf " r%d=%.2f", r, (m ? sum[r] / m : 0) }

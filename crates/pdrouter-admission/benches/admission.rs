@@ -99,7 +99,10 @@ fn fast_path(c: &mut Criterion) {
     for slot in shared.1.iter() {
         shared.0.set_limits(slot, 64, None);
     }
-    for (name, (adm, slots)) in [("acquire_release", fixed), ("acquire_release_shared", shared)] {
+    for (name, (adm, slots)) in [
+        ("acquire_release", fixed),
+        ("acquire_release_shared", shared),
+    ] {
         let sel = BenchSel {
             slots,
             strict: None,
@@ -108,8 +111,7 @@ fn fast_path(c: &mut Criterion) {
             b.iter(|| {
                 let fut = adm.acquire(sel.clone());
                 let mut fut = std::pin::pin!(fut);
-                let Poll::Ready(Ok(a)) =
-                    fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+                let Poll::Ready(Ok(a)) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
                 else {
                     panic!("fast path must be ready")
                 };

@@ -317,7 +317,7 @@ pub struct LaunchArgs {
     #[arg(long, value_name = "NAME", help_heading = "Prefill admission")]
     pub admission_group: Option<String>,
     /// Milliseconds between a replica's exchanges with the admission store, 10-1000 (default
-    /// 200).
+    /// 10; up to four exchanges per interval while replicas wait for a share).
     #[arg(
         long,
         allow_negative_numbers = true,

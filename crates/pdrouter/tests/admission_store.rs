@@ -155,8 +155,14 @@ async fn contention_is_reported_to_every_replica_until_the_waiter_is_granted() {
     // hear of it, the idle one at its next exchange, so it hands its share back early.
     assert!(contended(&mut busy, 6).await);
     assert!(busy.applied < 6);
-    assert!(contended(&mut idle, 0).await, "the holder hears of the waiter");
-    assert!(contended(&mut idle, 0).await, "until the waiter has exchanged");
+    assert!(
+        contended(&mut idle, 0).await,
+        "the holder hears of the waiter"
+    );
+    assert!(
+        contended(&mut idle, 0).await,
+        "until the waiter has exchanged"
+    );
     // The waiter is granted what was handed back: contention over, for both.
     assert!(!contended(&mut busy, 6).await);
     assert!(busy.applied >= 6);

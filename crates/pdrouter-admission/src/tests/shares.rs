@@ -321,14 +321,20 @@ async fn exchanges_come_every_quarter_interval_only_while_someone_waits() {
     settle().await;
     assert_eq!(f.adm.queued(), 1);
     let waiting = calls_during(&store, INTERVAL * 5).await;
-    assert!((19..=21).contains(&waiting), "{waiting} calls while waiting");
+    assert!(
+        (19..=21).contains(&waiting),
+        "{waiting} calls while waiting"
+    );
     drop(held);
     let admitted = waiter.await.unwrap().unwrap();
     // No waiter here, but another replica wants more than it was granted: still every quarter.
     store.contend(true);
     calls_during(&store, INTERVAL).await;
     let contended = calls_during(&store, INTERVAL * 5).await;
-    assert!((19..=21).contains(&contended), "{contended} calls while contended");
+    assert!(
+        (19..=21).contains(&contended),
+        "{contended} calls while contended"
+    );
     // Contention over: back to one per interval.
     store.contend(false);
     calls_during(&store, INTERVAL).await;
