@@ -84,29 +84,47 @@ fn tops(t: &Tokenizer, top: &[(u32, f32)], text: bool) -> Value {
 
 /// SGLang `meta_info` fields of generated tokens: `output_token_logprobs` and
 /// `output_top_logprobs`.
-pub fn sglang_output(t: &Tokenizer, lps: &[TokenLogprob], text: bool, meta: &mut Value) {
-    meta["output_token_logprobs"] = lps
-        .iter()
-        .map(|lp| tuple(t, Some(lp.logprob), lp.id, text))
-        .collect::<Vec<_>>()
-        .into();
-    meta["output_top_logprobs"] = lps
-        .iter()
-        .map(|lp| tops(t, &lp.top, text))
-        .collect::<Vec<_>>()
-        .into();
+pub fn sglang_output(
+    t: &Tokenizer,
+    lps: &[TokenLogprob],
+    text: bool,
+    meta: &mut Map<String, Value>,
+) {
+    meta.insert(
+        "output_token_logprobs".into(),
+        lps.iter()
+            .map(|lp| tuple(t, Some(lp.logprob), lp.id, text))
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    meta.insert(
+        "output_top_logprobs".into(),
+        lps.iter()
+            .map(|lp| tops(t, &lp.top, text))
+            .collect::<Vec<_>>()
+            .into(),
+    );
 }
 
 /// SGLang `meta_info` fields of the prompt: `input_token_logprobs` and `input_top_logprobs`.
-pub fn sglang_input(t: &Tokenizer, lps: &[InputLogprob], text: bool, meta: &mut Value) {
-    meta["input_token_logprobs"] = lps
-        .iter()
-        .map(|lp| tuple(t, lp.logprob, lp.id, text))
-        .collect::<Vec<_>>()
-        .into();
-    meta["input_top_logprobs"] = lps
-        .iter()
-        .map(|lp| tops(t, &lp.top, text))
-        .collect::<Vec<_>>()
-        .into();
+pub fn sglang_input(
+    t: &Tokenizer,
+    lps: &[InputLogprob],
+    text: bool,
+    meta: &mut Map<String, Value>,
+) {
+    meta.insert(
+        "input_token_logprobs".into(),
+        lps.iter()
+            .map(|lp| tuple(t, lp.logprob, lp.id, text))
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    meta.insert(
+        "input_top_logprobs".into(),
+        lps.iter()
+            .map(|lp| tops(t, &lp.top, text))
+            .collect::<Vec<_>>()
+            .into(),
+    );
 }
