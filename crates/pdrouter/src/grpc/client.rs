@@ -530,14 +530,23 @@ impl futures_util::Stream for Tagged {
 /// each message is tagged with the position of the stream it came from. Dropping it drops
 /// every stream still running, which aborts them.
 pub struct Legs {
-    set: futures_util::stream::SelectAll<Tagged>,
+    streams: Streams,
+}
+
+/// One stream (a single prompt, the usual case) is read directly; several through a
+/// `SelectAll`, whose task bookkeeping one stream does not need.
+enum Streams {
+    One(Option<Box<Tagged>>),
+    Many(futures_util::stream::SelectAll<Tagged>),
 }
 
 impl std::fmt::Debug for Legs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Legs")
-            .field("running", &self.set.len())
-            .finish()
+        let running = match &self.streams {
+            Streams::One(one) => usize::from(one.is_some()),
+            Streams::Many(set) => set.len(),
+        };
+        f.debug_struct("Legs").field("running", &running).finish()
     }
 }
 
@@ -545,36 +554,51 @@ impl Legs {
     /// Starts one `Generate` per call on `channel`, all at once. If one fails to start,
     /// the ones already started are dropped (aborted) and its status is returned.
     pub async fn start(channel: &WorkerChannel, calls: Vec<Call>) -> Result<Self, Status> {
-        let mut set = futures_util::stream::SelectAll::new();
+        let tagged = |index, leg| Tagged {
+            index,
+            leg,
+            failed: false,
+        };
         if calls.len() == 1 {
-            // One prompt (the usual case): no join to set up. The call's future is large
-            // (tonic's state): boxed, it stays out of every future that awaits this one.
+            // No join to set up. The call's future is large (tonic's state): boxed, it stays
+            // out of every future that awaits this one.
+            let mut one = None;
             for call in calls {
-                let leg = Box::pin(channel.generate(call)).await?;
-                set.push(Tagged {
-                    index: 0,
-                    leg,
-                    failed: false,
-                });
+                one = Some(Box::new(tagged(0, Box::pin(channel.generate(call)).await?)));
             }
-            return Ok(Self { set });
+            return Ok(Self {
+                streams: Streams::One(one),
+            });
         }
         let streams =
             futures_util::future::try_join_all(calls.into_iter().map(|c| channel.generate(c)))
                 .await?;
-        for (index, leg) in streams.into_iter().enumerate() {
-            set.push(Tagged {
-                index,
-                leg,
-                failed: false,
-            });
-        }
-        Ok(Self { set })
+        let set = streams
+            .into_iter()
+            .enumerate()
+            .map(|(index, leg)| tagged(index, leg))
+            .collect();
+        Ok(Self {
+            streams: Streams::Many(set),
+        })
     }
 
     /// The next message of any stream, with its stream's position; `None` once all ended.
     pub async fn next(&mut self) -> Result<Option<(usize, GenerateResponse)>, Status> {
-        self.set.next().await.transpose()
+        match &mut self.streams {
+            Streams::One(slot) => {
+                let Some(one) = slot else {
+                    return Ok(None);
+                };
+                let r = one.next().await;
+                if r.is_none() {
+                    // Ended: dropped now, as `SelectAll` drops an ended stream.
+                    *slot = None;
+                }
+                r.transpose()
+            }
+            Streams::Many(set) => set.next().await.transpose(),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::{
     Answer, Input, LogprobAsk, Source, data, flag, ids, matched, sampling, top_count, unsupported,
@@ -105,41 +105,73 @@ struct Item<'a> {
     text: &'a str,
 }
 
-/// `meta_info`; the logprob fields (`input_…`, `output_…`), when asked for, sort between
-/// `id` and `prompt_tokens`.
+/// `meta_info`; the logprob fields, when asked for, sort between `id` and `prompt_tokens`.
 #[derive(Serialize)]
 struct Meta<'a> {
     cached_tokens: u32,
     completion_tokens: u32,
-    finish_reason: Value,
+    finish_reason: Option<Finish>,
     id: Cow<'a, str>,
-    #[serde(flatten)]
-    logprobs: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_token_logprobs: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_top_logprobs: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_token_logprobs: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_top_logprobs: Option<Value>,
     prompt_tokens: u32,
+}
+
+/// SGLang's `finish_reason` object: `{type}`, with `length` or `matched` by type.
+#[derive(Serialize)]
+struct Finish {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    length: Option<u32>,
+    /// `Some(null)` for a stop that matched nothing the router knows of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matched: Option<Value>,
+    r#type: &'static str,
 }
 
 /// Item `i`; `finished` false while it is still streaming.
 fn item<'a>(a: &Answer<'a>, i: usize, finished: bool) -> Item<'a> {
     let c = &a.out.choices[i];
     let u = a.out.choice_usage(i);
-    let finish_reason = match (finished, &c.finish) {
-        (false, _) => Value::Null,
-        (true, Some(FinishReason::Length)) => json!({"type": "length", "length": u.completion}),
-        (true, Some(FinishReason::Abort)) => json!({"type": "abort"}),
-        (true, f) => json!({"type": "stop", "matched": matched(f.as_ref())}),
-    };
+    let finish_reason = finished.then(|| match &c.finish {
+        Some(FinishReason::Length) => Finish {
+            length: Some(u.completion),
+            matched: None,
+            r#type: "length",
+        },
+        Some(FinishReason::Abort) => Finish {
+            length: None,
+            matched: None,
+            r#type: "abort",
+        },
+        f => Finish {
+            length: None,
+            matched: Some(matched(f.as_ref())),
+            r#type: "stop",
+        },
+    });
     let id = if a.plan.listed {
         Cow::Owned(format!("{}-{i}", a.id))
     } else {
         Cow::Borrowed(a.id)
     };
-    let mut logprobs = Map::new();
     let lp = a.plan.logprobs;
-    if lp.output {
+    let (output, input) = if lp.output {
         let t = &a.out.tokenizer;
-        logprobs::sglang_output(t, &c.logprobs, lp.text, &mut logprobs);
-        logprobs::sglang_input(t, a.out.input_logprobs(c.prompt), lp.text, &mut logprobs);
-    }
+        (
+            Some(logprobs::sglang(t, &c.logprobs, lp.text)),
+            Some(logprobs::sglang(t, a.out.input_logprobs(c.prompt), lp.text)),
+        )
+    } else {
+        (None, None)
+    };
+    let (output_token_logprobs, output_top_logprobs) = output.unzip();
+    let (input_token_logprobs, input_top_logprobs) = input.unzip();
     Item {
         index: a.plan.listed.then_some(i),
         meta_info: Meta {
@@ -151,7 +183,10 @@ fn item<'a>(a: &Answer<'a>, i: usize, finished: bool) -> Item<'a> {
             },
             finish_reason,
             id,
-            logprobs,
+            input_token_logprobs,
+            input_top_logprobs,
+            output_token_logprobs,
+            output_top_logprobs,
             prompt_tokens: u.prompt,
         },
         output_ids: &c.ids,
@@ -212,7 +247,7 @@ mod tests {
                     request_id: "r".to_owned(),
                     response: Some(Msg::Complete(GenerateComplete {
                         output_ids: vec![79, 75],
-                        finish_reason: "length".to_owned(),
+                        finish_reason: if prompt == 0 { "stop" } else { "length" }.to_owned(),
                         completion_tokens: 2,
                         output_logprobs: Some(OutputLogProbs {
                             token_logprobs: vec![-0.5, -0.25],
@@ -238,12 +273,20 @@ mod tests {
                 tree.to_string(),
                 "{body}"
             );
-            let first = if plan.listed { &tree[1] } else { &tree };
+            let first = if plan.listed { &tree[0] } else { &tree };
             assert_eq!(first["text"], "OK");
-            assert_eq!(first["meta_info"]["finish_reason"]["type"], "length");
+            assert_eq!(
+                first["meta_info"]["finish_reason"],
+                serde_json::json!({"type": "stop", "matched": null})
+            );
             if plan.listed {
-                assert_eq!(first["meta_info"]["id"], "req-1");
-                assert_eq!(first["meta_info"]["output_token_logprobs"][1][1], 75);
+                let second = &tree[1]["meta_info"];
+                assert_eq!(second["id"], "req-1");
+                assert_eq!(
+                    second["finish_reason"],
+                    serde_json::json!({"type": "length", "length": 2})
+                );
+                assert_eq!(second["output_token_logprobs"][1][1], 75);
             }
         }
     }
