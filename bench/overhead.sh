@@ -16,7 +16,14 @@
 # tokenizes each prompt and detokenizes the answer itself (the gRPC mocks'
 # byte-level tokenizer: one token per prompt byte).
 #
-#   bench/overhead.sh [--quick] [--duration SECS] [--no-build] [--tokenize-check]
+#   bench/overhead.sh [--quick] [--duration SECS] [--no-build] [--tokenize-check | --callgrind]
+#
+# --callgrind runs only this: an HTTP PD router, then a gRPC PD router, each under valgrind's
+# callgrind (needs `valgrind` on PATH), serving 1,000 16-token requests at concurrency 64
+# after 300 to warm up; prints the instructions each router executed per request and their
+# ratio (grpc_vs_http_instructions_per_request_p16=…). Instruction counts barely move with
+# the machine's load, so this is the figure to compare changes with; the CPU-time table is
+# the one the target is read from.
 #
 # --tokenize-check runs only this: small requests (16 tokens, concurrency 1)
 # through a gRPC PD router alone, then again while a second client sends
@@ -46,16 +53,22 @@
 # one line grpc_vs_http_cpu_per_request_p16=… grpc_vs_http_cpu_per_request_p1024=…
 # (target at 16 tokens: at most 2). A run with any unsuccessful request prints
 # a warning. Default 10 s per measurement; --quick uses 3 s. Needs only the
-# Rust toolchain (plus bash, awk and, for pinning, taskset).
+# Rust toolchain (plus bash, awk and, for pinning, taskset; valgrind for --callgrind).
 
 source "$(dirname "$0")/lib.sh"
 
 TOKENIZE_CHECK=0
+CALLGRIND=0
 ARGS=()
 for a in "$@"; do
-    if [[ $a == --tokenize-check ]]; then TOKENIZE_CHECK=1; else ARGS+=("$a"); fi
+    case "$a" in
+    --tokenize-check) TOKENIZE_CHECK=1 ;;
+    --callgrind) CALLGRIND=1 ;;
+    *) ARGS+=("$a") ;;
+    esac
 done
-scenario_args 10 3 '2,49p' "${ARGS[@]}"
+((TOKENIZE_CHECK && CALLGRIND)) && die "--tokenize-check and --callgrind are separate runs"
+scenario_args 10 3 '2,56p' "${ARGS[@]}"
 
 ((BUILD)) && build
 
@@ -80,6 +93,51 @@ prompt_tokens() {
     ids=$(http "http://${GDECODE#grpc://}" GET /mock/stats | grep -o '"input_ids":\[[0-9,]*\]' | head -n1)
     echo $(( $(tr -cd ',' <<<"$ids" | wc -c) + 1 ))
 }
+
+if ((CALLGRIND)); then
+    command -v valgrind >/dev/null 2>&1 || die "--callgrind needs valgrind on PATH"
+    command -v callgrind_control >/dev/null 2>&1 || die "--callgrind needs callgrind_control"
+    start_mock decode decode
+    DECODE=$SPAWNED_URL
+    start_mock prefill prefill
+    PREFILL=$SPAWNED_URL
+    start_grpc_fleet
+    SMALL=(--path /generate --prompt-mean-tokens "$(words_for 16)" --max-tokens 1 --concurrency 64
+        --timeout 60)
+    declare -A PER_REQ
+    for transport in http grpc; do
+        if [[ $transport == http ]]; then
+            workers=(--prefill "$PREFILL" --decode "$DECODE")
+        else
+            workers=("${GRPC_PREFILL_ARGS[@]}" --decode "$GDECODE")
+        fi
+        # Counting starts at the zeroing below and ends at the dump: the measured requests only.
+        TOKIO_WORKER_THREADS=1 spawn "callgrind-$transport" "pdrouter listening on" \
+            "${ROUTER_CPU[@]}" valgrind --tool=callgrind \
+            --callgrind-out-file="$WORK/callgrind-$transport.%p" "$BIN/pdrouter" launch \
+            --host 127.0.0.1 --port 0 --prometheus-host 127.0.0.1 --prometheus-port 0 \
+            --log-level warn --pd-disaggregation "${workers[@]}" \
+            --policy round_robin --disable-health-check
+        ROUTER=$SPAWNED_URL
+        ROUTER_PID=$SPAWNED_PID
+        echo "router (PD over $transport, under callgrind) $ROUTER" >&2
+        wait_ready "$ROUTER" --path /generate --max-tokens 1
+        bench --url "$ROUTER" "${SMALL[@]}" --requests 300 >/dev/null
+        callgrind_control -z "$ROUTER_PID" >/dev/null
+        bench --url "$ROUTER" "${SMALL[@]}" --requests 1000 >"$WORK/cg-$transport.txt"
+        callgrind_control -d "$ROUTER_PID" >/dev/null
+        ok=$(kv "$WORK/cg-$transport.txt" ok)
+        ((ok == 1000)) || echo "warning: $transport had $((1000 - ok)) unsuccessful requests" >&2
+        # The dump's `summary:` line: the instructions counted since the zeroing.
+        instr=$(awk '/^summary:/ { print $2 }' "$WORK/callgrind-$transport.$ROUTER_PID".*)
+        PER_REQ[$transport]=$(calc %.0f "$instr / $ok")
+        stop "$ROUTER_PID"
+    done
+    echo "http_instructions_per_request_p16=${PER_REQ[http]}" \
+        "grpc_instructions_per_request_p16=${PER_REQ[grpc]}" \
+        "grpc_vs_http_instructions_per_request_p16=$(calc %.2f "${PER_REQ[grpc]} / ${PER_REQ[http]}")"
+    exit 0
+fi
 
 if ((TOKENIZE_CHECK)); then
     start_grpc_fleet

@@ -68,7 +68,7 @@ impl DecodeStream {
             return Ok(None);
         }
         let delta = self.delta(&text);
-        self.slide()?;
+        self.slide(text)?;
         Ok(Some(delta).filter(|d| !d.is_empty()))
     }
 
@@ -103,11 +103,18 @@ impl DecodeStream {
         text[common..].to_owned()
     }
 
-    /// The unread ids become the prefix.
-    fn slide(&mut self) -> Result<(), DecodeError> {
+    /// The unread ids become the prefix; `text` is the whole window's text.
+    fn slide(&mut self, text: String) -> Result<(), DecodeError> {
+        // With no prefix yet (a sequence's first text) the new prefix is the whole window,
+        // whose text is known: no second decode.
+        let whole_window = self.read == 0;
         self.ids.drain(..self.read);
         self.read = self.ids.len();
-        self.prefix_text = self.tokenizer.decode(&self.ids, self.options)?;
+        self.prefix_text = if whole_window {
+            text
+        } else {
+            self.tokenizer.decode(&self.ids, self.options)?
+        };
         Ok(())
     }
 

@@ -160,14 +160,39 @@ impl Tokenizer {
 
     /// Token ids of `text`, without special tokens added around it. Added tokens written in
     /// the text (`<|im_start|>`, ...) become their ids, as the chat template expects.
+    ///
+    /// Runs the library's pipeline (added tokens, normalizer, pre-tokenizer, model) and reads
+    /// the ids straight from the tokenized pieces: the `Encoding` the library would build
+    /// around them (type ids, masks, offsets, one string per token) and its post-processing
+    /// are left out. Without special tokens, truncation or padding (all off here) the
+    /// post-processors leave the ids as they are, so the ids are the library's own
+    /// (`encode_fast(text, false)`), at a fraction of the cost for short prompts.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
-        let encoding = self
-            .inner
-            .encode_fast(text, false)
-            .map_err(|e| EncodeError::Tokenizer {
-                detail: e.to_string(),
-            })?;
-        Ok(encoding.get_ids().to_vec())
+        use tokenizers::{Model as _, OffsetReferential, OffsetType, PreTokenizer as _};
+        let failed = |e: tokenizers::Error| EncodeError::Tokenizer {
+            detail: e.to_string(),
+        };
+        let inner = &self.inner;
+        let mut pieces = inner
+            .get_added_vocabulary()
+            .extract_and_normalize(inner.get_normalizer(), text);
+        if let Some(p) = inner.get_pre_tokenizer() {
+            p.pre_tokenize(&mut pieces).map_err(failed)?;
+        }
+        let model = inner.get_model();
+        pieces
+            .tokenize(|piece| model.tokenize(piece.get()))
+            .map_err(failed)?;
+        let splits = pieces.get_splits(OffsetReferential::Normalized, OffsetType::None);
+        let count = splits
+            .iter()
+            .map(|(_, _, t)| t.as_ref().map_or(0, Vec::len))
+            .sum();
+        let mut ids = Vec::with_capacity(count);
+        for (_, _, tokens) in splits {
+            ids.extend(tokens.iter().flatten().map(|t| t.id));
+        }
+        Ok(ids)
     }
 
     /// Checks that every id is in the vocabulary (client-supplied `input_ids`).

@@ -137,8 +137,38 @@ fn streaming_qwen3_output_hides_the_stop_token_and_cuts_stop_strings() {
     );
 }
 
+/// The library's own tokenizers over the same files (Qwen3, byte-level), and ours.
+fn library_and_ours() -> &'static [(tokenizers::Tokenizer, Tokenizer); 2] {
+    static BOTH: std::sync::OnceLock<[(tokenizers::Tokenizer, Tokenizer); 2]> =
+        std::sync::OnceLock::new();
+    BOTH.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        support::write_files(dir.path(), bytelevel::files());
+        [support::qwen3_dir(), dir.path().to_owned()].map(|d| {
+            let library = tokenizers::Tokenizer::from_file(d.join("tokenizer.json")).unwrap();
+            (library, Tokenizer::load(&d, None).unwrap())
+        })
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// `encode` reads the ids from the pipeline's pieces without building an `Encoding`: the
+    /// ids are still the library's, added tokens (special or not) included.
+    #[test]
+    fn encode_gives_the_librarys_ids(
+        parts in proptest::collection::vec(
+            "[a-zA-Z0-9 .,!?'\n\t]{0,12}|\\PC{0,8}|<\\|im_start\\|>|<\\|im_end\\|>|<think>|</tool_call>|<\\|endoftext\\|>",
+            0..6,
+        )
+    ) {
+        let text = parts.concat();
+        for (library, ours) in library_and_ours() {
+            let expected = library.encode_fast(text.as_str(), false).unwrap();
+            prop_assert_eq!(ours.encode(&text).unwrap(), expected.get_ids());
+        }
+    }
 
     #[test]
     fn qwen3_streams_any_text_like_a_full_decode(text in "[a-zA-Z0-9 .,!?'\n\t]{0,30}|\\PC{0,20}") {

@@ -267,7 +267,7 @@ impl Relay {
         }
         self.finish_prefill().await?;
         let body = translate::full_body(&self.answer(translate::now()));
-        let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
+        let mut resp = Response::new(Body::from(body));
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("application/json"),

@@ -464,16 +464,26 @@ impl LegStream {
     /// The next message; `None` at the stream's end. The end, the last sample's `Complete`
     /// and any error disarm the abort (there is nothing left running to abort).
     pub async fn next(&mut self) -> Result<Option<GenerateResponse>, Status> {
+        std::future::poll_fn(|cx| self.poll_message(cx))
+            .await
+            .transpose()
+    }
+
+    /// [`LegStream::next`] as a poll (`None` at the end), so [`Legs`] reads the streams in
+    /// place instead of moving each one through a future per message.
+    fn poll_message(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<GenerateResponse, Status>>> {
+        use futures_util::Stream as _;
         use pdrouter_proto::scheduler::generate_response::Response;
         let r = match &mut self.stream {
-            Inner::Sglang(s) => s.message().await,
-            Inner::TokenSpeed(s) => s
-                .message()
-                .await
+            Inner::Sglang(s) => std::task::ready!(std::pin::Pin::new(s).poll_next(cx)),
+            Inner::TokenSpeed(s) => std::task::ready!(std::pin::Pin::new(s).poll_next(cx))
                 .map(|m| m.map(runtime::response_from_tokenspeed)),
         };
         let finished = match &r {
-            Ok(Some(m)) => match m.response {
+            Some(Ok(m)) => match m.response {
                 Some(Response::Complete(_)) => {
                     self.completes_left = self.completes_left.saturating_sub(1);
                     self.completes_left == 0
@@ -486,7 +496,33 @@ impl LegStream {
         if finished {
             self.abort.channel = None;
         }
-        r
+        std::task::Poll::Ready(r)
+    }
+}
+
+/// One stream of a [`Legs`], tagged with its position; it ends after an error.
+struct Tagged {
+    index: usize,
+    leg: LegStream,
+    failed: bool,
+}
+
+impl futures_util::Stream for Tagged {
+    type Item = Result<(usize, GenerateResponse), Status>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.failed {
+            return std::task::Poll::Ready(None);
+        }
+        let r = std::task::ready!(this.leg.poll_message(cx));
+        // Nothing follows an error.
+        this.failed = matches!(r, Some(Err(_)));
+        let index = this.index;
+        std::task::Poll::Ready(r.map(|r| r.map(|m| (index, m))))
     }
 }
 
@@ -494,16 +530,23 @@ impl LegStream {
 /// each message is tagged with the position of the stream it came from. Dropping it drops
 /// every stream still running, which aborts them.
 pub struct Legs {
-    set: futures_util::stream::SelectAll<
-        futures_util::stream::BoxStream<'static, Result<(usize, GenerateResponse), Status>>,
-    >,
+    streams: Streams,
+}
+
+/// One stream (a single prompt, the usual case) is read directly; several through a
+/// `SelectAll`, whose task bookkeeping one stream does not need.
+enum Streams {
+    One(Option<Box<Tagged>>),
+    Many(futures_util::stream::SelectAll<Tagged>),
 }
 
 impl std::fmt::Debug for Legs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Legs")
-            .field("running", &self.set.len())
-            .finish()
+        let running = match &self.streams {
+            Streams::One(one) => usize::from(one.is_some()),
+            Streams::Many(set) => set.len(),
+        };
+        f.debug_struct("Legs").field("running", &running).finish()
     }
 }
 
@@ -511,30 +554,51 @@ impl Legs {
     /// Starts one `Generate` per call on `channel`, all at once. If one fails to start,
     /// the ones already started are dropped (aborted) and its status is returned.
     pub async fn start(channel: &WorkerChannel, calls: Vec<Call>) -> Result<Self, Status> {
+        let tagged = |index, leg| Tagged {
+            index,
+            leg,
+            failed: false,
+        };
+        if calls.len() == 1 {
+            // No join to set up. The call's future is large (tonic's state): boxed, it stays
+            // out of every future that awaits this one.
+            let mut one = None;
+            for call in calls {
+                one = Some(Box::new(tagged(0, Box::pin(channel.generate(call)).await?)));
+            }
+            return Ok(Self {
+                streams: Streams::One(one),
+            });
+        }
         let streams =
             futures_util::future::try_join_all(calls.into_iter().map(|c| channel.generate(c)))
                 .await?;
-        let mut set = futures_util::stream::SelectAll::new();
-        for (i, leg) in streams.into_iter().enumerate() {
-            set.push(
-                futures_util::stream::unfold(Some(leg), move |leg| async move {
-                    let mut leg = leg?;
-                    match leg.next().await {
-                        Ok(Some(m)) => Some((Ok((i, m)), Some(leg))),
-                        Ok(None) => None,
-                        // Nothing follows an error.
-                        Err(s) => Some((Err(s), None)),
-                    }
-                })
-                .boxed(),
-            );
-        }
-        Ok(Self { set })
+        let set = streams
+            .into_iter()
+            .enumerate()
+            .map(|(index, leg)| tagged(index, leg))
+            .collect();
+        Ok(Self {
+            streams: Streams::Many(set),
+        })
     }
 
     /// The next message of any stream, with its stream's position; `None` once all ended.
     pub async fn next(&mut self) -> Result<Option<(usize, GenerateResponse)>, Status> {
-        self.set.next().await.transpose()
+        match &mut self.streams {
+            Streams::One(slot) => {
+                let Some(one) = slot else {
+                    return Ok(None);
+                };
+                let r = one.next().await;
+                if r.is_none() {
+                    // Ended: dropped now, as `SelectAll` drops an ended stream.
+                    *slot = None;
+                }
+                r.transpose()
+            }
+            Streams::Many(set) => set.next().await.transpose(),
+        }
     }
 }
 

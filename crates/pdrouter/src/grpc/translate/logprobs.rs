@@ -82,31 +82,52 @@ fn tops(t: &Tokenizer, top: &[(u32, f32)], text: bool) -> Value {
         .into()
 }
 
-/// SGLang `meta_info` fields of generated tokens: `output_token_logprobs` and
-/// `output_top_logprobs`.
-pub fn sglang_output(t: &Tokenizer, lps: &[TokenLogprob], text: bool, meta: &mut Value) {
-    meta["output_token_logprobs"] = lps
-        .iter()
-        .map(|lp| tuple(t, Some(lp.logprob), lp.id, text))
-        .collect::<Vec<_>>()
-        .into();
-    meta["output_top_logprobs"] = lps
-        .iter()
-        .map(|lp| tops(t, &lp.top, text))
-        .collect::<Vec<_>>()
-        .into();
+/// A token's logprob as SGLang lists it: generated tokens always have one, the first prompt
+/// token none.
+pub trait Scored {
+    /// The token.
+    fn id(&self) -> u32;
+    /// Its logprob, when there is one.
+    fn logprob(&self) -> Option<f32>;
+    /// The most likely tokens at its position, best first.
+    fn top(&self) -> &[(u32, f32)];
 }
 
-/// SGLang `meta_info` fields of the prompt: `input_token_logprobs` and `input_top_logprobs`.
-pub fn sglang_input(t: &Tokenizer, lps: &[InputLogprob], text: bool, meta: &mut Value) {
-    meta["input_token_logprobs"] = lps
+impl Scored for TokenLogprob {
+    fn id(&self) -> u32 {
+        self.id
+    }
+    fn logprob(&self) -> Option<f32> {
+        Some(self.logprob)
+    }
+    fn top(&self) -> &[(u32, f32)] {
+        &self.top
+    }
+}
+
+impl Scored for InputLogprob {
+    fn id(&self) -> u32 {
+        self.id
+    }
+    fn logprob(&self) -> Option<f32> {
+        self.logprob
+    }
+    fn top(&self) -> &[(u32, f32)] {
+        &self.top
+    }
+}
+
+/// SGLang `meta_info` logprob lists of some tokens (generated: `output_token_logprobs` and
+/// `output_top_logprobs`; the prompt's: `input_…`): the `[logprob, token_id, text]` tuples
+/// and, per position, the alternatives' tuples.
+pub fn sglang(t: &Tokenizer, lps: &[impl Scored], text: bool) -> (Value, Value) {
+    let tokens = lps
         .iter()
-        .map(|lp| tuple(t, lp.logprob, lp.id, text))
-        .collect::<Vec<_>>()
-        .into();
-    meta["input_top_logprobs"] = lps
+        .map(|lp| tuple(t, lp.logprob(), lp.id(), text))
+        .collect::<Vec<_>>();
+    let tops = lps
         .iter()
-        .map(|lp| tops(t, &lp.top, text))
-        .collect::<Vec<_>>()
-        .into();
+        .map(|lp| tops(t, lp.top(), text))
+        .collect::<Vec<_>>();
+    (tokens.into(), tops.into())
 }

@@ -267,7 +267,7 @@ pub(crate) fn sampling(
     o: &Map<String, Value>,
     max_keys: &[&str],
 ) -> Result<(SamplingParams, Vec<&'static str>), ApiError> {
-    let mut unset = Vec::new();
+    let mut unset = Vec::with_capacity(WORKER_DEFAULTABLE.len());
     let mut f = |k: &'static str, default: f32| {
         num(o, k).map(|v| match v {
             Some(x) => x as f32,
@@ -625,18 +625,24 @@ pub struct Answer<'a> {
     pub created: u64,
 }
 
-/// The whole non-streaming body.
-pub fn full_body(a: &Answer<'_>) -> Value {
-    match a.plan.endpoint {
+/// The whole non-streaming body, serialized.
+pub fn full_body(a: &Answer<'_>) -> Vec<u8> {
+    let tree = match a.plan.endpoint {
         Endpoint::ChatCompletions => chat::body(a),
         Endpoint::Completions => completions::body(a),
         Endpoint::Responses => responses::body(a, None),
-        Endpoint::Generate => generate::body(a),
-    }
+        Endpoint::Generate => return generate::body(a),
+    };
+    serde_json::to_vec(&tree).unwrap_or_default()
 }
 
-pub(crate) fn data(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+/// One SSE `data:` event carrying `v` as JSON.
+pub(crate) fn data(v: &impl serde::Serialize) -> Bytes {
+    let mut event = b"data: ".to_vec();
+    // Trees and plain structs: serializing them into memory cannot fail.
+    let _ = serde_json::to_writer(&mut event, v);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
 }
 
 pub(crate) const DONE: Bytes = Bytes::from_static(b"data: [DONE]\n\n");
