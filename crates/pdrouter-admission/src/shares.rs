@@ -11,15 +11,17 @@
 //! # Early exchanges
 //!
 //! A share moves only through exchanges: its holder reports that it gave it back, then the
-//! replica that wants it is granted it at its own next exchange. Once per quarter interval
-//! ([`ShareConfig::poll`]) the sharer therefore looks, locally, whether an exchange is due
+//! replica that wants it is granted it at its own next exchange. Once per twentieth of the
+//! interval (at least 5 ms, [`ShareConfig::poll`]) the sharer therefore looks, locally, whether
+//! an exchange is due
 //! early: when this replica has waiters (it wants more), or when the last answer said that
 //! some replica of the group wants more than it was granted on a worker (this replica may
 //! have something to hand back, or be granted what another handed back). So while replicas
-//! compete for a worker, a share moves within a few quarter intervals instead of a few
-//! intervals. Each replica still makes at most one exchange per quarter interval: store traffic
-//! stays bounded by replicas × 4 ÷ interval calls (each carrying every worker), never grows with
-//! requests, and is one call per interval while nobody waits.
+//! compete for a worker, a share moves within a few polls instead of a few intervals: the
+//! interval sets the renewal rate of a quiet group, the poll how fast a contended one moves
+//! shares. Each replica still makes at most one exchange per poll: store traffic stays bounded
+//! by replicas × 20 ÷ interval calls (each carrying every worker), never grows with requests,
+//! and is one call per interval while nobody waits.
 //!
 //! # Invariants
 //!
@@ -82,7 +84,7 @@ pub struct ShareGrant {
     /// Live replicas holding a lease on the worker, this one included.
     pub replicas: u32,
     /// Whether some live replica (this one included) wants more of the worker than it was
-    /// granted: the sharer then exchanges every quarter interval until it no longer is.
+    /// granted: the sharer then exchanges every poll until it no longer is.
     pub contended: bool,
 }
 
@@ -162,11 +164,19 @@ impl ShareConfig {
     }
 
     /// How often the sharer checks whether an exchange is due early, and the least time
-    /// between two exchanges that it starts by itself: a quarter of the interval.
+    /// between two exchanges that it starts by itself: a twentieth of the interval, at least
+    /// [`MIN_POLL`] (and never more than the interval).
     pub fn poll(&self) -> Duration {
-        self.interval / 4
+        (self.interval / POLLS_PER_INTERVAL)
+            .max(MIN_POLL)
+            .min(self.interval)
     }
 }
+
+/// Early-exchange checks per interval ([`ShareConfig::poll`]).
+pub const POLLS_PER_INTERVAL: u32 = 20;
+/// The shortest poll: a floor on store traffic however short the interval.
+pub const MIN_POLL: Duration = Duration::from_millis(5);
 
 /// Where a worker's share comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,7 +322,7 @@ impl Sharer {
         self.state.lock().in_fallback
     }
 
-    /// Runs exchanges every interval, or every quarter interval while an early one is due
+    /// Runs exchanges every interval, or every poll while an early one is due
     /// (see the module docs), until the returned task is aborted (or the runtime ends).
     pub fn spawn(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);

@@ -193,9 +193,10 @@ pub struct LaunchArgs {
     pub decode_policy: Option<String>,
     /// EPD: policy choosing each image's Encode worker, keyed by the image's content hash:
     /// consistent_hashing (the same image always goes to the same worker), random,
-    /// round_robin, power_of_two, cache_aware, manual.
-    #[arg(long, default_value = "consistent_hashing", help_heading = "Policies")]
-    pub encode_policy: String,
+    /// round_robin, power_of_two, cache_aware, manual [default: consistent_hashing; only with
+    /// --epd-disaggregation].
+    #[arg(long, help_heading = "Policies")]
+    pub encode_policy: Option<String>,
     /// cache_aware: prefix match rate above which cache affinity wins, 0-1.
     #[arg(long, default_value_t = 0.3, help_heading = "Policies")]
     pub cache_threshold: f32,
@@ -317,7 +318,7 @@ pub struct LaunchArgs {
     #[arg(long, value_name = "NAME", help_heading = "Prefill admission")]
     pub admission_group: Option<String>,
     /// Milliseconds between a replica's exchanges with the admission store, 10-1000 (default
-    /// 10; up to four exchanges per interval while replicas wait for a share).
+    /// 200; while replicas wait for a share, an exchange every twentieth of it, at least 5 ms).
     #[arg(
         long,
         allow_negative_numbers = true,
@@ -767,7 +768,16 @@ impl LaunchArgs {
             Some(p) => policy("--decode-policy", p)?,
             None => base,
         };
-        let encode_policy = encode_policy(&self.encode_policy)?;
+        let encode_policy = match &self.encode_policy {
+            Some(_) if !self.epd_disaggregation => {
+                return Err(ConfigError(
+                    "--encode-policy needs --epd-disaggregation (only EPD has Encode workers)"
+                        .into(),
+                ));
+            }
+            Some(name) => encode_policy(name)?,
+            None => PolicyKind::ConsistentHashing,
+        };
         let assignment_mode = AssignmentMode::parse(&self.assignment_mode).ok_or_else(|| {
             ConfigError(format!(
                 "--assignment-mode '{}' is not one of {}",
@@ -1605,20 +1615,31 @@ mod tests {
 
     #[test]
     fn encode_policy_defaults_to_consistent_hashing_and_refuses_prompt_policies() {
-        let c = parse(&["--worker-urls", "http://w:1"]).unwrap();
-        assert_eq!(c.encode_policy, PolicyKind::ConsistentHashing);
-        let args = [
-            "--worker-urls",
-            "http://w:1",
-            "--encode-policy",
-            "power_of_two",
+        let epd = [
+            "--epd-disaggregation",
+            "--encode",
+            "grpc://e:1",
+            "--prefill",
+            "grpc://p:1",
+            "--decode",
+            "grpc://d:1",
         ];
+        let c = parse(&epd).unwrap();
+        assert_eq!(c.encode_policy, PolicyKind::ConsistentHashing);
+        let args = [&epd[..], &["--encode-policy", "power_of_two"]].concat();
         assert_eq!(parse(&args).unwrap().encode_policy, PolicyKind::PowerOfTwo);
         for bad in ["prefix_hash", "bucket", "nope"] {
-            let args = ["--worker-urls", "http://w:1", "--encode-policy", bad];
+            let args = [&epd[..], &["--encode-policy", bad]].concat();
             let err = parse(&args).unwrap_err();
             assert!(err.contains("--encode-policy"), "{err}");
         }
+        // Outside EPD there is nothing for it to choose: refused, not ignored.
+        let args = ["--worker-urls", "http://w:1", "--encode-policy", "random"];
+        assert!(
+            parse(&args)
+                .unwrap_err()
+                .contains("needs --epd-disaggregation")
+        );
     }
 
     #[test]

@@ -780,7 +780,7 @@ pub struct StoreSettings {
 /// Default `--admission-group`.
 pub const DEFAULT_ADMISSION_GROUP: &str = "default";
 /// Default `--admission-store-interval-ms`.
-pub const DEFAULT_STORE_INTERVAL_MS: u64 = 10;
+pub const DEFAULT_STORE_INTERVAL_MS: u64 = 200;
 /// Default `--admission-store-lease-ttl-ms`.
 pub const DEFAULT_STORE_LEASE_TTL_MS: u64 = 3_000;
 
@@ -1401,7 +1401,7 @@ mod tests {
         };
         let ok = store(|_| {}).resolve(limits.as_ref()).unwrap().unwrap();
         assert_eq!(ok.group, DEFAULT_ADMISSION_GROUP);
-        assert_eq!(ok.interval, Duration::from_millis(10));
+        assert_eq!(ok.interval, Duration::from_millis(200));
         assert_eq!(ok.lease_ttl, Duration::from_secs(3));
         assert_eq!(ok.fallback, Fallback::Hold);
         assert!(!format!("{ok:?}").contains("pw"));

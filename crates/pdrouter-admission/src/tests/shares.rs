@@ -302,7 +302,7 @@ async fn calls_during(store: &FakeStore, d: Duration) -> usize {
 }
 
 #[tokio::test(start_paused = true)]
-async fn exchanges_come_every_quarter_interval_only_while_someone_waits() {
+async fn exchanges_come_every_poll_only_while_someone_waits() {
     let f = Fixture::new(0, 8, 60, &["w0"]);
     let store = FakeStore::default();
     let (s, _) = sharer(&f, &store, Fallback::Hold, None);
@@ -315,24 +315,24 @@ async fn exchanges_come_every_quarter_interval_only_while_someone_waits() {
     // Nobody waits, the group is not contended: one exchange per interval.
     let quiet = calls_during(&store, INTERVAL * 5).await;
     assert!((5..=6).contains(&quiet), "{quiet} calls while quiet");
-    // A waiter here: one exchange per quarter interval (never more).
+    // A waiter here: one exchange per poll, a twentieth of the interval (never more).
     let held = f.get(Target::Any).await.unwrap();
     let waiter = f.spawn(Target::Any);
     settle().await;
     assert_eq!(f.adm.queued(), 1);
     let waiting = calls_during(&store, INTERVAL * 5).await;
     assert!(
-        (19..=21).contains(&waiting),
+        (99..=101).contains(&waiting),
         "{waiting} calls while waiting"
     );
     drop(held);
     let admitted = waiter.await.unwrap().unwrap();
-    // No waiter here, but another replica wants more than it was granted: still every quarter.
+    // No waiter here, but another replica wants more than it was granted: still every poll.
     store.contend(true);
     calls_during(&store, INTERVAL).await;
     let contended = calls_during(&store, INTERVAL * 5).await;
     assert!(
-        (19..=21).contains(&contended),
+        (99..=101).contains(&contended),
         "{contended} calls while contended"
     );
     // Contention over: back to one per interval.

@@ -5,7 +5,8 @@
 -- ARGV     replica id, sequence number, lease TTL in ms, then per worker: limit, held, demand.
 -- Returns  per worker {share, group limit, live replicas, contended}: contended is 1 when some
 --          live replica (this one included) wants more than it was granted, which makes the
---          replicas exchange every quarter interval until the shares have moved.
+--          replicas exchange every poll (a twentieth of the interval) until the shares
+--          have moved.
 --
 -- Safety: a replica may have in flight up to max(held, grant) of what it last reported and
 -- was granted, so a grant never exceeds the group limit minus that of every other live
