@@ -4,12 +4,12 @@
 #
 #   single  by one router with N per worker (the reference: one FIFO queue),
 #   shared  by three routers sharing N through a Redis admission store
-#           (--admission-store, default interval 10 ms and lease TTL 3 s),
+#           (--admission-store, default interval 200 ms and lease TTL 3 s),
 #   split   by three routers with N/3 each (the advice without a store).
 #
 #   bench/replicas.sh [--quick] [--duration SECS] [--no-build] [--interval-ms MS] [--static]
 #
-# --interval-ms MS: the store interval of `shared` (default: the router's, 10 ms).
+# --interval-ms MS: the store interval of `shared` (default: the router's, 200 ms).
 # --static: also run `static`, three routers with a fixed partition of the
 # slots in proportion to the load (replica 0: 2 of each worker's 3, replica 1:
 # one slot of worker 0, replica 2: one of worker 1; every replica needs a slot
