@@ -64,7 +64,7 @@ pub struct ParsedRequest {
     pub endpoint: Endpoint,
     /// The body as received.
     pub raw: Bytes,
-    object: Option<Map<String, Value>>,
+    object: Option<Arc<Map<String, Value>>>,
     /// The model the client named (a non-empty string), if any.
     pub model: Option<Arc<str>>,
     /// `stream: true`.
@@ -85,7 +85,13 @@ pub struct ParsedRequest {
 impl ParsedRequest {
     /// The body's JSON object, when it was kept (see the type's docs).
     pub fn tree(&self) -> Option<&Map<String, Value>> {
-        self.object.as_ref()
+        self.object.as_deref()
+    }
+
+    /// [`ParsedRequest::tree`], shared: for work that outlives the borrow (an image chat's
+    /// messages, on the CPU pool) without copying the body.
+    pub fn shared_tree(&self) -> Option<Arc<Map<String, Value>>> {
+        self.object.clone()
     }
 
     /// The body to forward: as received, plus `fields`, each replacing a field of the same
@@ -97,7 +103,7 @@ impl ParsedRequest {
         let all = fields.iter().cloned();
         match &self.object {
             Some(object) => {
-                let mut object = object.clone();
+                let mut object = Map::clone(object);
                 for (k, v) in all {
                     object.insert(k.to_string(), v);
                 }
@@ -459,7 +465,7 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
             .or_else(|| body.get("input_ids")),
     };
     let prompt_tokens = prompt.map_or(1, |p| estimate_tokens(p, n));
-    let object = (keep_tree || replaces_field).then_some(body);
+    let object = (keep_tree || replaces_field).then(|| Arc::new(body));
     Ok(ParsedRequest {
         endpoint,
         raw,

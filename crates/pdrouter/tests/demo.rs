@@ -1,5 +1,6 @@
-//! `pdrouter demo` (HTTP mocks) and `pdrouter demo --grpc` (gRPC mocks, the router tokenizing
-//! with the tokenizer they serve) start, answer a chat request, and stop on SIGTERM.
+//! `pdrouter demo` (HTTP mocks), `pdrouter demo --grpc` (gRPC mocks, the router tokenizing
+//! with the tokenizer they serve) and `pdrouter demo --epd` (an image request through its
+//! Encode mock) start, answer a chat request, and stop on SIGTERM.
 
 mod support;
 
@@ -7,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use serde_json::Value;
 use support::*;
 
 /// Starts the demo on a free port without its burst; returns the child and the router's
@@ -42,43 +44,22 @@ both_transports!(
 );
 
 async fn demo_answers_a_chat_request(t: Transport) {
-    let args: &[&str] = match t {
+    let args: &'static [&'static str] = match t {
         Transport::Http => &[],
         Transport::Grpc => &["--grpc"],
         Transport::TokenSpeed => unreachable!("the demo runs SGLang's protocol"),
     };
+    let v = demo_answer(args, CHAT).await;
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!text.is_empty(), "{v}");
+}
+
+/// Starts `pdrouter demo ARGS`, posts the chat `body`, checks it is answered (200, a chat
+/// completion) and that the demo stops cleanly on SIGTERM; returns the answer.
+async fn demo_answer(args: &'static [&'static str], body: &str) -> Value {
     let (mut child, addr) = tokio::task::spawn_blocking(move || start_demo(args))
         .await
         .unwrap();
-    let reply = tokio::time::timeout(
-        Duration::from_secs(30),
-        post(addr, "/v1/chat/completions", CHAT),
-    )
-    .await
-    .expect("answered in time");
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    let v = reply.json();
-    assert_eq!(v["object"], "chat.completion");
-    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
-    assert!(!text.is_empty(), "{v}");
-    sigterm(&child);
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success(), "{status:?}");
-}
-
-/// `pdrouter demo --epd` answers a chat request with an image through its Encode mock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn epd_demo_answers_an_image_request() {
-    let (mut child, addr) = tokio::task::spawn_blocking(|| start_demo(&["--epd"]))
-        .await
-        .unwrap();
-    // The 8 x 8 PNG of the demo's banner.
-    let body = r#"{"model":"mock-model","messages":[{"role":"user","content":[
-        {"type":"text","text":"What is this?"},
-        {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGM4ISeHFTEMLQkAkL9BAbKfPiIAAAAASUVORK5CYII="}}]}]}"#;
     let reply = tokio::time::timeout(
         Duration::from_secs(30),
         post(addr, "/v1/chat/completions", body),
@@ -86,11 +67,23 @@ async fn epd_demo_answers_an_image_request() {
     .await
     .expect("answered in time");
     assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(reply.json()["object"], "chat.completion");
+    let v = reply.json();
+    assert_eq!(v["object"], "chat.completion");
     sigterm(&child);
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status:?}");
+    v
+}
+
+/// `pdrouter demo --epd` answers a chat request with an image through its Encode mock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epd_demo_answers_an_image_request() {
+    // The 8 x 8 PNG of the demo's banner.
+    let body = r#"{"model":"mock-model","messages":[{"role":"user","content":[
+        {"type":"text","text":"What is this?"},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGM4ISeHFTEMLQkAkL9BAbKfPiIAAAAASUVORK5CYII="}}]}]}"#;
+    demo_answer(&["--epd"], body).await;
 }

@@ -55,11 +55,11 @@ impl Dispatcher {
         }
         let mut tickets = Vec::with_capacity(chosen.len());
         for (i, (worker, ticket)) in chosen.into_iter().enumerate() {
-            let id = format!("{request_id}-enc{i}-{:x}", ticket.room);
+            let id = format!("{request_id}-enc{i}-{:x}", ticket.at.room);
             let load = LoadGuard::new(worker.clone(), 1);
             self.metrics.encode_sent(&worker);
             let (registry, metrics) = (self.registry.clone(), self.metrics.clone());
-            let (images, room) = (images.clone(), ticket.room);
+            let (images, room) = (images.clone(), ticket.at.room);
             let span = tracing::debug_span!("encode", worker = %worker.url(), item = i, room);
             tokio::spawn(
                 async move {

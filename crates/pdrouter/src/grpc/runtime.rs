@@ -74,10 +74,12 @@ impl std::fmt::Display for Runtime {
     }
 }
 
-/// The KV hand-over ticket of one PD sub-request, identical on both legs.
+/// A bootstrap rendezvous: the KV hand-over ticket of one PD sub-request (the Prefill
+/// worker's, identical on both legs), or in EPD where one image item's embedding waits (the
+/// Encode worker's, [`crate::images::EncodeTicket`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvTicket {
-    /// The Prefill worker's host.
+    /// The bootstrapping worker's host.
     pub host: String,
     /// Its bootstrap port (0 on the wire when it has none).
     pub port: Option<u16>,
@@ -94,6 +96,16 @@ impl KvTicket {
             port,
             room: rand::random_range(0..=runtime.max_room()),
         }
+    }
+
+    /// The bootstrap port as the engines carry it (0: none).
+    pub fn wire_port(&self) -> i32 {
+        self.port.map_or(0, i32::from)
+    }
+
+    /// The room as TokenSpeed's `int64` (its rooms are below 2^63).
+    pub fn wire_room(&self) -> i64 {
+        i64::try_from(self.room).unwrap_or(i64::MAX)
     }
 }
 
@@ -204,9 +216,9 @@ impl Call {
             encode_bootstrap_info: (!images.encode.is_empty())
                 .then(|| crate::images::wire::encode_bootstrap_info(&images.encode)),
             kv_bootstrap_info: kv.map(|k| ts::KvBootstrapInfo {
+                bootstrap_port: k.wire_port(),
+                bootstrap_room: k.wire_room(),
                 bootstrap_host: k.host,
-                bootstrap_port: k.port.map_or(0, i32::from),
-                bootstrap_room: i64::try_from(k.room).unwrap_or(i64::MAX),
             }),
             data_parallel_rank: dp_rank.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
         }

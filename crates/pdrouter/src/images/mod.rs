@@ -220,15 +220,31 @@ pub enum ImageSupport {
     Model(Box<ImageInputs>),
 }
 
-/// A chat request with image parts, before its prompt is built.
+/// A chat request with image parts, before its prompt is built: the request's body, shared
+/// rather than copied (its data URLs may be megabytes), whose `messages` the caller checked
+/// is an array.
 #[derive(Debug, Default)]
 pub struct ImageChat {
-    /// `messages`, as sent.
-    pub messages: Value,
-    /// `tools`.
-    pub tools: Option<Value>,
-    /// `chat_template_kwargs`.
-    pub kwargs: Option<Value>,
+    body: Arc<serde_json::Map<String, Value>>,
+}
+
+impl ImageChat {
+    /// The chat of `body`.
+    pub fn new(body: Arc<serde_json::Map<String, Value>>) -> Self {
+        ImageChat { body }
+    }
+
+    fn messages(&self) -> &Value {
+        self.body.get("messages").unwrap_or(&Value::Null)
+    }
+
+    fn tools(&self) -> Option<&Value> {
+        self.body.get("tools").filter(|t| !t.is_null())
+    }
+
+    fn kwargs(&self) -> Option<&Value> {
+        self.body.get("chat_template_kwargs")
+    }
 }
 
 impl ImageSupport {
@@ -269,18 +285,13 @@ impl ImageSupport {
         size: usize,
     ) -> Result<(String, Vec<u32>, PromptImages), ApiError> {
         let ImageSupport::Model(inputs) = self else {
-            return Err(self.refuse(&chat.messages));
+            return Err(self.refuse(chat.messages()));
         };
-        let items = inputs.prepare(&chat.messages).await?;
+        let items = inputs.prepare(chat.messages()).await?;
         let (inputs, tok) = (inputs.clone(), tokenizer.clone());
         cpu_pool::offload(size, move || {
-            let (p, token_id) = inputs.chat_prompt(
-                &tok,
-                &chat.messages,
-                chat.tools.as_ref(),
-                chat.kwargs.as_ref(),
-                &items,
-            )?;
+            let (p, token_id) =
+                inputs.chat_prompt(&tok, chat.messages(), chat.tools(), chat.kwargs(), &items)?;
             let images = PromptImages {
                 items,
                 placeholders: p.placeholders,

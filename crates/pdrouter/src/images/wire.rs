@@ -18,6 +18,7 @@ use pdrouter_proto::tokenspeed_scheduler::{
 use pdrouter_vision::Placeholder;
 
 use super::ImageItem;
+use crate::grpc::runtime::{KvTicket, Runtime};
 
 /// The name of the grid tensor Qwen2-VL's encoder reads beside the pixels.
 pub const GRID_THW: &str = "image_grid_thw";
@@ -40,23 +41,17 @@ pub struct PromptImages {
 pub struct EncodeTicket {
     /// Index of the item in the request's `mm_inputs`.
     pub item_index: u32,
-    /// The Encode worker's host.
-    pub host: String,
-    /// Its bootstrap port (0 on the wire when it has none).
-    pub port: Option<u16>,
-    /// The room, below 2^63.
-    pub room: u64,
+    /// The Encode worker's host and bootstrap port, and the room (below 2^63).
+    pub at: KvTicket,
 }
 
 impl EncodeTicket {
     /// A ticket for item `item_index` at the Encode worker `host`/`port`, with a fresh
-    /// uniformly random room in [0, 2^63).
+    /// uniformly random TokenSpeed room, in [0, 2^63).
     pub fn fresh(item_index: u32, host: &str, port: Option<u16>) -> Self {
         EncodeTicket {
             item_index,
-            host: host.to_owned(),
-            port,
-            room: rand::random_range(0..=i64::MAX as u64),
+            at: KvTicket::fresh(host, port, Runtime::TokenSpeed),
         }
     }
 }
@@ -136,9 +131,9 @@ pub fn encode_bootstrap_info(tickets: &[EncodeTicket]) -> EncodeBootstrapInfo {
             .iter()
             .map(|t| EncodeItemBootstrapInfo {
                 item_index: t.item_index,
-                bootstrap_host: t.host.clone(),
-                bootstrap_port: t.port.map_or(0, i32::from),
-                bootstrap_room: i64::try_from(t.room).unwrap_or(i64::MAX),
+                bootstrap_host: t.at.host.clone(),
+                bootstrap_port: t.at.wire_port(),
+                bootstrap_room: t.at.wire_room(),
             })
             .collect(),
     }
@@ -233,13 +228,15 @@ mod tests {
     fn rooms_are_63_bit() {
         for _ in 0..64 {
             let t = EncodeTicket::fresh(0, "h", Some(1));
-            assert!(i64::try_from(t.room).is_ok());
+            assert!(i64::try_from(t.at.room).is_ok());
         }
         let info = encode_bootstrap_info(&[EncodeTicket {
             item_index: 2,
-            host: "e".into(),
-            port: None,
-            room: 7,
+            at: KvTicket {
+                host: "e".into(),
+                port: None,
+                room: 7,
+            },
         }]);
         let i = &info.items[0];
         assert_eq!(

@@ -1,5 +1,7 @@
 //! `/v1/chat/completions`: messages through the chat template; one choice per sample.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -11,7 +13,9 @@ use crate::error::ApiError;
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;
 
-pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
+/// `body` is shared so that a chat with images can keep it for the image path without a copy.
+pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
+    let o = &**body;
     let messages = o
         .get("messages")
         .filter(|m| m.is_array())
@@ -27,11 +31,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
             o.get("chat_template_kwargs"),
         ))
     } else {
-        Source::Images(crate::images::ImageChat {
-            messages: messages.clone(),
-            tools: o.get("tools").filter(|t| !t.is_null()).cloned(),
-            kwargs: o.get("chat_template_kwargs").cloned(),
-        })
+        Source::Images(crate::images::ImageChat::new(Arc::clone(body)))
     };
     let output = flag(o, "logprobs")?.unwrap_or(false);
     let top = top_count(o, "top_logprobs")?;

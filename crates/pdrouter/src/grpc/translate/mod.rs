@@ -429,20 +429,19 @@ pub async fn plan_with(
     images: &crate::images::ImageSupport,
 ) -> Result<Plan, ApiError> {
     // The handler keeps the tree for gRPC workers; a request parsed without it is read again.
-    let parsed;
-    let o = match req.tree() {
+    let body = match req.shared_tree() {
         Some(o) => o,
         None => {
             let body: Value = serde_json::from_slice(&req.raw).map_err(ApiError::malformed_json)?;
             let Value::Object(o) = body else {
                 return Err(ApiError::malformed_json("expected an object"));
             };
-            parsed = o;
-            &parsed
+            Arc::new(o)
         }
     };
+    let o = &*body;
     let input = match req.endpoint {
-        Endpoint::ChatCompletions => chat::input(o)?,
+        Endpoint::ChatCompletions => chat::input(&body)?,
         Endpoint::Completions => completions::input(o)?,
         Endpoint::Generate => generate::input(o)?,
         Endpoint::Responses => responses::input(o)?,
