@@ -3,13 +3,15 @@
 # split 70/20/10 over three router replicas, is admitted
 #
 #   single  by one router with N per worker (the reference: one FIFO queue),
-#   shared  by three routers sharing N through a Redis admission store
-#           (--admission-store, default interval 200 ms and lease TTL 3 s),
+#   shared  by three routers sharing N through a Redis admission store with the
+#           default settings (--admission-store; interval 200 ms, lease TTL 3 s),
+#   fast    the same with a short store interval, the best case
+#           (--admission-store-interval-ms 10 unless --interval-ms says otherwise),
 #   split   by three routers with N/3 each (the advice without a store).
 #
 #   bench/replicas.sh [--quick] [--duration SECS] [--no-build] [--interval-ms MS] [--static]
 #
-# --interval-ms MS: the store interval of `shared` (default: the router's, 200 ms).
+# --interval-ms MS: the store interval of `fast` (default 10).
 # --static: also run `static`, three routers with a fixed partition of the
 # slots in proportion to the load (replica 0: 2 of each worker's 3, replica 1:
 # one slot of worker 0, replica 2: one of worker 1; every replica needs a slot
@@ -27,30 +29,31 @@
 # free loopback port below 32768, without persistence, and is stopped at the
 # end.
 #
-# Output: one table, then last
+# Output: one table, then the line for the default settings, prefixed
+# `default:`, and last the one for the best case (`fast`):
 #   shared_vs_single_p99=X shared_vs_split_p99=Y max_inflight_over_limit=Z
-# X and Y are shared's p99 TTFT over single's and split's (targets X <= 1.2,
-# Y < 1.0); Z is the most any Prefill mock had in flight during the shared run
+# X and Y are the sharing run's p99 TTFT over single's and split's (targets
+# X <= 1.2, Y < 1.0); Z is the most any Prefill mock had in flight during it
 # minus N (target 0). Default 60 s per configuration; --quick 25 s (whole
-# script under 3 minutes once built). During `shared` each replica's shares
+# script under 3 minutes once built). During each sharing run each replica's shares
 # are sampled every 200 ms from its metrics; a summary line (mean share per
 # replica, share changes, exchanges per second), and one with the store's
 # script cost (calls, Redis time per call), go to stderr.
 
 source "$(dirname "$0")/lib.sh"
 
-INTERVAL_FLAGS=()
+FAST_MS=10
 STATIC=0
 ARGS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
-    --interval-ms) INTERVAL_FLAGS=(--admission-store-interval-ms "$2"); shift ;;
+    --interval-ms) FAST_MS=$2; shift ;;
     --static) STATIC=1 ;;
     *) ARGS+=("$1") ;;
     esac
     shift
 done
-scenario_args 60 25 '2,38p' "${ARGS[@]}"
+scenario_args 60 25 '2,41p' "${ARGS[@]}"
 command -v redis-server >/dev/null || die "redis-server is needed (Debian: apt-get install redis-server)"
 
 WORKERS=2
@@ -159,7 +162,7 @@ share_summary() {
     awk -v ex="$2" -v d="$DURATION" '
         { k = $2 " " $3; if (k in last && last[k] != $4) changes++; last[k] = $4
           sum[$2] += $4; n[k]++ }
-        END { printf "shared: mean share per replica (sum over workers):"
+        END { printf "mean share per replica (sum over workers):"
               for (r = 0; r < 3; r++) { m = 0; for (k in n) if (k ~ "^" r " ") { m = n[k]; break }
                   printf " r%d=%.2f", r, (m ? sum[r] / m : 0) }
               printf "; share changes %d; store exchanges %.1f/s\n", changes, ex / d }' "$1" >&2
@@ -225,26 +228,36 @@ routers single 1 "$N"
 run single
 # Leases need the store up for one TTL; wait out what is left of it.
 while ((SECONDS - STORE_UP < 4)); do sleep 0.2; done
-routers shared 3 "$N" --admission-store "$STORE" --admission-group bench "${INTERVAL_FLAGS[@]}"
-sample_shares "$WORK/shares.txt" &
-SAMPLER=$!
-PIDS+=("$SAMPLER")
-EX0=$(exchanges)
-read -r CALLS0 USEC0 <<<"$(store_cost)"
-run_keep=1 run shared
-EX1=$(exchanges)
-read -r CALLS1 USEC1 <<<"$(store_cost)"
-kill "$SAMPLER" 2>/dev/null || true
-for i in "${ROUTER_PIDS[@]}"; do
-    stop "$i"
-done
-share_summary "$WORK/shares.txt" $((EX1 - EX0))
-CALLS=$((CALLS1 - CALLS0))
-((CALLS > 0)) && echo "store: $CALLS script calls, $(calc %.1f "($USEC1 - $USEC0) / $CALLS") us each, \
+# sharing LABEL FLAGS...: three replicas sharing N through the store, with FLAGS; their
+# shares and the store's cost are summarised on stderr.
+sharing() {
+    local label=$1 i
+    shift
+    routers "$label" 3 "$N" --admission-store "$STORE" --admission-group "bench-$label" "$@"
+    sample_shares "$WORK/shares-$label.txt" &
+    SAMPLER=$!
+    PIDS+=("$SAMPLER")
+    EX0=$(exchanges)
+    read -r CALLS0 USEC0 <<<"$(store_cost)"
+    run_keep=1 run "$label"
+    EX1=$(exchanges)
+    read -r CALLS1 USEC1 <<<"$(store_cost)"
+    kill "$SAMPLER" 2>/dev/null || true
+    for i in "${ROUTER_PIDS[@]}"; do
+        stop "$i"
+    done
+    echo -n "$label: " >&2
+    share_summary "$WORK/shares-$label.txt" $((EX1 - EX0))
+    CALLS=$((CALLS1 - CALLS0))
+    ((CALLS > 0)) && echo "$label store: $CALLS script calls, $(calc %.1f "($USEC1 - $USEC0) / $CALLS") us each, \
 $(calc %.2f "($USEC1 - $USEC0) / 10000 / $DURATION") % of one store core" >&2
+    return 0
+}
+sharing shared
+sharing fast --admission-store-interval-ms "$FAST_MS"
 routers split 3 $((N / 3))
 run split
-LABELS=(single shared split)
+LABELS=(single shared fast split)
 if ((STATIC)); then
     ROUTERS=()
     ROUTER_PIDS=()
@@ -268,4 +281,10 @@ for label in "${LABELS[@]}"; do
 done
 echo "(times in ms; N = $N per Prefill worker; max_inflight = most any Prefill mock had in flight)"
 
-echo "shared_vs_single_p99=$(calc %.3f "${P99[shared]} / ${P99[single]}") shared_vs_split_p99=$(calc %.3f "${P99[shared]} / ${P99[split]}") max_inflight_over_limit=$((MAX_INFLIGHT[shared] - N))"
+# ratios LABEL: the summary line of one sharing run.
+ratios() {
+    echo "shared_vs_single_p99=$(calc %.3f "${P99[$1]} / ${P99[single]}") shared_vs_split_p99=$(calc %.3f "${P99[$1]} / ${P99[split]}") max_inflight_over_limit=$((MAX_INFLIGHT[$1] - N))"
+}
+echo "default: $(ratios shared)"
+echo "(last line: best case, --admission-store-interval-ms $FAST_MS)"
+ratios fast
