@@ -80,7 +80,7 @@ use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -127,6 +127,12 @@ pub(crate) struct Inner {
     /// Some slot has (or had) a token budget, so waiters of one wait class may differ in what
     /// fits. Never goes back to false: the ordering it enables is only stricter.
     budgeted: AtomicBool,
+    /// Signalled when a request starts waiting (slow path only), for whoever sizes the limits.
+    enqueued: tokio::sync::Notify,
+    /// Signalled when a permit is released while nobody waits, once someone listens
+    /// ([`Admission::released_idle`]); until then a release pays one relaxed load for it.
+    released: tokio::sync::Notify,
+    release_watched: AtomicBool,
 }
 
 /// A waiter that reserved a slot under the lock, to be granted after unlocking.
@@ -167,6 +173,9 @@ impl Admission {
                 queue: Mutex::new(WaitQueue::new()),
                 scheduled: Mutex::new(HashSet::new()),
                 drain: DrainMeter::new(),
+                enqueued: tokio::sync::Notify::new(),
+                released: tokio::sync::Notify::new(),
+                release_watched: AtomicBool::new(false),
             }),
         }
     }
@@ -347,6 +356,22 @@ impl Admission {
     /// window). This is what a `QueueFull` or `QueueTimeout` rejection carries.
     pub fn retry_after(&self) -> Duration {
         self.inner.drain.retry_after(self.queued())
+    }
+
+    /// Completes once a request has started waiting since the last call completed (one stored
+    /// signal, however many started meanwhile). For a task that sizes limits at run time and
+    /// wants to ask for more as soon as someone waits; nothing on the fast path signals.
+    pub async fn waiter_enqueued(&self) {
+        self.inner.enqueued.notified().await;
+    }
+
+    /// Completes once a permit has been released while nobody waited, since the last call
+    /// completed (one stored signal, however many releases). The unit it freed stays idle
+    /// until someone asks: for a task that hands unused limits back to others. Releases signal
+    /// only once something has called this.
+    pub async fn released_idle(&self) {
+        self.inner.release_watched.store(true, Relaxed);
+        self.inner.released.notified().await;
     }
 
     /// The number of waiting requests.
@@ -572,6 +597,7 @@ impl Inner {
                 let after = self.unlock(queue, before);
                 self.deliver(pending);
                 self.publish(after);
+                self.enqueued.notify_one();
                 let timeout = self.classes.get(priority).queue_timeout;
                 return SlowPath::Wait {
                     id,
@@ -697,6 +723,9 @@ impl Inner {
         let mut pending = Vec::new();
         self.release_into(slot, tokens, priority, &mut pending);
         self.deliver(pending);
+        if self.release_watched.load(Relaxed) && self.waiting.load(Relaxed) == 0 {
+            self.released.notify_one();
+        }
     }
 
     fn release_into(

@@ -127,7 +127,7 @@ pub use permit::{Admitted, Permit};
 pub use priority::{ClassSettings, Priority, PriorityClasses};
 pub use selector::{Observer, PriorityOutcome, Ranking, Rejected, Rejection, Selector};
 pub use shares::{
-    Exchange, Fallback, LeaseStore, ShareConfig, ShareGrant, ShareObserver, ShareReport,
+    Exchange, Fallback, LeaseStore, Push, ShareConfig, ShareGrant, ShareObserver, ShareReport,
     ShareSource, ShareView, Sharer, StoreError,
 };
 

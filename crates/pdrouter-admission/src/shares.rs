@@ -11,17 +11,34 @@
 //! # Early exchanges
 //!
 //! A share moves only through exchanges: its holder reports that it gave it back, then the
-//! replica that wants it is granted it at its own next exchange. Once per twentieth of the
-//! interval (at least 5 ms, [`ShareConfig::poll`]) the sharer therefore looks, locally, whether
-//! an exchange is due
-//! early: when this replica has waiters (it wants more), or when the last answer said that
-//! some replica of the group wants more than it was granted on a worker (this replica may
-//! have something to hand back, or be granted what another handed back). So while replicas
-//! compete for a worker, a share moves within a few polls instead of a few intervals: the
-//! interval sets the renewal rate of a quiet group, the poll how fast a contended one moves
-//! shares. Each replica still makes at most one exchange per poll: store traffic stays bounded
-//! by replicas × 20 ÷ interval calls (each carrying every worker), never grows with requests,
-//! and is one call per interval while nobody waits.
+//! replica that wants it is granted it at its own next exchange. Waiting a whole interval for
+//! each of those steps would keep a waiter waiting for several intervals, so a replica also
+//! exchanges *early*:
+//!
+//! - when a request starts waiting here ([`Admission::waiter_enqueued`]): it wants more;
+//! - when the store pushes word ([`Sharer::pushed`]) that another replica of the group wants
+//!   more (if this replica has waiters, its share may have shrunk; if it has units it does
+//!   not use, it hands them back), or that one handed something back (if this replica has
+//!   waiters: it may be granted it);
+//! - every *poll* (a fortieth of the interval, at least 5 ms, [`ShareConfig::poll`]) while it
+//!   has waiters or the last answer said that some replica wants more than it was granted on a
+//!   worker: the push is a shortcut, these polls are what moves shares without it;
+//! - when a request ends here while nobody waits, on a worker some other replica wants more
+//!   of ([`Admission::released_idle`]): the unit it freed can go to that replica at once;
+//! - on [`Sharer::nudge`] (a worker was registered).
+//!
+//! **Handing back.** In an exchange made while some other replica wants more of a worker (the
+//! last answer said so, or a push came), a replica without waiters first lowers its limit on
+//! that worker to what it has in flight, then reports that as held: the store can grant the
+//! rest to the replica that waits in the same round, instead of learning only at the holder's
+//! next exchange that the holder applied a smaller grant. What the store grants back (its
+//! target for this replica) is applied as usual, so an idle replica keeps its part of any
+//! spare.
+//!
+//! **Bound.** Early exchanges are paced: on average at most one per poll, in bursts of at most
+//! [`BURST`]. Store traffic stays bounded by about replicas × 40 ÷ interval calls (each
+//! carrying every worker), never grows with requests, and is one call per interval while nobody
+//! waits.
 //!
 //! # Invariants
 //!
@@ -46,7 +63,7 @@
 //! `ceil(queued / workers)`. Every replica counts the same way, so the shares it yields are
 //! comparable between replicas, which is all the store's division needs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -86,6 +103,19 @@ pub struct ShareGrant {
     /// Whether some live replica (this one included) wants more of the worker than it was
     /// granted: the sharer then exchanges every poll until it no longer is.
     pub contended: bool,
+}
+
+/// What another replica's exchange announced through the store ([`Sharer::pushed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// It wants more of a worker than it was granted: a replica holding units it does not use
+    /// should hand them back.
+    Wanted,
+    /// It handed back part of its share while some replica wants more: a replica with waiters
+    /// may now be granted it.
+    Freed,
+    /// Either (a message this version cannot tell apart).
+    Both,
 }
 
 /// A failed exchange, already safe to log (no credentials).
@@ -164,7 +194,7 @@ impl ShareConfig {
     }
 
     /// How often the sharer checks whether an exchange is due early, and the least time
-    /// between two exchanges that it starts by itself: a twentieth of the interval, at least
+    /// between two exchanges that it starts by itself: a fortieth of the interval, at least
     /// [`MIN_POLL`] (and never more than the interval).
     pub fn poll(&self) -> Duration {
         (self.interval / POLLS_PER_INTERVAL)
@@ -174,9 +204,12 @@ impl ShareConfig {
 }
 
 /// Early-exchange checks per interval ([`ShareConfig::poll`]).
-pub const POLLS_PER_INTERVAL: u32 = 20;
+pub const POLLS_PER_INTERVAL: u32 = 40;
 /// The shortest poll: a floor on store traffic however short the interval.
 pub const MIN_POLL: Duration = Duration::from_millis(5);
+/// Early exchanges that may follow one another without a poll between them (a waiter, then
+/// the push that answers it), within the average of one per poll.
+pub const BURST: u32 = 4;
 
 /// Where a worker's share comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +277,7 @@ pub struct Sharer {
     observer: Arc<dyn ShareObserver>,
     state: Mutex<State>,
     wake: tokio::sync::Notify,
+    push: tokio::sync::Notify,
 }
 
 struct State {
@@ -252,8 +286,14 @@ struct State {
     last_ok: Option<Instant>,
     /// The last exchange failed (no early exchange until one succeeds).
     failing: bool,
-    /// The last good exchange said some replica wants more than it was granted.
-    contended: bool,
+    /// The workers on which the last good exchange said some replica wants more than it was
+    /// granted.
+    contended: HashSet<Box<str>>,
+    /// A store push asked this replica to hand back what it does not use, at its next
+    /// exchange.
+    release: bool,
+    /// Pushes received and not yet looked at: (wanted, freed).
+    pushes: (bool, bool),
     in_fallback: bool,
     /// Replicas the last good exchange saw (the most over its workers).
     replicas: u32,
@@ -291,12 +331,15 @@ impl Sharer {
                 seq: 0,
                 last_ok: None,
                 failing: false,
-                contended: false,
+                contended: HashSet::new(),
+                release: false,
+                pushes: (false, false),
                 in_fallback: false,
                 replicas: 1,
                 views: HashMap::new(),
             }),
             wake: tokio::sync::Notify::new(),
+            push: tokio::sync::Notify::new(),
         })
     }
 
@@ -322,36 +365,63 @@ impl Sharer {
         self.state.lock().in_fallback
     }
 
-    /// Runs exchanges every interval, or every poll while an early one is due
-    /// (see the module docs), until the returned task is aborted (or the runtime ends).
+    /// Runs exchanges every interval, and early ones when due (see the module docs), until the
+    /// returned task is aborted (or the runtime ends).
     pub fn spawn(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let poll = me.cfg.poll();
+            let mut pace = Pace::new(poll, Instant::now());
             loop {
                 let started = Instant::now();
+                pace.spend(started);
                 me.tick().await;
                 let next = crate::deadline_after(started, me.cfg.interval);
                 let mut check = crate::deadline_after(started, poll);
                 loop {
                     // The lease may run out before the next exchange: stop using it on time.
                     let stop = me.lease_stop().filter(|s| *s < next);
-                    tokio::select! {
+                    let early = tokio::select! {
                         () = sleep_until(next) => break,
-                        () = me.wake.notified() => break,
+                        () = me.wake.notified() => true,
+                        () = me.push.notified() => me.push_due(),
+                        () = me.admission.waiter_enqueued() => me.trusted(),
+                        () = me.admission.released_idle() => me.release_due(),
                         () = sleep_until(stop.unwrap_or(next)), if stop.is_some() => {
                             me.expire_if_due();
+                            false
                         }
                         () = sleep_until(check), if check < next => {
-                            if me.early_due() {
-                                break;
-                            }
                             check = crate::deadline_after(check, poll);
+                            me.early_due()
                         }
+                    };
+                    if early {
+                        me.wait_until(pace.ready_at()).await;
+                        break;
                     }
                 }
             }
         })
+    }
+
+    /// Sleeps until `at`, applying the fallback on time if the lease runs out meanwhile.
+    async fn wait_until(&self, at: Instant) {
+        while Instant::now() < at {
+            match self.lease_stop().filter(|s| *s < at) {
+                Some(stop) => {
+                    sleep_until(stop).await;
+                    self.expire_if_due();
+                }
+                None => sleep_until(at).await,
+            }
+        }
+    }
+
+    /// The last exchange succeeded and the leases are in force: early exchanges are worth it.
+    fn trusted(&self) -> bool {
+        let s = self.state.lock();
+        !s.failing && !s.in_fallback
     }
 
     /// Whether to exchange before the interval ends: the last exchange succeeded and either
@@ -362,9 +432,63 @@ impl Sharer {
             if s.failing || s.in_fallback {
                 return false;
             }
-            s.contended
+            !s.contended.is_empty()
         };
         contended || self.admission.queued() > 0
+    }
+
+    /// A request ended here while nobody waited: on a worker another replica wants more of,
+    /// the unit it freed is worth handing back now rather than at the next poll.
+    fn release_due(&self) -> bool {
+        if !self.trusted() || self.admission.queued() > 0 {
+            return false;
+        }
+        let slots = {
+            let s = self.state.lock();
+            if s.contended.is_empty() {
+                return false;
+            }
+            s.contended.clone()
+        };
+        self.current_slots()
+            .iter()
+            .any(|s| slots.contains(s.key()) && s.limit() > s.inflight())
+    }
+
+    /// The store pushed word that another replica wants more or handed something back.
+    /// Exchanging is worth it only for a replica that can act on it. A freed share is for
+    /// replicas with waiters (they may be granted it). Another's wish concerns replicas with
+    /// waiters too (the store may have lowered their share below what they hold: until they
+    /// report, the other cannot grow) and those holding units they do not use (that exchange
+    /// hands them back).
+    fn push_due(&self) -> bool {
+        let (wanted, freed) = std::mem::take(&mut self.state.lock().pushes);
+        if !self.trusted() {
+            return false;
+        }
+        if self.admission.queued() > 0 {
+            return wanted || freed;
+        }
+        let spare = wanted
+            && self
+                .current_slots()
+                .iter()
+                .any(|s| s.limit() > s.inflight());
+        if spare {
+            self.state.lock().release = true;
+        }
+        spare
+    }
+
+    /// A push from the store (see [`Push`]). Exchanges soon (paced) if this replica can act on
+    /// it. Called by the store's listener, never per request.
+    pub fn pushed(&self, push: Push) {
+        {
+            let mut s = self.state.lock();
+            s.pushes.0 |= matches!(push, Push::Wanted | Push::Both);
+            s.pushes.1 |= matches!(push, Push::Freed | Push::Both);
+        }
+        self.push.notify_one();
     }
 
     /// Asks for an exchange now rather than at the next interval (a worker was registered and
@@ -425,7 +549,7 @@ impl Sharer {
                 {
                     let mut s = self.state.lock();
                     s.failing = true;
-                    s.contended = false;
+                    s.contended.clear();
                 }
                 self.observer.exchange_failed(&e);
                 self.expire_if_due();
@@ -460,6 +584,7 @@ impl Sharer {
     }
 
     fn reports(&self, slots: &[Arc<Slot>]) -> Vec<ShareReport> {
+        self.hand_back(slots);
         let workers = slots.len().max(1);
         let per_worker =
             u32::try_from(self.admission.queued().div_ceil(workers)).unwrap_or(u32::MAX);
@@ -477,6 +602,42 @@ impl Sharer {
             .collect()
     }
 
+    /// Before a report: on each worker another replica wants more of (or on every worker after
+    /// a push), a replica without waiters lowers its leased limit to what it has in flight, so
+    /// the report frees the rest at once (see the module docs). Lowering is always safe; the
+    /// grant that answers the report restores what the store still gives this replica.
+    fn hand_back(&self, slots: &[Arc<Slot>]) {
+        if self.admission.queued() > 0 {
+            return;
+        }
+        let lowered: Vec<(Arc<Slot>, ShareView)> = {
+            let mut s = self.state.lock();
+            let all = std::mem::take(&mut s.release);
+            if s.in_fallback || (!all && s.contended.is_empty()) {
+                return;
+            }
+            let mut lowered = Vec::new();
+            for slot in slots {
+                if !all && !s.contended.contains(slot.key()) {
+                    continue;
+                }
+                let Some(view) = s.views.get_mut(slot.key()) else {
+                    continue;
+                };
+                let inflight = slot.inflight();
+                if view.source != ShareSource::Lease || view.share <= inflight {
+                    continue;
+                }
+                view.share = inflight;
+                lowered.push((Arc::clone(slot), *view));
+            }
+            lowered
+        };
+        for (slot, v) in lowered {
+            self.set(&slot, v);
+        }
+    }
+
     /// The token budget that goes with `count` of `limit` requests.
     fn tokens_for(&self, count: u32, limit: u32) -> Option<u32> {
         self.cfg.token_limit.map(|b| {
@@ -492,7 +653,12 @@ impl Sharer {
             let recovered = s.in_fallback;
             s.in_fallback = false;
             s.failing = false;
-            s.contended = grants.iter().any(|g| g.contended);
+            s.contended = slots
+                .iter()
+                .zip(grants)
+                .filter(|(_, g)| g.contended)
+                .map(|(slot, _)| slot.key().into())
+                .collect();
             s.last_ok = Some(sent);
             s.replicas = grants.iter().map(|g| g.replicas).max().unwrap_or(1).max(1);
             for (slot, g) in slots.iter().zip(grants) {
@@ -571,5 +737,31 @@ impl Sharer {
         for (slot, v) in updates {
             self.set(&slot, v);
         }
+    }
+}
+
+/// Paces early exchanges (a generic cell rate algorithm): on average one per `poll`, with up
+/// to [`BURST`] in a row.
+struct Pace {
+    poll: Duration,
+    /// When the next exchange would be due at the average rate.
+    due: Instant,
+}
+
+impl Pace {
+    fn new(poll: Duration, now: Instant) -> Self {
+        Pace { poll, due: now }
+    }
+
+    /// The earliest instant the next exchange may start.
+    fn ready_at(&self) -> Instant {
+        self.due
+            .checked_sub(self.poll * (BURST - 1))
+            .unwrap_or(self.due)
+    }
+
+    /// An exchange starts at `now`.
+    fn spend(&mut self, now: Instant) {
+        self.due = crate::deadline_after(self.due.max(now), self.poll);
     }
 }

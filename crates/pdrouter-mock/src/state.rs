@@ -19,6 +19,8 @@ use crate::engine::{Engine, Rooms};
 pub struct MockStats {
     /// Generation requests received since start.
     pub requests_total: u64,
+    /// TCP connections accepted on the worker's port since start (any protocol).
+    pub connections_total: u64,
     /// Generation requests whose response is not yet fully sent.
     pub inflight: u64,
     /// High-water mark of `inflight` (see [`MockControls::reset_max_inflight`]).
@@ -78,6 +80,7 @@ pub struct MockControls {
     hang: Mutex<Hang>,
     hold_body_open: watch::Sender<bool>,
     requests_total: AtomicU64,
+    connections_total: AtomicU64,
     inflight: AtomicU64,
     max_inflight: AtomicU64,
     last_request: Mutex<Option<LastRequest>>,
@@ -110,6 +113,7 @@ impl MockControls {
             hang: Mutex::new(Hang::default()),
             hold_body_open: watch::Sender::new(false),
             requests_total: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
             max_inflight: AtomicU64::new(0),
             last_request: Mutex::new(None),
@@ -268,6 +272,7 @@ impl MockControls {
             .clone();
         MockStats {
             requests_total: self.requests_total.load(Ordering::SeqCst),
+            connections_total: self.connections_total.load(Ordering::SeqCst),
             inflight: self.inflight.load(Ordering::SeqCst),
             max_inflight: self.max_inflight.load(Ordering::SeqCst),
             last_request: last.and_then(|r| match r {
@@ -287,6 +292,11 @@ impl MockControls {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         }
+    }
+
+    /// Counts one accepted connection.
+    pub(crate) fn record_connection(&self) {
+        self.connections_total.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Counts one `Abort` call.

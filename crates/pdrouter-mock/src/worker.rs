@@ -66,13 +66,19 @@ impl MockWorker {
                 let addr = listener.local_addr()?;
                 let app = engine::bootstrap_router(Arc::clone(&shared.rooms));
                 let (stop, stop_rx) = oneshot::channel();
-                let task = tokio::spawn(serve(listener, app, Protocol::Http1, stop_rx));
+                let task = tokio::spawn(serve(listener, app, Protocol::Http1, None, stop_rx));
                 Some(Bootstrap { addr, stop, task })
             }
             _ => None,
         };
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, app, protocol, stop_rx));
+        let task = tokio::spawn(serve(
+            listener,
+            app,
+            protocol,
+            Some(Arc::clone(&shared)),
+            stop_rx,
+        ));
         tracing::debug!(%addr, role = %cfg.role, grpc = cfg.grpc, "mock worker started");
         Ok(MockWorker {
             addr,
@@ -224,12 +230,13 @@ enum Protocol {
     Auto,
 }
 
-/// Accepts connections until `stop` fires (or its sender is dropped), then
-/// closes the listener and aborts all connections.
+/// Accepts connections (counted in `counted`'s stats, if given) until `stop` fires (or its
+/// sender is dropped), then closes the listener and aborts all connections.
 async fn serve(
     listener: TcpListener,
     app: Router,
     protocol: Protocol,
+    counted: Option<Arc<Shared>>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut conns = JoinSet::new();
@@ -239,6 +246,9 @@ async fn serve(
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
+                    if let Some(shared) = &counted {
+                        shared.controls.record_connection();
+                    }
                     let _ = stream.set_nodelay(true);
                     let svc = TowerToHyperService::new(app.clone());
                     let io = TokioIo::new(stream);

@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admission_store::redis::RedisLeases;
 use crate::config::{Config, Mode, WorkerSpec};
 use crate::dispatch::Dispatcher;
 use crate::http::{AppState, app};
@@ -313,15 +314,15 @@ fn log_tokenizer_use(cfg: &Config) {
     }
 }
 
-/// The sharer of `--admission-store`: a Redis lease client for this replica, over the
-/// registry's Prefill slots.
+/// The sharer of `--admission-store` over the registry's Prefill slots, and the Redis lease
+/// client for this replica it exchanges through.
 fn start_sharer(
     store: &crate::config::StoreSettings,
     admission: &Admission,
     limits: crate::config::AdmissionSettings,
     registry: &Arc<Registry>,
     metrics: &Arc<Metrics>,
-) -> Result<Arc<Sharer>, StartError> {
+) -> Result<(Arc<Sharer>, Arc<RedisLeases>), StartError> {
     let share = ShareConfig {
         limit: limits.max_inflight_per_worker,
         token_limit: limits.max_inflight_tokens_per_worker,
@@ -330,14 +331,16 @@ fn start_sharer(
         fallback: store.fallback,
     };
     let replica = crate::admission_store::replica_id();
-    let leases = crate::admission_store::redis::RedisLeases::new(
-        &store.url,
-        &store.group,
-        replica.clone(),
-        store.lease_ttl,
-        share.call_timeout(),
-    )
-    .map_err(StartError::Store)?;
+    let leases = Arc::new(
+        RedisLeases::new(
+            &store.url,
+            &store.group,
+            replica.clone(),
+            store.lease_ttl,
+            share.call_timeout(),
+        )
+        .map_err(StartError::Store)?,
+    );
     tracing::info!(
         store = %store.url,
         group = %store.group,
@@ -355,13 +358,14 @@ fn start_sharer(
             .filter_map(|w| w.slot().cloned())
             .collect()
     });
-    Ok(Sharer::new(
+    let sharer = Sharer::new(
         admission.clone(),
-        Arc::new(leases),
+        leases.clone(),
         share,
         slots,
         crate::admission_store::Reporter::new(metrics.clone()),
-    ))
+    );
+    Ok((sharer, leases))
 }
 
 /// Starts the router described by `cfg` (already validated).
@@ -487,11 +491,18 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let mut background = Vec::new();
     let sharer = match (&cfg.admission_store, &admission, cfg.admission) {
         (Some(store), Some(adm), Some(limits)) => {
-            let sharer = start_sharer(store, adm, limits, &registry, &metrics)?;
+            let (sharer, leases) = start_sharer(store, adm, limits, &registry, &metrics)?;
             // One exchange before serving, so a reachable store's shares are in force from the
             // first request (bounded by the exchange timeout).
             sharer.tick().await;
             background.push(sharer.spawn());
+            // Other replicas' pushes: exchange early when a share should move.
+            let weak = Arc::downgrade(&sharer);
+            background.push(leases.listen(store.interval, store.lease_ttl, move |push| {
+                if let Some(s) = weak.upgrade() {
+                    s.pushed(push);
+                }
+            }));
             // A new worker's slot admits nothing until its first share: ask for it at once.
             let weak = Arc::downgrade(&sharer);
             registry.subscribe(Arc::new(move |e: &Event| {

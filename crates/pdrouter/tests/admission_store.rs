@@ -102,13 +102,20 @@ async fn grants_never_let_the_group_exceed_the_limit() {
     assert!(granted > 0, "something was granted");
 }
 
+/// A private store up for one lease TTL (3 s) and two replicas of it, "idle" and "busy".
+async fn idle_and_busy() -> (RedisServer, Replica, Replica) {
+    let redis = RedisServer::start().await;
+    redis.wait_uptime(TTL).await;
+    let idle = Replica::new(&redis, "idle", TTL);
+    let busy = Replica::new(&redis, "busy", TTL);
+    (redis, idle, busy)
+}
+
+const TTL: Duration = Duration::from_secs(3);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_replicas_share_flows_to_a_busy_one_and_shares_follow_demand() {
-    let redis = RedisServer::start().await;
-    let ttl = Duration::from_secs(3);
-    redis.wait_uptime(ttl).await;
-    let mut idle = Replica::new(&redis, "idle", ttl);
-    let mut busy = Replica::new(&redis, "busy", ttl);
+    let (_redis, mut idle, mut busy) = idle_and_busy().await;
     // Alone, a replica gets the spare capacity.
     assert_eq!(idle.exchange(0).await.share, N);
     // Demand appears on the other replica; one round later the idle one has given its share
@@ -142,11 +149,7 @@ async fn contended(r: &mut Replica, demand: u32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_is_reported_to_every_replica_until_the_waiter_is_granted() {
-    let redis = RedisServer::start().await;
-    let ttl = Duration::from_secs(3);
-    redis.wait_uptime(ttl).await;
-    let mut idle = Replica::new(&redis, "idle", ttl);
-    let mut busy = Replica::new(&redis, "busy", ttl);
+    let (_redis, mut idle, mut busy) = idle_and_busy().await;
     // Everyone's demand granted: not contended.
     assert!(!contended(&mut idle, 0).await);
     assert!(!contended(&mut busy, 0).await);
@@ -283,4 +286,56 @@ async fn an_unreachable_store_is_an_error_naming_it_without_credentials() {
     assert!(err.contains(&format!("127.0.0.1:{}", dead.port())), "{err}");
     assert!(!err.contains("s3cret") && !err.contains("user"), "{err}");
     assert!(!format!("{store:?}").contains("s3cret"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchanges_push_wishes_and_hand_backs_to_the_other_replicas() {
+    use pdrouter_admission::Push;
+    use std::sync::Arc;
+    let (redis, mut idle, mut busy) = idle_and_busy().await;
+    assert_eq!(idle.exchange(0).await.share, N);
+    busy.exchange(0).await;
+    // A third replica listens (its own messages would be ignored).
+    let url = StoreUrl::parse(&redis.url()).unwrap();
+    let ear = Arc::new(
+        RedisLeases::new(&url, "test", "ear".into(), TTL, Duration::from_secs(10)).unwrap(),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let listener = ear.listen(
+        Duration::from_millis(50),
+        Duration::from_secs(600),
+        move |p| {
+            let _ = tx.send(p);
+        },
+    );
+    let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<Push>| rx.try_recv().ok();
+    // The busy replica wants more than it is granted: 'want'. (Repeated until the
+    // subscription is up: a message published before it is lost, by design.)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(busy.exchange(6).await.contended);
+        if let Ok(Some(p)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+            assert_eq!(p, Push::Wanted);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no push within 20 s");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    while next(&mut rx).is_some() {}
+    // The holder learns its smaller share (no message: it has not handed anything back yet),
+    // then reports holding less while the other still wants more: 'free'.
+    idle.exchange(0).await;
+    assert!(idle.applied < N);
+    idle.exchange(0).await;
+    let got = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert_eq!(got.ok().flatten(), Some(Push::Freed));
+    // The busy replica is granted it: nothing to announce. A later wish is the next message.
+    assert!(!busy.exchange(6).await.contended);
+    assert!(busy.applied >= 6);
+    assert!(busy.exchange(N + 4).await.contended);
+    let got = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert_eq!(got.ok().flatten(), Some(Push::Wanted));
+    assert_eq!(next(&mut rx), None, "one message per announcing exchange");
+    assert!(idle.held() + busy.held() <= N);
+    listener.abort();
 }

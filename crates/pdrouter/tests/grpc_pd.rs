@@ -531,3 +531,38 @@ async fn token_budget_charges_the_tokenizer_count() {
         .await
     );
 }
+
+#[tokio::test]
+async fn long_prompts_go_on_a_second_connection_so_short_ones_are_not_queued_behind_them() {
+    let (_p, d, cfg) = pair(2).await;
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/generate", r#"{"text":"hi"}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    // Counted on the Decode mock: the router is the only one to connect to it (the Decode mock
+    // itself connects to the Prefill mock's port for KV rooms).
+    let before = d.stats().connections_total;
+    // Just above the bulk threshold (text plus four bytes per id): byte-level ids, one per byte.
+    let long = "w".repeat(14 * 1024);
+    let body = serde_json::json!({ "text": long }).to_string();
+    for _ in 0..2 {
+        let reply = post(r.addr(), "/generate", &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let bulk = d.stats().connections_total;
+    assert_eq!(bulk, before + 1, "one bulk connection per worker, reused");
+    assert_eq!(
+        d.stats().last_request.unwrap()["input_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        14 * 1024
+    );
+    // Short prompts stay on the first connection; a prompt at the threshold too.
+    let short = serde_json::json!({ "text": "w".repeat(12 * 1024) }).to_string();
+    for b in [r#"{"text":"hi"}"#, short.as_str()] {
+        let reply = post(r.addr(), "/generate", b).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    assert_eq!(d.stats().connections_total, bulk);
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}

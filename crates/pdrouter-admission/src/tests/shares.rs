@@ -11,8 +11,8 @@ use tokio::time::{Instant, sleep};
 
 use super::{Fixture, Target, settle};
 use crate::shares::{
-    Exchange, Fallback, LeaseStore, ShareConfig, ShareGrant, ShareObserver, ShareReport,
-    ShareSource, Sharer, StoreError,
+    BURST, Exchange, Fallback, LeaseStore, POLLS_PER_INTERVAL, Push, ShareConfig, ShareGrant,
+    ShareObserver, ShareReport, ShareSource, Sharer, StoreError,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -121,6 +121,22 @@ fn sharer(
         events.clone(),
     );
     (s, events)
+}
+
+/// A sharer over one worker `w0` (queue of `queue`, hold fallback) whose store grants `share`
+/// of 8 seen by `replicas`, running, after its first exchange.
+async fn running(
+    queue: usize,
+    share: u32,
+    replicas: u32,
+) -> (Fixture, FakeStore, Arc<Sharer>, tokio::task::JoinHandle<()>) {
+    let f = Fixture::new(0, queue, 60, &["w0"]);
+    let store = FakeStore::default();
+    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
+    store.set(Mode::Grant { share, replicas });
+    let task = s.spawn();
+    settle().await;
+    (f, store, s, task)
 }
 
 #[tokio::test(start_paused = true)]
@@ -275,15 +291,7 @@ async fn a_worker_that_leaves_is_no_longer_reported() {
 
 #[tokio::test(start_paused = true)]
 async fn a_nudge_exchanges_before_the_interval_ends() {
-    let f = Fixture::new(0, 8, 60, &["w0"]);
-    let store = FakeStore::default();
-    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
-    store.set(Mode::Grant {
-        share: 2,
-        replicas: 1,
-    });
-    let task = s.spawn();
-    settle().await;
+    let (f, store, s, task) = running(8, 2, 1).await;
     assert_eq!(store.calls(), 1);
     sleep(INTERVAL / 4).await;
     assert_eq!(store.calls(), 1, "no exchange before the interval");
@@ -303,26 +311,18 @@ async fn calls_during(store: &FakeStore, d: Duration) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn exchanges_come_every_poll_only_while_someone_waits() {
-    let f = Fixture::new(0, 8, 60, &["w0"]);
-    let store = FakeStore::default();
-    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
-    store.set(Mode::Grant {
-        share: 1,
-        replicas: 2,
-    });
-    let task = s.spawn();
-    settle().await;
+    let (f, store, s, task) = running(8, 1, 2).await;
     // Nobody waits, the group is not contended: one exchange per interval.
     let quiet = calls_during(&store, INTERVAL * 5).await;
     assert!((5..=6).contains(&quiet), "{quiet} calls while quiet");
-    // A waiter here: one exchange per poll, a twentieth of the interval (never more).
+    // A waiter here: one exchange per poll, a fortieth of the interval (never more).
     let held = f.get(Target::Any).await.unwrap();
     let waiter = f.spawn(Target::Any);
     settle().await;
     assert_eq!(f.adm.queued(), 1);
     let waiting = calls_during(&store, INTERVAL * 5).await;
     assert!(
-        (99..=101).contains(&waiting),
+        (199..=201).contains(&waiting),
         "{waiting} calls while waiting"
     );
     drop(held);
@@ -332,7 +332,7 @@ async fn exchanges_come_every_poll_only_while_someone_waits() {
     calls_during(&store, INTERVAL).await;
     let contended = calls_during(&store, INTERVAL * 5).await;
     assert!(
-        (99..=101).contains(&contended),
+        (199..=201).contains(&contended),
         "{contended} calls while contended"
     );
     // Contention over: back to one per interval.
@@ -348,6 +348,182 @@ async fn exchanges_come_every_poll_only_while_someone_waits() {
     let failing = calls_during(&store, INTERVAL * 5).await;
     assert!((5..=6).contains(&failing), "{failing} calls while failing");
     drop(admitted);
+    task.abort();
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_waiter_exchanges_at_once_and_early_exchanges_are_paced() {
+    let (f, store, s, task) = running(1000, 1, 2).await;
+    let held = f.get(Target::Any).await.unwrap();
+    sleep(INTERVAL / 2).await;
+    let before = store.calls();
+    // A request that has to wait makes the replica ask for more without waiting for a poll.
+    let first = f.spawn(Target::Any);
+    settle().await;
+    assert_eq!(
+        store.calls(),
+        before + 1,
+        "exchanged as soon as someone waited"
+    );
+    assert_eq!(store.last().1[0].demand, 2);
+    // A stream of new waiters: at most a burst at once, then one per poll on average.
+    let mut waiters = vec![first];
+    for _ in 0..10 {
+        waiters.push(f.spawn(Target::Any));
+        settle().await;
+    }
+    let burst = store.calls() - before;
+    assert!(burst <= BURST as usize, "{burst} exchanges in one instant");
+    let poll = s.config().poll();
+    let mut arrivals = 0;
+    let start = Instant::now();
+    while Instant::now() - start < INTERVAL * 5 {
+        waiters.push(f.spawn(Target::Any));
+        arrivals += 1;
+        sleep(poll / 4).await;
+    }
+    settle().await;
+    let total = store.calls() - before;
+    assert!(arrivals > 300, "{arrivals}");
+    assert!(
+        total <= BURST as usize + 5 * POLLS_PER_INTERVAL as usize + 1,
+        "{total} exchanges for {arrivals} waiters over five intervals"
+    );
+    drop(held);
+    task.abort();
+    drop(waiters);
+    settle().await;
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_push_makes_a_replica_hand_back_the_share_it_does_not_use() {
+    let (f, store, s, task) = running(8, 4, 2).await;
+    let busy = f.get(Target::Any).await.unwrap();
+    sleep(INTERVAL / 2).await;
+    let before = store.calls();
+    // Another replica has handed something back: nothing for a replica without waiters.
+    s.pushed(Push::Freed);
+    settle().await;
+    assert_eq!(
+        store.calls(),
+        before,
+        "a freed share is for replicas that wait"
+    );
+    // Another replica wants more: the exchange reports only what is in flight as held.
+    s.pushed(Push::Wanted);
+    settle().await;
+    assert_eq!(store.calls(), before + 1, "a push exchanges at once");
+    let r = &store.last().1[0];
+    assert_eq!((r.held, r.demand), (1, 1), "idle share handed back");
+    // The store still grants 4: applied again.
+    assert_eq!(f.slot(0).limit(), 4);
+    assert_eq!(s.view("w0").share, 4);
+    // Nothing idle and nobody waiting here: a push is ignored.
+    let others: Vec<_> = (0..3).map(|_| f.get(Target::Any)).collect();
+    let mut permits = Vec::new();
+    for p in others {
+        permits.push(p.await.unwrap());
+    }
+    let before = store.calls();
+    s.pushed(Push::Wanted);
+    settle().await;
+    assert_eq!(
+        store.calls(),
+        before,
+        "nothing to hand back, nothing wanted"
+    );
+    // A waiter here: a freed share is worth an exchange, another's wish is not.
+    let waiter = f.spawn(Target::Any);
+    settle().await;
+    // Between two polls (every 5 ms while someone waits).
+    sleep(INTERVAL / 2 + Duration::from_millis(3)).await;
+    let before = store.calls();
+    s.pushed(Push::Wanted);
+    settle().await;
+    assert_eq!(
+        store.calls(),
+        before + 1,
+        "a waiter's share may have shrunk"
+    );
+    sleep(Duration::from_millis(1)).await;
+    s.pushed(Push::Freed);
+    settle().await;
+    assert_eq!(
+        store.calls(),
+        before + 2,
+        "a waiter asks for what was freed"
+    );
+    drop(permits.pop());
+    drop(waiter.await.unwrap().unwrap());
+    drop((busy, permits));
+    task.abort();
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_contended_worker_a_replica_without_waiters_reports_only_what_it_uses() {
+    let f = Fixture::new(0, 8, 60, &["w0"]);
+    let store = FakeStore::default();
+    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
+    store.set(Mode::Grant {
+        share: 3,
+        replicas: 2,
+    });
+    s.tick().await;
+    let a = f.get(Target::Any).await.unwrap();
+    // Not contended: the whole share is held.
+    s.tick().await;
+    assert_eq!(store.last().1[0].held, 3);
+    store.contend(true);
+    s.tick().await;
+    assert_eq!(
+        store.last().1[0].held,
+        3,
+        "contention learnt from this answer"
+    );
+    s.tick().await;
+    assert_eq!(store.last().1[0].held, 1, "handed back before reporting");
+    assert_eq!(f.slot(0).limit(), 3, "what the store grants is applied");
+    // With a waiter of its own a replica hands nothing back.
+    let b = f.get(Target::Any).await.unwrap();
+    let c = f.get(Target::Any).await.unwrap();
+    let waiter = f.spawn(Target::Any);
+    settle().await;
+    assert_eq!(f.adm.queued(), 1);
+    s.tick().await;
+    let r = &store.last().1[0];
+    assert_eq!((r.held, r.demand), (3, 4));
+    drop((a, b, c));
+    drop(waiter.await.unwrap().unwrap());
+    f.assert_clean();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_ending_on_a_contended_worker_hands_its_unit_back_at_once() {
+    let (f, store, s, task) = running(8, 2, 2).await;
+    let a = f.get(Target::Any).await.unwrap();
+    let b = f.get(Target::Any).await.unwrap();
+    // Nobody else wants more: an ending request asks nothing of the store.
+    sleep(INTERVAL / 2).await;
+    let before = store.calls();
+    drop(a);
+    settle().await;
+    assert_eq!(store.calls(), before, "quiet group: no exchange on release");
+    let a = f.get(Target::Any).await.unwrap();
+    // Another replica wants more: learnt at the next interval's exchange.
+    store.contend(true);
+    sleep(INTERVAL).await;
+    settle().await;
+    // In flight = share: polls hand nothing back. A request ends: handed back at once.
+    let before = store.calls();
+    drop(b);
+    settle().await;
+    assert_eq!(store.calls(), before + 1, "exchanged as the unit was freed");
+    let r = &store.last().1[0];
+    assert_eq!((r.held, r.demand), (1, 1));
+    drop(a);
     task.abort();
     f.assert_clean();
 }

@@ -2,11 +2,18 @@
 --
 -- KEYS[i]  the hash of worker i: field per replica id -> "seq expiry held grant demand limit"
 --          (expiry in the store's clock, ms).
--- ARGV     replica id, sequence number, lease TTL in ms, then per worker: limit, held, demand.
+-- ARGV     replica id, sequence number, lease TTL in ms, the group's push channel, then per
+--          worker: limit, held, demand.
 -- Returns  per worker {share, group limit, live replicas, contended}: contended is 1 when some
 --          live replica (this one included) wants more than it was granted, which makes the
---          replicas exchange every poll (a twentieth of the interval) until the shares
+--          replicas exchange every poll (a fortieth of the interval) until the shares
 --          have moved.
+-- Pushes   on the channel, after the exchange: 'want ID' when, on some worker, the caller wants
+--          more than it was granted (others may hold more than their new share, or units they
+--          do not use, and should say so); 'free ID' when the caller handed back part of what
+--          it held while another replica wants more (that one may now be granted it).
+--          Replicas listening exchange at once instead of at their next poll, each only for
+--          what it can act on.
 --
 -- Safety: a replica may have in flight up to max(held, grant) of what it last reported and
 -- was granted, so a grant never exceeds the group limit minus that of every other live
@@ -15,12 +22,13 @@
 -- replica has either re-registered or stopped using its old leases.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local me, seq, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local me, seq, ttl, channel = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
 local young = uptime == nil or uptime * 1000 < ttl
 local out = {}
+local want, free = false, false
 for i, key in ipairs(KEYS) do
-  local a = 3 + (i - 1) * 3
+  local a = 4 + (i - 1) * 3
   local limit, held, demand = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local raw = redis.call('HGETALL', key)
   local live, ids = {}, {}
@@ -36,6 +44,10 @@ for i, key in ipairs(KEYS) do
     end
   end
   local stale = live[me] ~= nil and live[me].seq >= seq
+  local before = 0
+  if live[me] ~= nil then
+    before = math.max(live[me].held, live[me].grant)
+  end
   if not stale then
     if live[me] == nil then
       ids[#ids + 1] = me
@@ -119,12 +131,30 @@ for i, key in ipairs(KEYS) do
       string.format('%d %d %d %d %d %d', seq, now + ttl, held, grant, demand, limit))
     redis.call('PEXPIRE', key, ttl * 2)
   end
-  local contended = 0
+  local contended, others_want = 0, false
   for _, id in ipairs(ids) do
     if live[id].demand > live[id].grant then
       contended = 1
+      if id ~= me then
+        others_want = true
+      end
+    end
+  end
+  if not stale then
+    local mine = live[me]
+    if mine.demand > mine.grant then
+      want = true
+    end
+    if others_want and mine.held < before then
+      free = true
     end
   end
   out[i] = {live[me].grant, n, #ids, contended}
+end
+if want then
+  redis.call('PUBLISH', channel, 'want ' .. me)
+end
+if free then
+  redis.call('PUBLISH', channel, 'free ' .. me)
 end
 return out

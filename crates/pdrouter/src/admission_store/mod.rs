@@ -7,8 +7,9 @@
 //! sharer's events into metrics and log lines ([`Reporter`]).
 //!
 //! Store traffic: one script call per replica per `--admission-store-interval-ms`, carrying
-//! every Prefill worker of the replica, and at most one per poll (a twentieth of the interval)
-//! while replicas compete for a worker (early exchanges, see `pdrouter_admission::shares`);
+//! every Prefill worker of the replica, and on average at most one per poll (a fortieth of the
+//! interval) while replicas compete for a worker (early exchanges, paced, see
+//! `pdrouter_admission::shares`); one pub/sub subscription per replica for the group's pushes;
 //! nothing per request.
 //!
 //! Invariants (store side, see `lease.lua`): a grant never exceeds the group limit minus what

@@ -1,12 +1,21 @@
-//! The Redis lease store: one multiplexed connection, one Lua script per exchange.
+//! The Redis lease store: one multiplexed connection, one Lua script per exchange, and one
+//! subscription for the group's pushes.
 //!
 //! The connection is opened lazily and dropped on any error, so the next exchange reconnects
 //! (a restarted store is found again without a separate task). `EVALSHA` falls back to loading
 //! the script when the store does not know it (after a restart).
+//!
+//! The script publishes the calling replica's id on the group's channel when a share should
+//! move (see its header); [`RedisLeases::listen`] subscribes to it and hands every other
+//! replica's message to the sharer, which exchanges early. Pushes only shorten the wait: a
+//! replica that misses them (its subscription is down) still moves shares at its polls.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use pdrouter_admission::{Exchange, LeaseStore, ShareGrant, ShareReport, StoreError};
+use futures_util::StreamExt;
+
+use pdrouter_admission::{Exchange, LeaseStore, Push, ShareGrant, ShareReport, StoreError};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Script};
 use tokio::sync::Mutex;
@@ -24,6 +33,8 @@ pub struct RedisLeases {
     script: Script,
     /// `pdrouter:admission:{GROUP}:`: the braces keep a group's keys in one cluster slot.
     prefix: String,
+    /// `pdrouter:admission:{GROUP}:push`: where the script announces that a share should move.
+    channel: String,
     replica: String,
     ttl_ms: u64,
     timeout: Duration,
@@ -57,6 +68,7 @@ impl RedisLeases {
             conn: Mutex::new(None),
             script: Script::new(LEASE_SCRIPT),
             prefix: key_prefix(group),
+            channel: format!("{}push", key_prefix(group)),
             replica,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
             timeout,
@@ -99,7 +111,10 @@ impl RedisLeases {
         }
         let mut conn = self.connection().await?;
         let mut call = self.script.prepare_invoke();
-        call.arg(&self.replica).arg(seq).arg(self.ttl_ms);
+        call.arg(&self.replica)
+            .arg(seq)
+            .arg(self.ttl_ms)
+            .arg(&self.channel);
         for r in reports {
             call.key(self.worker_key(&r.key))
                 .arg(r.limit)
@@ -126,13 +141,95 @@ impl RedisLeases {
     }
 }
 
+impl RedisLeases {
+    /// Listens to the group's pushes until the returned task is aborted, calling `on_push` for
+    /// every message another replica's exchange published, with what it announced.
+    ///
+    /// A subscription that fails or is closed is opened again after `retry` (connecting is
+    /// bounded by the exchange timeout); failures are logged at debug level only, since
+    /// exchanges report the store's health. A subscription is also replaced by a new one
+    /// every `renew`: a silently cut connection carries no traffic to notice it by, so this
+    /// bounds how long pushes can be lost unnoticed.
+    pub fn listen(
+        self: &Arc<Self>,
+        retry: Duration,
+        renew: Duration,
+        on_push: impl Fn(Push) + Send + Sync + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                match tokio::time::timeout(renew, me.subscribed(&on_push)).await {
+                    Err(_renew) => continue,
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "admission store push subscription lost");
+                    }
+                }
+                tokio::time::sleep(retry).await;
+            }
+        })
+    }
+
+    /// One subscription, until it fails or the store closes it.
+    async fn subscribed(&self, on_push: &(impl Fn(Push) + Send + Sync)) -> Result<(), StoreError> {
+        let mut pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| StoreError(format!("cannot subscribe to {}: timed out", self.url)))?
+            .map_err(|e| self.error("cannot subscribe to", &e))?;
+        tokio::time::timeout(self.timeout, pubsub.subscribe(&self.channel))
+            .await
+            .map_err(|_| StoreError(format!("cannot subscribe to {}: timed out", self.url)))?
+            .map_err(|e| self.error("cannot subscribe to", &e))?;
+        let mut messages = pubsub.on_message();
+        while let Some(msg) = messages.next().await {
+            if let Some(push) = parse_push(msg.get_payload_bytes(), &self.replica) {
+                on_push(push);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl LeaseStore for RedisLeases {
     fn exchange<'a>(&'a self, seq: u64, reports: &'a [ShareReport]) -> Exchange<'a> {
         Box::pin(self.run(seq, reports))
     }
 }
 
+/// What a push message announces: `want ID` or `free ID`. `None` for this replica's own
+/// messages (they ask nothing of it); a kind this version does not know counts as both.
+pub fn parse_push(payload: &[u8], me: &str) -> Option<Push> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (kind, id) = text.split_once(' ').unwrap_or(("", text));
+    if id == me {
+        return None;
+    }
+    Some(match kind {
+        "want" => Push::Wanted,
+        "free" => Push::Freed,
+        _ => Push::Both,
+    })
+}
+
 /// The key prefix of `group`'s hashes.
 pub fn key_prefix(group: &str) -> String {
     format!("pdrouter:admission:{{{group}}}:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pushes_name_their_kind_and_sender_and_our_own_are_ignored() {
+        assert_eq!(parse_push(b"want r2", "r1"), Some(Push::Wanted));
+        assert_eq!(parse_push(b"free r2", "r1"), Some(Push::Freed));
+        assert_eq!(parse_push(b"want r1", "r1"), None);
+        assert_eq!(parse_push(b"free r1", "r1"), None);
+        // A kind this version does not know: both.
+        assert_eq!(parse_push(b"grow r2", "r1"), Some(Push::Both));
+        assert_eq!(parse_push(b"r2", "r1"), Some(Push::Both));
+        assert_eq!(parse_push(b"\xff\xfe", "r1"), None);
+    }
 }

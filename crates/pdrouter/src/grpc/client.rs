@@ -2,7 +2,13 @@
 //! themselves.
 //!
 //! Invariants: a worker's channel is created on first use and reused by every call after it
-//! (HTTP/2 multiplexes the streams); the worker's runtime is learned by asking each known
+//! (HTTP/2 multiplexes the streams), except that a `Generate` whose prompt exceeds
+//! [`BULK_PROMPT_BYTES`] goes on a second channel of its own (the *bulk lane*, also created on
+//! first use): on one connection, the hundreds of kilobytes of a long prompt would sit in
+//! front of every small request's frames, in the TCP stream and in the connection's flow
+//! control window, until the worker had read them. The bulk lane's connections run on their
+//! own thread (see [`super::bulk`]), so long prompts are encoded and written off the async
+//! workers; the worker's runtime is learned by asking each known
 //! service's `HealthCheck` (the configured hint first) and cached on the channel until a call
 //! finds the service gone (`Unimplemented`), which forgets it; a [`LegStream`] that is
 //! dropped before its stream ended (or before the `Complete` of its last sample) sends `Abort`
@@ -27,6 +33,7 @@ use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
+use super::bulk::BulkExecutor;
 use super::runtime::{self, Call, Runtime};
 
 /// HTTP/2 keep-alive ping period on worker channels.
@@ -42,6 +49,8 @@ const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest message accepted from a worker.
 const MESSAGE_LIMIT: usize = 64 << 20;
+/// Prompts larger than this (text plus token ids, in bytes) go on the bulk lane.
+pub const BULK_PROMPT_BYTES: usize = 64 << 10;
 
 /// `authorization` metadata value.
 type Auth = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
@@ -58,6 +67,8 @@ pub struct WorkerChannel {
     /// The learned runtime: 0 unknown, else 1 + its index in [`Runtime::ALL`].
     runtime: AtomicU8,
     channel: OnceLock<Result<Channel, String>>,
+    /// The bulk lane: a second connection for `Generate` calls with long prompts.
+    bulk: OnceLock<Result<Channel, String>>,
 }
 
 impl WorkerChannel {
@@ -72,6 +83,7 @@ impl WorkerChannel {
             hint,
             runtime: AtomicU8::new(0),
             channel: OnceLock::new(),
+            bulk: OnceLock::new(),
         }
     }
 
@@ -82,8 +94,27 @@ impl WorkerChannel {
 
     /// The shared channel; the first call builds it (must run on a tokio runtime).
     fn channel(&self) -> Result<Channel, Status> {
-        let built = self.channel.get_or_init(|| {
+        self.lane(&self.channel, false)
+    }
+
+    /// The channel for a `Generate` with a prompt of `bytes`: the bulk lane above
+    /// [`BULK_PROMPT_BYTES`], else the shared channel.
+    fn generate_channel(&self, bytes: usize) -> Result<Channel, Status> {
+        if bytes > BULK_PROMPT_BYTES {
+            self.lane(&self.bulk, true)
+        } else {
+            self.channel()
+        }
+    }
+
+    fn lane(
+        &self,
+        lane: &OnceLock<Result<Channel, String>>,
+        bulk: bool,
+    ) -> Result<Channel, Status> {
+        let built = lane.get_or_init(|| {
             Endpoint::from_shared(self.endpoint.clone())
+                .map(|e| if bulk { e.executor(BulkExecutor) } else { e })
                 .map(|e| {
                     e.tcp_nodelay(true)
                         .connect_timeout(CONNECT_TIMEOUT)
@@ -101,14 +132,11 @@ impl WorkerChannel {
     }
 
     fn sglang(&self) -> Result<SglangSchedulerClient<Channel>, Status> {
-        Ok(SglangSchedulerClient::new(self.channel()?).max_decoding_message_size(MESSAGE_LIMIT))
+        Ok(sglang_on(self.channel()?))
     }
 
     fn tokenspeed(&self) -> Result<TokenSpeedSchedulerClient<Channel>, Status> {
-        Ok(
-            TokenSpeedSchedulerClient::new(self.channel()?)
-                .max_decoding_message_size(MESSAGE_LIMIT),
-        )
+        Ok(tokenspeed_on(self.channel()?))
     }
 
     /// The worker's runtime, once a `HealthCheck` has told it.
@@ -353,17 +381,18 @@ impl WorkerChannel {
             auth: self.auth.clone(),
         };
         let samples = call.samples();
+        let lane = self.generate_channel(call.prompt_bytes())?;
         let stream = match rt {
             Runtime::Sglang => {
                 let mut req = self.call(call.into_sglang());
                 crate::telemetry::propagate_to_grpc(req.metadata_mut());
-                let r = self.sglang()?.generate(req).await;
+                let r = sglang_on(lane).generate(req).await;
                 Inner::Sglang(self.check(r)?.into_inner())
             }
             Runtime::TokenSpeed => {
                 let mut req = self.call(call.into_tokenspeed());
                 crate::telemetry::propagate_to_grpc(req.metadata_mut());
-                let r = self.tokenspeed()?.generate(req).await;
+                let r = tokenspeed_on(lane).generate(req).await;
                 Inner::TokenSpeed(self.check(r)?.into_inner())
             }
         };
@@ -373,6 +402,14 @@ impl WorkerChannel {
             abort: guard.disarm_into(),
         })
     }
+}
+
+fn sglang_on(channel: Channel) -> SglangSchedulerClient<Channel> {
+    SglangSchedulerClient::new(channel).max_decoding_message_size(MESSAGE_LIMIT)
+}
+
+fn tokenspeed_on(channel: Channel) -> TokenSpeedSchedulerClient<Channel> {
+    TokenSpeedSchedulerClient::new(channel).max_decoding_message_size(MESSAGE_LIMIT)
 }
 
 fn with_auth<T>(mut r: tonic::Request<T>, auth: Option<&Auth>) -> tonic::Request<T> {

@@ -23,6 +23,7 @@
 //! `pd::grpc`; the regular one beside HTTP's in `regular`.
 
 pub mod answer;
+pub mod bulk;
 pub mod client;
 pub mod cpu_pool;
 pub mod encode;

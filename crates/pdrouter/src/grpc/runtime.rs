@@ -132,6 +132,15 @@ impl Call {
         &self.req.request_id
     }
 
+    /// The prompt's size on the wire, roughly: its text plus its token ids (in bytes).
+    pub fn prompt_bytes(&self) -> usize {
+        self.req.tokenized.as_ref().map_or(0, |t| {
+            t.original_text
+                .len()
+                .saturating_add(t.input_ids.len().saturating_mul(4))
+        })
+    }
+
     /// Samples per prompt.
     pub fn samples(&self) -> u32 {
         self.req.sampling_params.as_ref().map_or(1, |s| s.n.max(1))

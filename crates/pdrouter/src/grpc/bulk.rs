@@ -1,0 +1,113 @@
+//! The thread that sends long prompts to gRPC workers.
+//!
+//! A 32k-token prompt is a few hundred kilobytes per leg: encoding it and writing it to the
+//! worker's connection holds a thread for about a millisecond, and on the router's async
+//! workers that is a millisecond every small request arriving meanwhile waits. So the bulk
+//! lane's connections (see the client's module) are driven by their own single-threaded
+//! runtime on this thread: their connection tasks, and with them the encoding and the socket
+//! writes of long prompts, run here. The thread lowers its scheduling priority to nice
+//! [`NICE`] when it starts (Linux): when both are ready the kernel runs the async workers
+//! first, while the bulk thread still gets a share of a busy CPU, so long prompts are delayed,
+//! never starved.
+//!
+//! Invariants:
+//! - One thread, started on first use, living as long as the process.
+//! - If it cannot be started, tasks run on the caller's runtime, as on any other channel.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+
+use tokio::runtime::{Builder, Handle};
+
+/// Nice value of the bulk thread.
+pub const NICE: i32 = 10;
+
+/// A task the bulk lane's channels spawn (their connection and request-body tasks).
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Spawns the tasks of a channel onto the bulk thread's runtime.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BulkExecutor;
+
+impl hyper::rt::Executor<Task> for BulkExecutor {
+    fn execute(&self, task: Task) {
+        match runtime() {
+            Some(h) => {
+                h.spawn(task);
+            }
+            None => {
+                tokio::spawn(task);
+            }
+        }
+    }
+}
+
+/// The bulk thread's runtime, started on first use (`None` if it could not be).
+fn runtime() -> Option<&'static Handle> {
+    static HANDLE: OnceLock<Option<Handle>> = OnceLock::new();
+    HANDLE.get_or_init(start).as_ref()
+}
+
+fn start() -> Option<Handle> {
+    let rt = match Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the bulk gRPC runtime");
+            return None;
+        }
+    };
+    let handle = rt.handle().clone();
+    let spawned = std::thread::Builder::new()
+        .name("pdrouter-bulk".into())
+        .spawn(move || {
+            lower_priority();
+            rt.block_on(std::future::pending::<()>());
+        });
+    match spawned {
+        Ok(_) => Some(handle),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the bulk gRPC thread");
+            None
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    // The nice value belongs to the thread on Linux: the runtime's workers are left be.
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), NICE) {
+        tracing::debug!(error = %e, "bulk gRPC thread keeps normal priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tasks_run_on_the_bulk_thread_at_a_lower_priority() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        hyper::rt::Executor::execute(
+            &BulkExecutor,
+            Box::pin(async move {
+                let name = std::thread::current().name().map(str::to_owned);
+                #[cfg(target_os = "linux")]
+                let nice =
+                    rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok();
+                #[cfg(not(target_os = "linux"))]
+                let nice: Option<i32> = None;
+                let _ = tx.send((name, nice));
+            }),
+        );
+        let (name, nice) = rx.await.unwrap();
+        assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
+        #[cfg(target_os = "linux")]
+        assert_eq!(nice, Some(NICE));
+        let _ = nice;
+    }
+}
