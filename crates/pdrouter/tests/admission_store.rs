@@ -339,3 +339,26 @@ async fn exchanges_push_wishes_and_hand_backs_to_the_other_replicas() {
     assert!(idle.held() + busy.held() <= N);
     listener.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spare_goes_where_requests_run_and_an_idle_replica_keeps_a_part() {
+    let (redis, mut a, mut b) = idle_and_busy().await;
+    let mut c = Replica::new(&redis, "quiet", TTL);
+    // Demand 3, 1 and 0 of N = 8: the spare 4 in proportion to demand + 1 (4 : 2 : 1), the
+    // leftover unit to the largest remainder.
+    for _ in 0..4 {
+        a.exchange(3).await;
+        b.exchange(1).await;
+        c.exchange(0).await;
+    }
+    assert_eq!((a.applied, b.applied, c.applied), (5, 2, 1));
+    // Equal demand: an even split.
+    for _ in 0..4 {
+        a.exchange(0).await;
+        b.exchange(0).await;
+        c.exchange(0).await;
+    }
+    let shares = [a.applied, b.applied, c.applied];
+    assert_eq!(shares.iter().sum::<u32>(), N);
+    assert!(shares.iter().all(|s| (2..=3).contains(s)), "{shares:?}");
+}

@@ -61,7 +61,7 @@ for i, key in ipairs(KEYS) do
   end
   if not stale then
     -- Targets. Total demand within N: everyone gets its demand, the spare goes to everyone
-    -- evenly (an idle replica can take a burst at once). Beyond N: in proportion to demand,
+    -- in proportion to demand + 1. Beyond N: in proportion to demand,
     -- so every replica's queue drains at the same pace, as one router's FIFO would (a replica
     -- whose small demand rounds to nothing grows its queue, hence its demand, until it counts).
     local total, target, rem = 0, {}, n
@@ -69,12 +69,27 @@ for i, key in ipairs(KEYS) do
       total = total + live[id].demand
     end
     if total <= n then
+      -- The spare in proportion to demand + 1 (largest remainders, ties by id): the next
+      -- arrivals most likely come where requests are already running, and an idle replica
+      -- still keeps a part for a burst.
       rem = n - total
-      for k, id in ipairs(ids) do
-        target[id] = live[id].demand + math.floor(rem / #ids)
-        if k <= rem % #ids then
-          target[id] = target[id] + 1
+      local weight = total + #ids
+      local fracs = {}
+      for _, id in ipairs(ids) do
+        local want = (live[id].demand + 1) * (n - total)
+        local give = math.floor(want / weight)
+        target[id] = live[id].demand + give
+        rem = rem - give
+        fracs[#fracs + 1] = {id = id, f = want - give * weight}
+      end
+      table.sort(fracs, function(x, y)
+        if x.f ~= y.f then
+          return x.f > y.f
         end
+        return x.id < y.id
+      end)
+      for k = 1, rem do
+        target[fracs[k].id] = target[fracs[k].id] + 1
       end
     else
       local order = {}
