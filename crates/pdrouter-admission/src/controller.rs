@@ -129,8 +129,8 @@ pub(crate) struct Inner {
     budgeted: AtomicBool,
     /// Signalled when a request starts waiting (slow path only), for whoever sizes the limits.
     enqueued: tokio::sync::Notify,
-    /// Signalled when a permit is released while nobody waits, once someone listens
-    /// ([`Admission::released_idle`]); until then a release pays one relaxed load for it.
+    /// Signalled when a permit is released while nobody waits, while releases are watched
+    /// ([`Admission::watch_releases`]).
     released: tokio::sync::Notify,
     release_watched: AtomicBool,
 }
@@ -365,13 +365,18 @@ impl Admission {
         self.inner.enqueued.notified().await;
     }
 
-    /// Completes once a permit has been released while nobody waited, since the last call
-    /// completed (one stored signal, however many releases). The unit it freed stays idle
-    /// until someone asks: for a task that hands unused limits back to others. Releases signal
-    /// only once something has called this.
+    /// Completes once a permit has been released while nobody waited and releases were
+    /// watched ([`watch_releases`](Admission::watch_releases)), since the last call completed
+    /// (one stored signal, however many releases): for a task that hands unused limits back to
+    /// others.
     pub async fn released_idle(&self) {
-        self.inner.release_watched.store(true, Relaxed);
         self.inner.released.notified().await;
+    }
+
+    /// Whether releases signal [`released_idle`](Admission::released_idle). Off by default:
+    /// a release then pays one relaxed load for it; on, also a wake of the waiting task.
+    pub fn watch_releases(&self, on: bool) {
+        self.inner.release_watched.store(on, Relaxed);
     }
 
     /// The number of waiting requests.

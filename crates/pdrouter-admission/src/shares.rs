@@ -24,7 +24,9 @@
 //!   has waiters or the last answer said that some replica wants more than it was granted on a
 //!   worker: the push is a shortcut, these polls are what moves shares without it;
 //! - when a request ends here while nobody waits, on a worker some other replica wants more
-//!   of ([`Admission::released_idle`]): the unit it freed can go to that replica at once;
+//!   of ([`Admission::released_idle`]; watched only while the last answer said contended,
+//!   so a quiet group's requests end without waking the sharer): the unit it freed can go to
+//!   that replica at once;
 //! - on [`Sharer::nudge`] (a worker was registered).
 //!
 //! **Handing back.** In an exchange made while some other replica wants more of a worker (the
@@ -550,6 +552,7 @@ impl Sharer {
                     let mut s = self.state.lock();
                     s.failing = true;
                     s.contended.clear();
+                    self.admission.watch_releases(false);
                 }
                 self.observer.exchange_failed(&e);
                 self.expire_if_due();
@@ -659,6 +662,9 @@ impl Sharer {
                 .filter(|(_, g)| g.contended)
                 .map(|(slot, _)| slot.key().into())
                 .collect();
+            // Releases matter only while some replica wants more: a quiet group's requests
+            // end without waking the sharer.
+            self.admission.watch_releases(!s.contended.is_empty());
             s.last_ok = Some(sent);
             s.replicas = grants.iter().map(|g| g.replicas).max().unwrap_or(1).max(1);
             for (slot, g) in slots.iter().zip(grants) {

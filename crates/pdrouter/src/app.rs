@@ -496,13 +496,16 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             // first request (bounded by the exchange timeout).
             sharer.tick().await;
             background.push(sharer.spawn());
-            // Other replicas' pushes: exchange early when a share should move.
+            // Other replicas' pushes: exchange early when a share should move. A lost or
+            // refused subscription is retried once per lease TTL (polls cover meanwhile).
             let weak = Arc::downgrade(&sharer);
-            background.push(leases.listen(store.interval, store.lease_ttl, move |push| {
-                if let Some(s) = weak.upgrade() {
-                    s.pushed(push);
-                }
-            }));
+            background.push(
+                leases.listen(store.lease_ttl, store.lease_ttl, move |push| {
+                    if let Some(s) = weak.upgrade() {
+                        s.pushed(push);
+                    }
+                }),
+            );
             // A new worker's slot admits nothing until its first share: ask for it at once.
             let weak = Arc::downgrade(&sharer);
             registry.subscribe(Arc::new(move |e: &Event| {

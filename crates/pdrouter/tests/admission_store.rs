@@ -362,3 +362,31 @@ async fn the_spare_goes_where_requests_run_and_an_idle_replica_keeps_a_part() {
     assert_eq!(shares.iter().sum::<u32>(), N);
     assert!(shares.iter().all(|s| (2..=3).contains(s)), "{shares:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_user_that_may_not_publish_still_exchanges() {
+    let redis = RedisServer::start().await;
+    redis.wait_uptime(TTL).await;
+    let admin = redis::Client::open(redis.url()).unwrap();
+    let mut conn = admin.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "nopub", "on", ">pw", "~*", "&*", "+@all", "-publish",
+        ])
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let url = StoreUrl::parse(&redis.url().replace("redis://", "redis://nopub:pw@")).unwrap();
+    let store = RedisLeases::new(&url, "test", "r".into(), TTL, Duration::from_secs(10)).unwrap();
+    // Wanting more than the limit would publish: refused by the ACL, the exchange still
+    // answers.
+    let reports = [ShareReport {
+        key: WORKER.into(),
+        limit: N,
+        held: 0,
+        demand: N + 4,
+    }];
+    let grants = store.exchange(1, &reports).await.expect("exchange");
+    assert_eq!(grants[0].share, N);
+    assert!(grants[0].contended);
+}

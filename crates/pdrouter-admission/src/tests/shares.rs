@@ -291,7 +291,7 @@ async fn a_worker_that_leaves_is_no_longer_reported() {
 
 #[tokio::test(start_paused = true)]
 async fn a_nudge_exchanges_before_the_interval_ends() {
-    let (f, store, s, task) = running(8, 2, 1).await;
+    let (_f, store, s, task) = running(8, 2, 1).await;
     assert_eq!(store.calls(), 1);
     sleep(INTERVAL / 4).await;
     assert_eq!(store.calls(), 1, "no exchange before the interval");
@@ -311,7 +311,7 @@ async fn calls_during(store: &FakeStore, d: Duration) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn exchanges_come_every_poll_only_while_someone_waits() {
-    let (f, store, s, task) = running(8, 1, 2).await;
+    let (f, store, _s, task) = running(8, 1, 2).await;
     // Nobody waits, the group is not contended: one exchange per interval.
     let quiet = calls_during(&store, INTERVAL * 5).await;
     assert!((5..=6).contains(&quiet), "{quiet} calls while quiet");
@@ -502,7 +502,7 @@ async fn on_a_contended_worker_a_replica_without_waiters_reports_only_what_it_us
 
 #[tokio::test(start_paused = true)]
 async fn a_request_ending_on_a_contended_worker_hands_its_unit_back_at_once() {
-    let (f, store, s, task) = running(8, 2, 2).await;
+    let (f, store, _s, task) = running(8, 2, 2).await;
     let a = f.get(Target::Any).await.unwrap();
     let b = f.get(Target::Any).await.unwrap();
     // Nobody else wants more: an ending request asks nothing of the store.

@@ -166,10 +166,11 @@ for i, key in ipairs(KEYS) do
   end
   out[i] = {live[me].grant, n, #ids, contended}
 end
+-- pcall: a store whose ACL refuses PUBLISH still shares limits, at the pace of the polls.
 if want then
-  redis.call('PUBLISH', channel, 'want ' .. me)
+  redis.pcall('PUBLISH', channel, 'want ' .. me)
 end
 if free then
-  redis.call('PUBLISH', channel, 'free ' .. me)
+  redis.pcall('PUBLISH', channel, 'free ' .. me)
 end
 return out
