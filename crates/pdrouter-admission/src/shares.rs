@@ -65,7 +65,7 @@
 //! `ceil(queued / workers)`. Every replica counts the same way, so the shares it yields are
 //! comparable between replicas, which is all the store's division needs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -288,14 +288,17 @@ struct State {
     last_ok: Option<Instant>,
     /// The last exchange failed (no early exchange until one succeeds).
     failing: bool,
-    /// The workers on which the last good exchange said some replica wants more than it was
-    /// granted.
-    contended: HashSet<Box<str>>,
+    /// The slots of the workers on which the last good exchange said some replica wants more
+    /// than it was granted (replaced at every exchange, so a worker that left is let go of
+    /// within one).
+    contended: Vec<Arc<Slot>>,
     /// A store push asked this replica to hand back what it does not use, at its next
     /// exchange.
     release: bool,
-    /// Pushes received and not yet looked at: (wanted, freed).
-    pushes: (bool, bool),
+    /// A [`Push::Wanted`] came and was not yet looked at.
+    pushed_want: bool,
+    /// A [`Push::Freed`] came and was not yet looked at.
+    pushed_free: bool,
     in_fallback: bool,
     /// Replicas the last good exchange saw (the most over its workers).
     replicas: u32,
@@ -333,9 +336,10 @@ impl Sharer {
                 seq: 0,
                 last_ok: None,
                 failing: false,
-                contended: HashSet::new(),
+                contended: Vec::new(),
                 release: false,
-                pushes: (false, false),
+                pushed_want: false,
+                pushed_free: false,
                 in_fallback: false,
                 replicas: 1,
                 views: HashMap::new(),
@@ -429,32 +433,20 @@ impl Sharer {
     /// Whether to exchange before the interval ends: the last exchange succeeded and either
     /// this replica has waiters or the group was contended. Local reads only.
     fn early_due(&self) -> bool {
-        let contended = {
-            let s = self.state.lock();
-            if s.failing || s.in_fallback {
-                return false;
-            }
-            !s.contended.is_empty()
-        };
-        contended || self.admission.queued() > 0
+        self.trusted() && (!self.state.lock().contended.is_empty() || self.admission.queued() > 0)
     }
 
     /// A request ended here while nobody waited: on a worker another replica wants more of,
     /// the unit it freed is worth handing back now rather than at the next poll.
     fn release_due(&self) -> bool {
-        if !self.trusted() || self.admission.queued() > 0 {
-            return false;
-        }
-        let slots = {
-            let s = self.state.lock();
-            if s.contended.is_empty() {
-                return false;
-            }
-            s.contended.clone()
-        };
-        self.current_slots()
-            .iter()
-            .any(|s| slots.contains(s.key()) && s.limit() > s.inflight())
+        self.trusted()
+            && self.admission.queued() == 0
+            && self
+                .state
+                .lock()
+                .contended
+                .iter()
+                .any(|s| s.limit() > s.inflight())
     }
 
     /// The store pushed word that another replica wants more or handed something back.
@@ -464,7 +456,13 @@ impl Sharer {
     /// report, the other cannot grow) and those holding units they do not use (that exchange
     /// hands them back).
     fn push_due(&self) -> bool {
-        let (wanted, freed) = std::mem::take(&mut self.state.lock().pushes);
+        let (wanted, freed) = {
+            let mut s = self.state.lock();
+            (
+                std::mem::take(&mut s.pushed_want),
+                std::mem::take(&mut s.pushed_free),
+            )
+        };
         if !self.trusted() {
             return false;
         }
@@ -487,8 +485,8 @@ impl Sharer {
     pub fn pushed(&self, push: Push) {
         {
             let mut s = self.state.lock();
-            s.pushes.0 |= matches!(push, Push::Wanted | Push::Both);
-            s.pushes.1 |= matches!(push, Push::Freed | Push::Both);
+            s.pushed_want |= matches!(push, Push::Wanted | Push::Both);
+            s.pushed_free |= matches!(push, Push::Freed | Push::Both);
         }
         self.push.notify_one();
     }
@@ -616,15 +614,16 @@ impl Sharer {
         let lowered: Vec<(Arc<Slot>, ShareView)> = {
             let mut s = self.state.lock();
             let all = std::mem::take(&mut s.release);
-            if s.in_fallback || (!all && s.contended.is_empty()) {
+            if s.in_fallback {
                 return;
             }
             let mut lowered = Vec::new();
-            for slot in slots {
-                if !all && !s.contended.contains(slot.key()) {
-                    continue;
-                }
-                let Some(view) = s.views.get_mut(slot.key()) else {
+            let State {
+                contended, views, ..
+            } = &mut *s;
+            let targets = if all { slots } else { &contended[..] };
+            for slot in targets {
+                let Some(view) = views.get_mut(slot.key()) else {
                     continue;
                 };
                 let inflight = slot.inflight();
@@ -660,7 +659,7 @@ impl Sharer {
                 .iter()
                 .zip(grants)
                 .filter(|(_, g)| g.contended)
-                .map(|(slot, _)| slot.key().into())
+                .map(|(slot, _)| Arc::clone(slot))
                 .collect();
             // Releases matter only while some replica wants more: a quiet group's requests
             // end without waking the sharer.

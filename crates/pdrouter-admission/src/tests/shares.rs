@@ -124,16 +124,22 @@ fn sharer(
 }
 
 /// A sharer over one worker `w0` (queue of `queue`, hold fallback) whose store grants `share`
-/// of 8 seen by `replicas`, running, after its first exchange.
+/// of 8 seen by `replicas`; nothing exchanged yet.
+fn granting(queue: usize, share: u32, replicas: u32) -> (Fixture, FakeStore, Arc<Sharer>) {
+    let f = Fixture::new(0, queue, 60, &["w0"]);
+    let store = FakeStore::default();
+    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
+    store.set(Mode::Grant { share, replicas });
+    (f, store, s)
+}
+
+/// [`granting`], running, after its first exchange.
 async fn running(
     queue: usize,
     share: u32,
     replicas: u32,
 ) -> (Fixture, FakeStore, Arc<Sharer>, tokio::task::JoinHandle<()>) {
-    let f = Fixture::new(0, queue, 60, &["w0"]);
-    let store = FakeStore::default();
-    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
-    store.set(Mode::Grant { share, replicas });
+    let (f, store, s) = granting(queue, share, replicas);
     let task = s.spawn();
     settle().await;
     (f, store, s, task)
@@ -464,13 +470,7 @@ async fn a_push_makes_a_replica_hand_back_the_share_it_does_not_use() {
 
 #[tokio::test(start_paused = true)]
 async fn on_a_contended_worker_a_replica_without_waiters_reports_only_what_it_uses() {
-    let f = Fixture::new(0, 8, 60, &["w0"]);
-    let store = FakeStore::default();
-    let (s, _) = sharer(&f, &store, Fallback::Hold, None);
-    store.set(Mode::Grant {
-        share: 3,
-        replicas: 2,
-    });
+    let (f, store, s) = granting(8, 3, 2);
     s.tick().await;
     let a = f.get(Target::Any).await.unwrap();
     // Not contended: the whole share is held.

@@ -20,6 +20,32 @@
 -- replica. A store up for less than one TTL may have lost leases that replicas still use (it
 -- restarted), so until then a replica keeps at most what it already holds: by then every
 -- replica has either re-registered or stopped using its old leases.
+-- `amount` split over `ids` in proportion to `weight(id)` (integers, total above 0): each gets
+-- the floor of its part, the leftover (fewer units than ids) goes to the largest fractions, ties
+-- to the smaller id.
+local function apportion(ids, amount, weight)
+  local total, parts, fracs, rest = 0, {}, {}, amount
+  for _, id in ipairs(ids) do
+    total = total + weight(id)
+  end
+  for _, id in ipairs(ids) do
+    local scaled = weight(id) * amount
+    parts[id] = math.floor(scaled / total)
+    rest = rest - parts[id]
+    fracs[#fracs + 1] = {id = id, f = scaled - parts[id] * total}
+  end
+  table.sort(fracs, function(x, y)
+    if x.f ~= y.f then
+      return x.f > y.f
+    end
+    return x.id < y.id
+  end)
+  for k = 1, rest do
+    parts[fracs[k].id] = parts[fracs[k].id] + 1
+  end
+  return parts
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, seq, ttl, channel = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -44,10 +70,8 @@ for i, key in ipairs(KEYS) do
     end
   end
   local stale = live[me] ~= nil and live[me].seq >= seq
-  local before = 0
-  if live[me] ~= nil then
-    before = math.max(live[me].held, live[me].grant)
-  end
+  -- What this replica could have in flight before this report (for 'free').
+  local before = live[me] and math.max(live[me].held, live[me].grant) or 0
   if not stale then
     if live[me] == nil then
       ids[#ids + 1] = me
@@ -64,72 +88,19 @@ for i, key in ipairs(KEYS) do
     -- in proportion to demand + 1. Beyond N: in proportion to demand,
     -- so every replica's queue drains at the same pace, as one router's FIFO would (a replica
     -- whose small demand rounds to nothing grows its queue, hence its demand, until it counts).
-    local total, target, rem = 0, {}, n
+    local total, target = 0, {}
     for _, id in ipairs(ids) do
       total = total + live[id].demand
     end
     if total <= n then
-      -- The spare in proportion to demand + 1 (largest remainders, ties by id): the next
-      -- arrivals most likely come where requests are already running, and an idle replica
+      -- The next arrivals most likely come where requests already run; an idle replica
       -- still keeps a part for a burst.
-      rem = n - total
-      local weight = total + #ids
-      local fracs = {}
+      local spare = apportion(ids, n - total, function(id) return live[id].demand + 1 end)
       for _, id in ipairs(ids) do
-        local want = (live[id].demand + 1) * (n - total)
-        local give = math.floor(want / weight)
-        target[id] = live[id].demand + give
-        rem = rem - give
-        fracs[#fracs + 1] = {id = id, f = want - give * weight}
-      end
-      table.sort(fracs, function(x, y)
-        if x.f ~= y.f then
-          return x.f > y.f
-        end
-        return x.id < y.id
-      end)
-      for k = 1, rem do
-        target[fracs[k].id] = target[fracs[k].id] + 1
+        target[id] = live[id].demand + spare[id]
       end
     else
-      local order = {}
-      for k, id in ipairs(ids) do
-        order[k] = id
-      end
-      table.sort(order, function(x, y)
-        if live[x].demand ~= live[y].demand then
-          return live[x].demand > live[y].demand
-        end
-        return x < y
-      end)
-      for _, id in ipairs(order) do
-        target[id] = 0
-      end
-      local rest = 0
-      for _, id in ipairs(order) do
-        rest = rest + live[id].demand - target[id]
-      end
-      if rest > 0 then
-        -- Largest remainders: floor(want / rest) each, the leftover (fewer than the
-        -- replicas) to the largest fractions.
-        local base, fracs = rem, {}
-        for _, id in ipairs(order) do
-          local want = (live[id].demand - target[id]) * base
-          local give = math.floor(want / rest)
-          target[id] = target[id] + give
-          rem = rem - give
-          fracs[#fracs + 1] = {id = id, f = want - give * rest}
-        end
-        table.sort(fracs, function(x, y)
-          if x.f ~= y.f then
-            return x.f > y.f
-          end
-          return x.id < y.id
-        end)
-        for k = 1, rem do
-          target[fracs[k].id] = target[fracs[k].id] + 1
-        end
-      end
+      target = apportion(ids, n, function(id) return live[id].demand end)
     end
     local others = 0
     for _, id in ipairs(ids) do

@@ -61,7 +61,7 @@ fn start() -> Option<Handle> {
     let spawned = std::thread::Builder::new()
         .name("pdrouter-bulk".into())
         .spawn(move || {
-            lower_priority();
+            super::cpu_pool::renice_this_thread(NICE, "bulk gRPC");
             rt.block_on(std::future::pending::<()>());
         });
     match spawned {
@@ -72,18 +72,6 @@ fn start() -> Option<Handle> {
         }
     }
 }
-
-#[cfg(target_os = "linux")]
-fn lower_priority() {
-    // The nice value belongs to the thread on Linux: the runtime's workers are left be.
-    let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), NICE) {
-        tracing::debug!(error = %e, "bulk gRPC thread keeps normal priority");
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
 
 #[cfg(test)]
 mod tests {
@@ -96,18 +84,23 @@ mod tests {
             &BulkExecutor,
             Box::pin(async move {
                 let name = std::thread::current().name().map(str::to_owned);
-                #[cfg(target_os = "linux")]
-                let nice =
-                    rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok();
-                #[cfg(not(target_os = "linux"))]
-                let nice: Option<i32> = None;
-                let _ = tx.send((name, nice));
+                let _ = tx.send((name, own_nice()));
             }),
         );
         let (name, nice) = rx.await.unwrap();
         assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
-        #[cfg(target_os = "linux")]
-        assert_eq!(nice, Some(NICE));
-        let _ = nice;
+        if cfg!(target_os = "linux") {
+            assert_eq!(nice, Some(NICE));
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> Option<i32> {
+        rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok()
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn own_nice() -> Option<i32> {
+        None
     }
 }

@@ -84,14 +84,25 @@ fn lower_priority() {
     if set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle).is_ok() {
         return;
     }
-    let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), NICE) {
-        tracing::debug!(error = %e, "tokenizer thread keeps normal priority");
-    }
+    renice_this_thread(NICE, "tokenizer");
 }
 
 #[cfg(not(target_os = "linux"))]
 fn lower_priority() {}
+
+/// Sets the calling thread's nice value (on Linux a thread's own, so the runtime's threads are
+/// left be); `what` names the thread in the debug line logged if that is refused.
+#[cfg(target_os = "linux")]
+pub(crate) fn renice_this_thread(nice: i32, what: &str) {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
+        tracing::debug!(error = %e, thread = what, "thread keeps normal priority");
+    }
+}
+
+/// Nothing to do where the nice value is the process's.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn renice_this_thread(_nice: i32, _what: &str) {}
 
 /// Runs `f` on the pool and waits for its result without blocking the runtime.
 pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
