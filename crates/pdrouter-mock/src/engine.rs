@@ -30,7 +30,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -40,10 +40,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty};
-use hyper::Request;
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -504,20 +504,11 @@ pub(crate) async fn await_room_tag(
     } else {
         format!("{host}:{port}")
     };
-    let tcp = TcpStream::connect(&authority)
-        .await
+    let uri: hyper::Uri = format!("http://{authority}/room/{room}")
+        .parse()
         .map_err(|e| format!("bootstrap {authority}: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| format!("bootstrap {authority}: {e}"))?;
-    tokio::spawn(conn);
-    let req = Request::get(format!("/room/{room}"))
-        .header("host", &authority)
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender
-        .send_request(req)
+    let resp = bootstrap_client()
+        .get(uri)
         .await
         .map_err(|e| format!("bootstrap {authority}: {e}"))?;
     let status = resp.status();
@@ -533,6 +524,23 @@ pub(crate) async fn await_room_tag(
     } else {
         Err(format!("bootstrap {authority} room {room}: {status}"))
     }
+}
+
+/// Most idle bootstrap connections kept per prefill worker.
+const BOOTSTRAP_IDLE_PER_HOST: usize = 32;
+
+/// The client of the bootstrap long polls, shared by the process: a decode worker asks a
+/// room per request, and a new connection each time would cost its prefill worker an accept
+/// (and both a handshake) per request; kept-alive connections are reused instead.
+fn bootstrap_client() -> &'static Client<HttpConnector, Empty<Bytes>> {
+    static CLIENT: OnceLock<Client<HttpConnector, Empty<Bytes>>> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(BOOTSTRAP_IDLE_PER_HOST)
+            .build(connector)
+    })
 }
 
 /// Waits for every rendezvous point of a decode request (concurrently).

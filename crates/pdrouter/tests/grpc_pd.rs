@@ -534,7 +534,7 @@ async fn token_budget_charges_the_tokenizer_count() {
 
 #[tokio::test]
 async fn long_prompts_go_on_a_second_connection_so_short_ones_are_not_queued_behind_them() {
-    let (_p, d, cfg) = pair(2).await;
+    let (p, d, cfg) = pair(2).await;
     let r = router(cfg).await;
     let reply = post(r.addr(), "/generate", r#"{"text":"hi"}"#).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -550,13 +550,15 @@ async fn long_prompts_go_on_a_second_connection_so_short_ones_are_not_queued_beh
     }
     let bulk = d.stats().connections_total;
     assert_eq!(bulk, before + 1, "one bulk connection per worker, reused");
-    assert_eq!(
-        d.stats().last_request.unwrap()["input_ids"]
-            .as_array()
-            .unwrap()
-            .len(),
-        14 * 1024
-    );
+    // Both legs carry the same message (encoded once for the two): the whole prompt, one
+    // byte-level id per byte, and the same request id and KV ticket.
+    let decoded = d.stats().last_request.unwrap();
+    let ids = decoded["input_ids"].as_array().unwrap();
+    assert_eq!(ids.len(), 14 * 1024);
+    assert!(ids.iter().all(|id| id == u32::from(b'w')));
+    assert_eq!(decoded["original_text"], long.as_str());
+    assert!(decoded["disaggregated_params"]["bootstrap_room"].is_number());
+    assert_eq!(p.stats().last_request.unwrap(), decoded);
     // Short prompts stay on the first connection; a prompt at the threshold too.
     let short = serde_json::json!({ "text": "w".repeat(12 * 1024) }).to_string();
     for b in [r#"{"text":"hi"}"#, short.as_str()] {

@@ -2,7 +2,8 @@
 //! protocol: runtime detection (with and without the `--runtime` hint), PD with one
 //! `kv_bootstrap_info` on both legs for every endpoint, streaming and not, sampling scalars
 //! sent only when the client set them, the refusals (prompt logprobs, a PD pair of two
-//! runtimes, unreachable or non-gRPC worker URLs) and nothing held afterwards. The admission
+//! runtimes, unreachable or non-gRPC worker URLs), a long prompt reaching both legs whole,
+//! and nothing held afterwards. The admission
 //! scenarios run over TokenSpeed too (`admission_e2e`, `chaos`, `prefill_release`).
 
 mod support;
@@ -98,6 +99,26 @@ async fn pd_legs_share_one_kv_ticket_for_every_endpoint_streaming_or_not() {
     assert_eq!(runtime_of(&r, &p.url()), Some(Runtime::TokenSpeed));
     assert!(eventually(WAIT, || total_load(&r) == 0).await);
     assert!(eventually(WAIT, || p.stats().inflight == 0 && d.stats().inflight == 0).await);
+}
+
+/// A long prompt (above the bulk threshold) is encoded once for both legs: each worker still
+/// gets the whole of TokenSpeed's message, ticket included.
+#[tokio::test]
+async fn a_long_prompt_reaches_both_legs_whole() {
+    let (p, d, cfg) = ts_pair(3).await;
+    let r = router(cfg).await;
+    let long = "w".repeat(14 * 1024);
+    let body = serde_json::json!({ "text": long, "sampling_params": {"temperature": 0} });
+    let reply = post(r.addr(), "/generate", &body.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let dl = d.stats().last_request.unwrap();
+    assert_eq!(dl["runtime"], "tokenspeed");
+    let ids = dl["input_ids"].as_array().unwrap();
+    assert_eq!(ids.len(), 14 * 1024);
+    assert!(ids.iter().all(|id| id == u32::from(b'w')));
+    assert_eq!(dl["kv_bootstrap_info"]["bootstrap_port"], p.addr().port());
+    assert_eq!(p.stats().last_request.unwrap(), dl);
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
 }
 
 #[tokio::test]

@@ -5,10 +5,13 @@
 //! workers that is a millisecond every small request arriving meanwhile waits. So the bulk
 //! lane's connections (see the client's module) are driven by their own single-threaded
 //! runtime on this thread: their connection tasks, and with them the encoding and the socket
-//! writes of long prompts, run here. The thread lowers its scheduling priority to nice
-//! [`NICE`] when it starts (Linux): when both are ready the kernel runs the async workers
-//! first, while the bulk thread still gets a share of a busy CPU, so long prompts are delayed,
-//! never starved.
+//! writes of long prompts, run here. The thread lowers its own priority when it starts, as the
+//! tokenizer threads do (see [`super::cpu_pool::lower_priority`]: `SCHED_IDLE` on Linux). A
+//! thread at nice 10 was not enough: the kernel lets a running thread finish its time slice
+//! before a woken one of the same policy preempts it, so a socket-woken async worker still
+//! waited up to a write's length behind this one. An idle-policy thread is preempted at once,
+//! and still gets a small share of a saturated CPU, so long prompts are delayed, never
+//! starved.
 //!
 //! Invariants:
 //! - One thread, started on first use, living as long as the process.
@@ -19,9 +22,6 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 
 use tokio::runtime::{Builder, Handle};
-
-/// Nice value of the bulk thread.
-pub const NICE: i32 = 10;
 
 /// A task the bulk lane's channels spawn (their connection and request-body tasks).
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -61,7 +61,7 @@ fn start() -> Option<Handle> {
     let spawned = std::thread::Builder::new()
         .name("pdrouter-bulk".into())
         .spawn(move || {
-            super::cpu_pool::renice_this_thread(NICE, "bulk gRPC");
+            super::cpu_pool::lower_priority("bulk gRPC");
             rt.block_on(std::future::pending::<()>());
         });
     match spawned {
@@ -78,29 +78,46 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn tasks_run_on_the_bulk_thread_at_a_lower_priority() {
+    async fn tasks_run_on_the_bulk_thread_at_idle_priority() {
         let (tx, rx) = tokio::sync::oneshot::channel();
         hyper::rt::Executor::execute(
             &BulkExecutor,
             Box::pin(async move {
                 let name = std::thread::current().name().map(str::to_owned);
-                let _ = tx.send((name, own_nice()));
+                let _ = tx.send((name, policy()));
             }),
         );
-        let (name, nice) = rx.await.unwrap();
+        let (name, policy) = rx.await.unwrap();
         assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
-        if cfg!(target_os = "linux") {
-            assert_eq!(nice, Some(NICE));
+        #[cfg(target_os = "linux")]
+        {
+            use thread_priority::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+            // An unprivileged thread may always move itself to SCHED_IDLE.
+            assert_eq!(
+                policy,
+                Some(ThreadSchedulePolicy::Normal(
+                    NormalThreadSchedulePolicy::Idle
+                ))
+            );
+            // The test's own thread is untouched.
+            assert_eq!(
+                thread_priority::thread_schedule_policy().ok(),
+                Some(ThreadSchedulePolicy::Normal(
+                    NormalThreadSchedulePolicy::Other
+                ))
+            );
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = policy;
     }
 
     #[cfg(target_os = "linux")]
-    fn own_nice() -> Option<i32> {
-        rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok()
+    fn policy() -> Option<thread_priority::ThreadSchedulePolicy> {
+        thread_priority::thread_schedule_policy().ok()
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn own_nice() -> Option<i32> {
+    fn policy() -> Option<()> {
         None
     }
 }

@@ -34,6 +34,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
 use super::bulk::BulkExecutor;
+use super::encoded::{self, Prepared};
 use super::runtime::{self, Call, Runtime};
 
 /// HTTP/2 keep-alive ping period on worker channels.
@@ -370,6 +371,31 @@ impl WorkerChannel {
             .map_err(|e| e.to_string())?
     }
 
+    /// `msg` as a `Generate` call: the worker's credential and the trace context.
+    fn generate_call<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = self.call(msg);
+        crate::telemetry::propagate_to_grpc(req.metadata_mut());
+        req
+    }
+
+    /// Starts `Generate` with a message whose encoding its sibling leg shares.
+    async fn generate_prepared<M, R>(
+        &self,
+        lane: Channel,
+        msg: Prepared<M>,
+    ) -> Result<tonic::Response<Streaming<R>>, Status>
+    where
+        M: prost::Message + Send + Sync + 'static,
+        R: prost::Message + Default + Send + 'static,
+    {
+        let service = match msg.runtime() {
+            Runtime::Sglang => pdrouter_proto::SCHEDULER_SERVICE,
+            Runtime::TokenSpeed => pdrouter_proto::TOKENSPEED_SCHEDULER_SERVICE,
+        };
+        let req = self.generate_call(msg);
+        encoded::server_streaming(lane, service, "Generate", req, MESSAGE_LIMIT).await
+    }
+
     /// Starts `Generate` in the worker's runtime. The returned stream aborts the request if
     /// dropped before its end; so does a call dropped while it is still starting.
     pub async fn generate(&self, call: Call) -> Result<LegStream, Status> {
@@ -382,17 +408,27 @@ impl WorkerChannel {
         };
         let samples = call.samples();
         let lane = self.generate_channel(call.prompt_bytes())?;
-        let stream = match rt {
-            Runtime::Sglang => {
-                let mut req = self.call(call.into_sglang());
-                crate::telemetry::propagate_to_grpc(req.metadata_mut());
-                let r = sglang_on(lane).generate(req).await;
+        let shared = call.shared.clone();
+        let stream = match (rt, shared) {
+            (Runtime::Sglang, None) => {
+                let r = sglang_on(lane)
+                    .generate(self.generate_call(call.into_sglang()))
+                    .await;
                 Inner::Sglang(self.check(r)?.into_inner())
             }
-            Runtime::TokenSpeed => {
-                let mut req = self.call(call.into_tokenspeed());
-                crate::telemetry::propagate_to_grpc(req.metadata_mut());
-                let r = tokenspeed_on(lane).generate(req).await;
+            (Runtime::TokenSpeed, None) => {
+                let msg = call.into_tokenspeed();
+                let r = tokenspeed_on(lane).generate(self.generate_call(msg)).await;
+                Inner::TokenSpeed(self.check(r)?.into_inner())
+            }
+            (Runtime::Sglang, Some(shared)) => {
+                let msg = Prepared::new(call.into_sglang(), rt, shared);
+                let r = self.generate_prepared(lane, msg).await;
+                Inner::Sglang(self.check(r)?.into_inner())
+            }
+            (Runtime::TokenSpeed, Some(shared)) => {
+                let msg = Prepared::new(call.into_tokenspeed(), rt, shared);
+                let r = self.generate_prepared(lane, msg).await;
                 Inner::TokenSpeed(self.check(r)?.into_inner())
             }
         };

@@ -59,7 +59,7 @@ fn queue() -> &'static Mutex<Sender<Job>> {
 }
 
 fn serve(rx: &Mutex<Receiver<Job>>) {
-    lower_priority();
+    lower_priority("tokenizer");
     loop {
         // The lock is held only while taking a job, never while running one.
         let job = match rx.lock() {
@@ -73,36 +73,28 @@ fn serve(rx: &Mutex<Receiver<Job>>) {
     }
 }
 
+/// Moves the calling thread to `SCHED_IDLE`, or to nice [`NICE`] where that policy is
+/// refused (on Linux policy and nice value belong to the thread, so the runtime's threads are
+/// left be); `what` names the thread in the debug line logged if both are refused. Elsewhere
+/// the thread keeps normal priority.
 #[cfg(target_os = "linux")]
-fn lower_priority() {
+pub(crate) fn lower_priority(what: &str) {
     use thread_priority::{
         NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
         set_thread_priority_and_policy, thread_native_id,
     };
-    // Policy and nice value belong to the thread on Linux: the runtime's threads are left be.
     let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
     if set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle).is_ok() {
         return;
     }
-    renice_this_thread(NICE, "tokenizer");
-}
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
-
-/// Sets the calling thread's nice value (on Linux a thread's own, so the runtime's threads are
-/// left be); `what` names the thread in the debug line logged if that is refused.
-#[cfg(target_os = "linux")]
-pub(crate) fn renice_this_thread(nice: i32, what: &str) {
     let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), NICE) {
         tracing::debug!(error = %e, thread = what, "thread keeps normal priority");
     }
 }
 
-/// Nothing to do where the nice value is the process's.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn renice_this_thread(_nice: i32, _what: &str) {}
+pub(crate) fn lower_priority(_what: &str) {}
 
 /// Runs `f` on the pool and waits for its result without blocking the runtime.
 pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {

@@ -27,6 +27,7 @@ pub mod bulk;
 pub mod client;
 pub mod cpu_pool;
 pub mod encode;
+pub mod encoded;
 pub mod info;
 pub mod output;
 pub mod runtime;

@@ -124,9 +124,32 @@ pub struct Call {
     /// The request's images (EPD, TokenSpeed only): items on both legs, encode tickets on
     /// the Prefill's.
     pub images: crate::images::CallImages,
+    /// The encoding this call shares with its sibling leg (a long prompt in PD, see
+    /// [`Call::share_encoding`]).
+    pub shared: Option<super::encoded::SharedEncoding>,
 }
 
 impl Call {
+    /// Lets `a` and `b`, the two legs of one prompt, share one encoding of their message, when
+    /// the prompt is long enough for the bulk lane and every field the messages are built from
+    /// is equal (in EPD the Prefill's carries encode tickets, and a DP-aware pool may give the
+    /// legs different ranks: those encode their own).
+    pub fn share_encoding(a: &mut Call, b: &mut Call) {
+        let same = a.dp_rank == b.dp_rank
+            && a.kv == b.kv
+            && a.images.images.is_none()
+            && b.images.images.is_none()
+            && a.images.encode.is_empty()
+            && b.images.encode.is_empty()
+            && a.unset == b.unset
+            && a.req == b.req;
+        if same && a.prompt_bytes() > super::client::BULK_PROMPT_BYTES {
+            let shared = super::encoded::SharedEncoding::default();
+            a.shared = Some(shared.clone());
+            b.shared = Some(shared);
+        }
+    }
+
     /// The request id.
     pub fn request_id(&self) -> &str {
         &self.req.request_id
@@ -169,6 +192,7 @@ impl Call {
             dp_rank,
             kv,
             images,
+            shared: _,
         } = self;
         let set = |k: &str| !unset.contains(&k);
         let sampling_params = req.sampling_params.map(|p| {
@@ -364,6 +388,7 @@ mod tests {
                 room: (1 << 40) + 3,
             }),
             images: Default::default(),
+            shared: None,
         }
     }
 
@@ -474,5 +499,50 @@ mod tests {
             c.matched_stop,
             Some(generate_complete::MatchedStop::MatchedTokenId(5))
         );
+    }
+
+    /// A call whose prompt is `ids` ids long: above the bulk threshold from 16 Ki ids on.
+    fn long_call(ids: u32) -> Call {
+        let mut c = call(&["top_k"]);
+        c.req.tokenized = Some(TokenizedInput {
+            original_text: "w".repeat(ids as usize),
+            input_ids: (0..ids).collect(),
+        });
+        c
+    }
+
+    fn shares(a: &mut Call, b: &mut Call) -> bool {
+        Call::share_encoding(a, b);
+        assert_eq!(a.shared.is_some(), b.shared.is_some());
+        a.shared.is_some()
+    }
+
+    #[test]
+    fn legs_share_an_encoding_only_for_long_prompts_with_equal_messages() {
+        let long = long_call(16 * 1024);
+        assert!(long.prompt_bytes() > super::super::client::BULK_PROMPT_BYTES);
+        assert!(shares(&mut long.clone(), &mut long.clone()));
+        // A short prompt encodes per leg, where it is sent: there is nothing to gain.
+        let short = call(&[]);
+        assert!(!shares(&mut short.clone(), &mut short.clone()));
+        // Any field that makes the messages differ keeps the encodings apart.
+        let differ: [fn(&mut Call); 5] = [
+            |c| c.dp_rank = Some(1),
+            |c| c.kv.as_mut().unwrap().room += 1,
+            |c| c.req.request_id.push('x'),
+            |c| c.unset = std::sync::Arc::from(&["top_k", "top_p"][..]),
+            |c| {
+                c.images.encode.push(crate::images::EncodeTicket {
+                    item_index: 0,
+                    at: c.kv.clone().unwrap(),
+                })
+            },
+        ];
+        for change in differ {
+            let mut a = long.clone();
+            let mut b = long.clone();
+            change(&mut b);
+            assert!(!shares(&mut a, &mut b), "{b:?}");
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::error::{ApiError, Leg};
 use crate::grpc::answer::{self, GrpcPlan, Source, status_error};
 use crate::grpc::client::Legs;
 use crate::grpc::output::{self, InputLogprob};
-use crate::grpc::runtime::KvTicket;
+use crate::grpc::runtime::{Call, KvTicket};
 
 impl Dispatcher {
     /// The gRPC half of a PD attempt, once the pair is chosen (see `pd_attempt`).
@@ -114,6 +114,9 @@ impl Dispatcher {
         }
         for c in &mut dcalls {
             c.dp_rank = decode.dp_rank();
+        }
+        for (p, d) in calls.iter_mut().zip(dcalls.iter_mut()) {
+            Call::share_encoding(p, d);
         }
         let reqs = calls;
         let dreqs = dcalls;

@@ -149,6 +149,7 @@ impl Plan {
                     images: self.images.clone(),
                     encode: Vec::new(),
                 },
+                shared: None,
             })
             .collect()
     }
