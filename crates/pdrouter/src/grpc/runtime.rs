@@ -135,6 +135,9 @@ impl Call {
     /// is equal (in EPD the Prefill's carries encode tickets, and a DP-aware pool may give the
     /// legs different ranks: those encode their own).
     pub fn share_encoding(a: &mut Call, b: &mut Call) {
+        if a.prompt_bytes() <= super::client::BULK_PROMPT_BYTES {
+            return;
+        }
         let same = a.dp_rank == b.dp_rank
             && a.kv == b.kv
             && a.images.images.is_none()
@@ -143,7 +146,7 @@ impl Call {
             && b.images.encode.is_empty()
             && a.unset == b.unset
             && a.req == b.req;
-        if same && a.prompt_bytes() > super::client::BULK_PROMPT_BYTES {
+        if same {
             let shared = super::encoded::SharedEncoding::default();
             a.shared = Some(shared.clone());
             b.shared = Some(shared);
