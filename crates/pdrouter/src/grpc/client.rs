@@ -423,12 +423,14 @@ impl WorkerChannel {
             }
             (Runtime::Sglang, Some(shared)) => {
                 let msg = Prepared::new(call.into_sglang(), rt, shared);
-                let r = self.generate_prepared(lane, msg).await;
+                // Boxed: tonic's call state is kilobytes, and inline it would grow (and have
+                // copied on every move) the future of every call, long prompt or not.
+                let r = Box::pin(self.generate_prepared(lane, msg)).await;
                 Inner::Sglang(self.check(r)?.into_inner())
             }
             (Runtime::TokenSpeed, Some(shared)) => {
                 let msg = Prepared::new(call.into_tokenspeed(), rt, shared);
-                let r = self.generate_prepared(lane, msg).await;
+                let r = Box::pin(self.generate_prepared(lane, msg)).await;
                 Inner::TokenSpeed(self.check(r)?.into_inner())
             }
         };
@@ -678,6 +680,31 @@ impl Legs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `Generate` call holds this future until its stream starts, and it is moved while
+    /// being set up: a path that keeps tonic's call state inline (kilobytes) would grow it and
+    /// the copying of it for every call, as the long-prompt path did before it was boxed.
+    #[test]
+    fn the_generate_future_stays_small() {
+        let channel = WorkerChannel::new("grpc://127.0.0.1:1", None, None);
+        let call = Call {
+            req: Default::default(),
+            unset: std::sync::Arc::from(&[][..]),
+            dp_rank: None,
+            kv: None,
+            images: Default::default(),
+            shared: None,
+        };
+        let size = std::mem::size_of_val(&channel.generate(call));
+        eprintln!("generate future: {size} bytes");
+        assert!(
+            size <= GENERATE_FUTURE_BUDGET,
+            "generate future grew to {size} bytes"
+        );
+    }
+
+    /// 6,720 bytes in a debug build when written; 8,568 with the long-prompt path inline.
+    const GENERATE_FUTURE_BUDGET: usize = 7_168;
 
     #[test]
     fn calls_carry_the_workers_key() {
