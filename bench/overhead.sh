@@ -30,15 +30,16 @@
 # ~32k-token prompts back to back; prints both p99s and their difference
 # (target: at most 1 ms more; tokenization of large prompts runs off the
 # router's async threads). The small requests run alone twice, before and
-# after the large prompts, and the lower p99 is the baseline. The large prompts name another model, served by a
-# Prefill/Decode mock pair of its own that runs at idle CPU priority
-# (`chrt --idle`, when present) on the mocks' core: in a deployment the
-# engines run elsewhere, and here the mocks' own work on 130-odd large prompts
-# a second would otherwise delay the small requests' mocks on their shared
-# core, a cost that is the harness's, not the router's. The router is shared
-# by both streams: one process, one async thread, one tokenizer pool. A last
-# run sends the large prompts to the small requests' own mock pair and prints
-# that difference too (shared_engines_p99_added_ms), for comparison only.
+# after the large prompts, and the lower p99 is the baseline. The large
+# prompts name another model, served by a Prefill/Decode mock pair of its own
+# that runs at idle CPU priority (`chrt --idle`, when present) on the mocks'
+# core: in a deployment the engines run elsewhere, and here the mocks' own
+# work on 100-odd large prompts a second would otherwise delay the small
+# requests' mocks on their shared core, a cost that is the harness's, not the
+# router's. The router is shared by both streams: one process, one async
+# thread, one tokenizer pool. A last run sends the large prompts to the small
+# requests' own mock pair and prints that difference too
+# (shared_engines_p99_added_ms), for comparison only.
 #
 # Setup: a decode and a prefill pdrouter-mock (no delays), and the same over
 # gRPC; each router runs alone, pinned to core 0 with TOKIO_WORKER_THREADS=1;
@@ -85,21 +86,24 @@ scenario_args 10 3 '2,56p' "${ARGS[@]}"
 # words giving about TOKENS byte-level tokens.
 words_for() { calc %.0f "$1 / 4.89"; }
 
-# The gRPC fleet: one Prefill and one Decode mock; the router's --prefill flags (the Decode
-# mock fetches the KV room from the Prefill mock's own port) in GRPC_PREFILL_ARGS.
-start_grpc_fleet() {
-    start_mock gprefill prefill --grpc
-    GPREFILL=$SPAWNED_URL
-    GRPC_PREFILL_ARGS=(--prefill "$GPREFILL" "${GPREFILL##*:}")
-    start_mock gdecode decode --grpc
-    GDECODE=$SPAWNED_URL
-    echo "gRPC decode $GDECODE  prefill $GPREFILL" >&2
+# start_grpc_pair NAME [MOCK ARGS...]: a gRPC Prefill and Decode mock (the Decode mock fetches
+# the KV room from the Prefill mock's own port); the router's --prefill/--decode flags for them
+# in PAIR_ARGS, the Decode mock's URL in PAIR_DECODE.
+start_grpc_pair() {
+    local name=$1
+    shift
+    start_mock "$name-prefill" prefill --grpc "$@"
+    PAIR_ARGS=(--prefill "$SPAWNED_URL" "${SPAWNED_URL##*:}")
+    start_mock "$name-decode" decode --grpc "$@"
+    PAIR_DECODE=$SPAWNED_URL
+    PAIR_ARGS+=(--decode "$PAIR_DECODE")
+    echo "gRPC pair $name: ${PAIR_ARGS[*]}" >&2
 }
 
-# prompt_tokens: the prompt length in tokens of the gRPC Decode mock's last request.
+# prompt_tokens DECODE_URL: the prompt length in tokens of that gRPC Decode mock's last request.
 prompt_tokens() {
     local ids
-    ids=$(http "http://${GDECODE#grpc://}" GET /mock/stats | grep -o '"input_ids":\[[0-9,]*\]' | head -n1)
+    ids=$(http "http://${1#grpc://}" GET /mock/stats | grep -o '"input_ids":\[[0-9,]*\]' | head -n1)
     echo $(( $(tr -cd ',' <<<"$ids" | wc -c) + 1 ))
 }
 
@@ -110,7 +114,7 @@ if ((CALLGRIND)); then
     DECODE=$SPAWNED_URL
     start_mock prefill prefill
     PREFILL=$SPAWNED_URL
-    start_grpc_fleet
+    start_grpc_pair g
     SMALL=(--path /generate --prompt-mean-tokens "$(words_for 16)" --max-tokens 1 --concurrency 64
         --timeout 60)
     declare -A PER_REQ
@@ -118,7 +122,7 @@ if ((CALLGRIND)); then
         if [[ $transport == http ]]; then
             workers=(--prefill "$PREFILL" --decode "$DECODE")
         else
-            workers=("${GRPC_PREFILL_ARGS[@]}" --decode "$GDECODE")
+            workers=("${PAIR_ARGS[@]}")
         fi
         # Counting starts at the zeroing below and ends at the dump: the measured requests only.
         TOKIO_WORKER_THREADS=1 spawn "callgrind-$transport" "pdrouter listening on" \
@@ -149,16 +153,7 @@ if ((CALLGRIND)); then
 fi
 
 if ((TOKENIZE_CHECK)); then
-    # start_grpc_pair NAME MODEL: a gRPC Prefill and Decode mock serving MODEL; the router's
-    # flags for them in PAIR_ARGS, the Decode mock's URL in PAIR_DECODE.
-    start_grpc_pair() {
-        start_mock "$1-prefill" prefill --grpc --model "$2"
-        PAIR_ARGS=(--prefill "$SPAWNED_URL" "${SPAWNED_URL##*:}")
-        start_mock "$1-decode" decode --grpc --model "$2"
-        PAIR_DECODE=$SPAWNED_URL
-        PAIR_ARGS+=(--decode "$PAIR_DECODE")
-    }
-    start_grpc_pair small small
+    start_grpc_pair small --model small
     SMALL_ARGS=("${PAIR_ARGS[@]}")
     SMALL_DECODE=$PAIR_DECODE
     saved_cpu=("${OTHERS_CPU[@]}")
@@ -167,7 +162,7 @@ if ((TOKENIZE_CHECK)); then
     else
         echo "warning: chrt missing; the large prompts' mocks run at normal priority" >&2
     fi
-    start_grpc_pair large large
+    start_grpc_pair large --model large
     OTHERS_CPU=("${saved_cpu[@]}")
     LARGE_ARGS=("${PAIR_ARGS[@]}")
     LARGE_DECODE=$PAIR_DECODE
@@ -180,8 +175,7 @@ if ((TOKENIZE_CHECK)); then
         --timeout 120)
     wait_ready "$ROUTER" "${SMALL[@]}"
     bench --url "$ROUTER" "${SMALL[@]}" --duration 0.5 >/dev/null
-    GDECODE=$SMALL_DECODE
-    small_tokens=$(prompt_tokens)
+    small_tokens=$(prompt_tokens "$SMALL_DECODE")
     # alone N: small requests on their own (run twice, before and after the first stream of
     # large prompts: the lower p99 is the baseline, so a disturbed baseline cannot hide an
     # added delay).
@@ -202,15 +196,16 @@ if ((TOKENIZE_CHECK)); then
         wait "$big_pid"
     }
     beside own large
-    GDECODE=$LARGE_DECODE
-    big_tokens=$(prompt_tokens)
+    big_tokens=$(prompt_tokens "$LARGE_DECODE")
     alone 2
     beside shared small
     for f in alone-1 alone-2 beside-own big-own beside-shared big-shared; do
         errors=$(( $(kv "$WORK/$f.txt" requests) - $(kv "$WORK/$f.txt" ok) ))
         ((errors == 0)) || echo "warning: $f had $errors unsuccessful requests" >&2
     done
-    p99_alone=$(calc %.4f "$(kv "$WORK/alone-1.txt" lat_p99_ms) < $(kv "$WORK/alone-2.txt" lat_p99_ms) ? $(kv "$WORK/alone-1.txt" lat_p99_ms) : $(kv "$WORK/alone-2.txt" lat_p99_ms)")
+    p99_first=$(kv "$WORK/alone-1.txt" lat_p99_ms)
+    p99_second=$(kv "$WORK/alone-2.txt" lat_p99_ms)
+    p99_alone=$(calc %.4f "$p99_first < $p99_second ? $p99_first : $p99_second")
     p99_beside=$(kv "$WORK/beside-own.txt" lat_p99_ms)
     p99_shared=$(kv "$WORK/beside-shared.txt" lat_p99_ms)
     delta=$(calc %.3f "$p99_beside - $p99_alone")
@@ -325,7 +320,9 @@ echo "added_p50_us_c1=$(added round_robin) default_added_p50_us_c1=$(added defau
     "cpu_per_request_ratio_default_vs_round_robin_c64=$cpu_ratio"
 
 # HTTP PD beside gRPC PD, same router flags, 16- and 1,024-token prompts.
-start_grpc_fleet
+start_grpc_pair g
+GRPC_ARGS=("${PAIR_ARGS[@]}")
+GDECODE=$PAIR_DECODE
 PROMPTS=(16 1024)
 TRANSPORT_C=64
 for transport in http grpc; do
@@ -333,8 +330,8 @@ for transport in http grpc; do
         start_router "router-pd-$transport" --pd-disaggregation --prefill "$PREFILL" \
             --decode "$DECODE" --policy round_robin --disable-health-check
     else
-        start_router "router-pd-$transport" --pd-disaggregation "${GRPC_PREFILL_ARGS[@]}" \
-            --decode "$GDECODE" --policy round_robin --disable-health-check
+        start_router "router-pd-$transport" --pd-disaggregation "${GRPC_ARGS[@]}" \
+            --policy round_robin --disable-health-check
     fi
     ROUTER=$SPAWNED_URL
     ROUTER_PID=$SPAWNED_PID
@@ -344,7 +341,7 @@ for transport in http grpc; do
         echo "running PD over $transport, ${p}-token prompts, concurrency $TRANSPORT_C for ${DURATION}s" >&2
         measure "$transport-p$p" "$ROUTER" "$TRANSPORT_C" --path /generate \
             --prompt-mean-tokens "$(words_for "$p")" --max-tokens 1
-        [[ $transport == grpc ]] && prompt_tokens >"$WORK/grpc-p$p.tokens"
+        [[ $transport == grpc ]] && prompt_tokens "$GDECODE" >"$WORK/grpc-p$p.tokens"
     done
     stop "$ROUTER_PID"
 done

@@ -318,8 +318,8 @@ pub struct LaunchArgs {
     #[arg(long, value_name = "NAME", help_heading = "Prefill admission")]
     pub admission_group: Option<String>,
     /// Milliseconds between a replica's exchanges with the admission store, 10-1000 (default
-    /// 200; while replicas compete for a share, early exchanges, on average one per fortieth
-    /// of it, at least 5 ms apart).
+    /// 200; while replicas compete for a share, early exchanges too, on average one per
+    /// fortieth of it and at least 5 ms, in bursts of at most 4).
     #[arg(
         long,
         allow_negative_numbers = true,

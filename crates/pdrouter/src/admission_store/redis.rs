@@ -62,13 +62,14 @@ impl RedisLeases {
     ) -> Result<Self, String> {
         let client = Client::open(url.secret())
             .map_err(|e| format!("--admission-store {url}: {}", url.scrub(&e.to_string())))?;
+        let prefix = key_prefix(group);
         Ok(RedisLeases {
             url: url.clone(),
             client,
             conn: Mutex::new(None),
             script: Script::new(LEASE_SCRIPT),
-            prefix: key_prefix(group),
-            channel: format!("{}push", key_prefix(group)),
+            channel: format!("{prefix}push"),
+            prefix,
             replica,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
             timeout,
@@ -139,9 +140,7 @@ impl RedisLeases {
             }
         }
     }
-}
 
-impl RedisLeases {
     /// Listens to the group's pushes until the returned task is aborted, calling `on_push` for
     /// every message another replica's exchange published, with what it announced.
     ///
@@ -173,11 +172,12 @@ impl RedisLeases {
 
     /// One subscription, until it fails or the store closes it.
     async fn subscribed(&self, on_push: &(impl Fn(Push) + Send + Sync)) -> Result<(), StoreError> {
-        let mut pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
-            .await
-            .map_err(|_| StoreError(format!("cannot subscribe to {}: timed out", self.url)))?
-            .map_err(|e| self.error("cannot subscribe to", &e))?;
-        tokio::time::timeout(self.timeout, pubsub.subscribe(&self.channel))
+        let subscribe = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(&self.channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let mut pubsub = tokio::time::timeout(self.timeout, subscribe)
             .await
             .map_err(|_| StoreError(format!("cannot subscribe to {}: timed out", self.url)))?
             .map_err(|e| self.error("cannot subscribe to", &e))?;

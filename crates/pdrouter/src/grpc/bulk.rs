@@ -84,40 +84,16 @@ mod tests {
             &BulkExecutor,
             Box::pin(async move {
                 let name = std::thread::current().name().map(str::to_owned);
-                let _ = tx.send((name, policy()));
+                #[cfg(target_os = "linux")]
+                let policy = thread_priority::thread_schedule_policy().unwrap();
+                #[cfg(not(target_os = "linux"))]
+                let policy = ();
+                let _ = tx.send((name, policy));
             }),
         );
-        let (name, policy) = rx.await.unwrap();
+        let (name, _policy) = rx.await.unwrap();
         assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
         #[cfg(target_os = "linux")]
-        {
-            use thread_priority::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
-            // An unprivileged thread may always move itself to SCHED_IDLE.
-            assert_eq!(
-                policy,
-                Some(ThreadSchedulePolicy::Normal(
-                    NormalThreadSchedulePolicy::Idle
-                ))
-            );
-            // The test's own thread is untouched.
-            assert_eq!(
-                thread_priority::thread_schedule_policy().ok(),
-                Some(ThreadSchedulePolicy::Normal(
-                    NormalThreadSchedulePolicy::Other
-                ))
-            );
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = policy;
-    }
-
-    #[cfg(target_os = "linux")]
-    fn policy() -> Option<thread_priority::ThreadSchedulePolicy> {
-        thread_priority::thread_schedule_policy().ok()
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn policy() -> Option<()> {
-        None
+        crate::grpc::cpu_pool::tests::assert_lowered_beside_caller(_policy);
     }
 }

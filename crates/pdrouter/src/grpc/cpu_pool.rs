@@ -130,7 +130,7 @@ pub(crate) async fn offload<T: Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[tokio::test]
@@ -152,16 +152,22 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn pool_threads_run_at_idle_priority() {
+        let policy = run(thread_priority::thread_schedule_policy).await.unwrap();
+        assert_lowered_beside_caller(policy.unwrap());
+    }
+
+    /// `lowered`, the policy a thread of ours gave itself, is `SCHED_IDLE` (an unprivileged
+    /// thread may always move itself there), and the calling thread's, a runtime thread's, is
+    /// untouched.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn assert_lowered_beside_caller(lowered: thread_priority::ThreadSchedulePolicy) {
         use thread_priority::{
             NormalThreadSchedulePolicy, ThreadSchedulePolicy, thread_schedule_policy,
         };
-        let policy = run(thread_schedule_policy).await.unwrap().unwrap();
-        // An unprivileged thread may always move itself to SCHED_IDLE.
         assert_eq!(
-            policy,
+            lowered,
             ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle)
         );
-        // The runtime's own threads are untouched.
         assert_eq!(
             thread_schedule_policy().unwrap(),
             ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other)
