@@ -216,7 +216,8 @@ def test_rate_limit_error_and_retries_honouring_retry_after(limited):
             no_retry.chat.completions.create(model=MODEL, messages=USER)
         assert e.value.status_code == 429
         assert e.value.code == "pd_prefill_queue_full"
-        # The router's estimate of the wait, whole seconds in 1-10 (README: Retry-After).
+        # The router's estimate of the wait, whole seconds in 1-10
+        # (docs/admission.md: Retry-After).
         assert 1 <= int(e.value.response.headers["retry-after"]) <= 10
         assert limited.metric(rejections) == before + 1
 

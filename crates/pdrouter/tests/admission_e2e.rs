@@ -1,7 +1,7 @@
-//! Prefill admission end to end with real mock workers: the two README tables reproduced, plus
-//! the limit under load, cancellation, strict targets without head-of-line blocking, and
-//! accounting. The scenarios run over HTTP and over gRPC workers alike (`NAME::http`,
-//! `NAME::grpc`): one admission controller serves both.
+//! Prefill admission end to end with real mock workers: the two tables of docs/admission.md
+//! (Try it by hand) reproduced, plus the limit under load, cancellation, strict targets without
+//! head-of-line blocking, and accounting. The scenarios run over HTTP and over gRPC workers
+//! alike (`NAME::http`, `NAME::grpc`): one admission controller serves both.
 //!
 //! Nothing here depends on how fast the machine is. A request is held in place with the
 //! mock's hang switch instead of a long Prefill time: the workers are engine-mode mocks, where
@@ -99,7 +99,8 @@ all_transports!(
 async fn readme_table_one_timeout_then_queue_full(t: Transport) {
     let Pd { ps, d, r, adm } = pd_with_admission(t, 1, 1, 2).await;
     let p = &ps[0];
-    // Request 1 is held in Prefill (the README's 3 s Prefill) until request 2 has timed out.
+    // Request 1 is held in Prefill (the 3 s Prefill of docs/admission.md) until request 2 has
+    // timed out.
     p.controls().set_hang(true);
     let first = hold_slot(r.addr(), p, 0).await;
     assert_eq!(adm.inflight_total(), 1);
