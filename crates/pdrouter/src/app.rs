@@ -562,18 +562,25 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     log_tokenizer_use(&cfg);
 
     let dispatcher = Arc::new(Dispatcher {
-        cfg: cfg.clone(),
-        registry: registry.clone(),
-        client: client.clone(),
-        metrics: metrics.clone(),
-        admission: admission.clone(),
-        sizer,
-        policy,
-        prefill_policy,
-        decode_policy,
-        encode_policy,
-        images,
-        tokenizer,
+        core: crate::core::Core {
+            cfg: cfg.clone(),
+            registry: registry.clone(),
+            metrics: metrics.clone(),
+            admission: admission.clone(),
+            sizer,
+            policy,
+            prefill_policy,
+            decode_policy,
+            prefix_tokenizer: tokenizer.as_ref().map(|t| t.tokenizer.clone()),
+        },
+        http: crate::backends::http::HttpBackend {
+            client: client.clone(),
+        },
+        grpc: cfg.mode.is_grpc().then(|| crate::backends::grpc::GrpcBackend {
+            tokenizer,
+            images,
+            encode_policy,
+        }),
     });
     let state = Arc::new(AppState {
         cfg: cfg.clone(),

@@ -3,8 +3,10 @@
 
 pub mod admission_store;
 pub mod app;
+pub mod backends;
 pub mod cli;
 pub mod config;
+pub mod core;
 pub mod demo;
 pub mod dispatch;
 pub mod edge;
@@ -14,11 +16,9 @@ pub mod http;
 pub mod images;
 pub mod limiter;
 pub mod metrics;
-pub mod pd;
 pub mod priority;
 pub mod proxy;
 pub mod registry;
-mod regular;
 pub mod request;
 pub mod select;
 mod sizing;

@@ -1,7 +1,5 @@
-//! Talking to workers: the pooled client, the headers passed on, retry backoff, and the
-//! relayed response body.
+//! Talking to HTTP workers: the pooled client, the headers passed on, retry backoff.
 
 pub mod client;
 pub mod forward;
-pub mod relay;
 pub mod retry;

@@ -21,8 +21,8 @@ use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::pd::PrefillLeg;
-use crate::pd::logprobs::SseMerge;
+use super::logprobs::SseMerge;
+use super::PrefillLeg;
 use crate::registry::LoadGuard;
 
 /// Error type of the relayed body (the worker's connection broke mid-body).
@@ -132,7 +132,7 @@ impl RelayBody {
             if let Some(p) = self.prefill.as_mut()
                 && let Poll::Ready(outcome) = p.poll_outcome(cx)
             {
-                let logprobs = p.take_logprobs();
+                let logprobs = p.take_kept();
                 self.prefill = None;
                 match outcome {
                     Ok(()) => merge.set_prefill(logprobs),

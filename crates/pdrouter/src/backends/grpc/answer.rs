@@ -1,6 +1,6 @@
 //! A worker's `Generate` streams turned into the client's answer, for every gRPC path (PD,
 //! where the streams are Decode's, and regular mode): the request translated once
-//! ([`GrpcPlan`]), and the answer as one JSON body or as SSE ([`Dispatcher::grpc_answer`]).
+//! ([`GrpcPlan`]), and the answer as one JSON body or as SSE ([`answer`]).
 //!
 //! Invariants: the response head waits for the streams' first message, so a failure before
 //! it is answered with its real status and may be retried; the answer ([`Relay`]) owns the
@@ -18,18 +18,14 @@ use bytes::Bytes;
 use pdrouter_tokenizer::Tokenizer;
 use tokio::time::Instant;
 
-use crate::dispatch::{Dispatcher, RequestCtx, worker_ok};
+use super::PrefillLeg;
+use super::calls::status_error;
+use crate::core::{Core, RequestCtx, worker_ok};
 use crate::error::{ApiError, Leg};
 use crate::grpc::client::Legs;
-use crate::grpc::output::{Delta, InputLogprob, Output};
+use crate::grpc::output::{Delta, Output};
 use crate::grpc::translate::{self, Answer, Events, Plan};
-use crate::pd::PrefillLeg;
 use crate::registry::{LoadGuard, Worker};
-use crate::request::ParsedRequest;
-
-pub(crate) fn status_error(leg: Leg, url: &str, s: &tonic::Status) -> ApiError {
-    ApiError::grpc_status(leg, url, s.code(), s.message())
-}
 
 /// A request translated for gRPC workers, with the tokenizer that detokenizes its answer.
 #[derive(Debug)]
@@ -39,6 +35,10 @@ pub(crate) struct GrpcPlan {
 }
 
 impl GrpcPlan {
+    pub(crate) fn new(plan: Arc<Plan>, tokenizer: Arc<Tokenizer>) -> Self {
+        GrpcPlan { plan, tokenizer }
+    }
+
     /// The prompts' lengths as the tokenizer counted them, summed, times the samples per
     /// prompt (each sample is prefilled), as the HTTP estimate counts them.
     pub(crate) fn prompt_tokens(&self) -> u64 {
@@ -47,98 +47,83 @@ impl GrpcPlan {
     }
 }
 
-impl Dispatcher {
-    /// Translates `req` once for every attempt.
-    pub(crate) async fn grpc_plan(&self, req: &ParsedRequest) -> Result<Box<GrpcPlan>, ApiError> {
-        let Some(t) = &self.tokenizer else {
-            return Err(ApiError::internal("gRPC mode without a tokenizer"));
-        };
-        let plan = translate::plan_with(req, &t.tokenizer, &self.images).await?;
-        Ok(Box::new(GrpcPlan {
-            plan: Arc::new(plan),
-            tokenizer: t.tokenizer.clone(),
-        }))
-    }
-
-    /// Turns `src`'s streams into the client's answer. Waits for their first message, so a
-    /// failure before it (of the streams, or of the Prefill leg) is returned as an error;
-    /// the answering worker is charged with its own outcome.
-    pub(crate) async fn grpc_answer(
-        &self,
-        ctx: &RequestCtx,
-        grpc: &GrpcPlan,
-        request_id: String,
-        src: Source,
-        deadline: Instant,
-    ) -> Result<Response, ApiError> {
-        let Source {
-            worker,
-            mut stream,
-            load,
-            mut leg,
-            input,
-        } = src;
-        let plan = grpc.plan.clone();
-        let url = worker.url().to_owned();
-        let pd = leg.is_some();
-        let kind = if pd { Leg::Decode } else { Leg::Worker };
-        let mut out = Output::new(grpc.tokenizer.clone(), &plan);
-        // A Prefill failure is the Prefill leg's to charge, not this worker's.
-        let mut prefill_failed = false;
-        let first = async {
-            match leg.as_mut() {
-                Some(leg) => tokio::select! {
-                    m = stream.next() => m,
-                    outcome = poll_fn(|cx| leg.poll_outcome(cx)) => {
-                        if let Err(e) = outcome {
-                            prefill_failed = true;
-                            return Err(e);
-                        }
-                        stream.next().await
+/// Turns `src`'s streams into the client's answer. Waits for their first message, so a
+/// failure before it (of the streams, or of the Prefill leg) is returned as an error; the
+/// answering worker is charged with its own outcome.
+pub(super) async fn answer(
+    core: &Core,
+    ctx: &RequestCtx,
+    grpc: &GrpcPlan,
+    request_id: String,
+    src: Source,
+    deadline: Instant,
+) -> Result<Response, ApiError> {
+    let Source {
+        worker,
+        mut stream,
+        load,
+        mut leg,
+    } = src;
+    let plan = grpc.plan.clone();
+    let url = worker.url().to_owned();
+    let pd = leg.is_some();
+    let kind = if pd { Leg::Decode } else { Leg::Worker };
+    let mut out = Output::new(grpc.tokenizer.clone(), &plan);
+    // A Prefill failure is the Prefill leg's to charge, not this worker's.
+    let mut prefill_failed = false;
+    let first = async {
+        match leg.as_mut() {
+            Some(leg) => tokio::select! {
+                m = stream.next() => m,
+                outcome = poll_fn(|cx| leg.poll_outcome(cx)) => {
+                    if let Err(e) = outcome {
+                        prefill_failed = true;
+                        return Err(e);
                     }
-                },
-                None => stream.next().await,
-            }
-            .map_err(|s| status_error(kind, &url, &s))
-        };
-        let first = match tokio::time::timeout_at(deadline, first).await {
-            Ok(r) => r,
-            Err(_) => Err(ApiError::upstream_timeout(kind, &url)),
-        };
-        let first = first.and_then(|m| match m {
-            Some((i, m)) => out.absorb(i, m, &url).map(|d| vec![d]),
-            None => out.eof(&url),
-        });
-        if !prefill_failed {
-            self.registry.record_outcome(&worker, worker_ok(&first));
+                    stream.next().await
+                }
+            },
+            None => stream.next().await,
         }
-        let first = first?;
-        if pd {
-            // Decode's first message carries its first token: the time to first token.
-            self.metrics.ttft(ctx.started.elapsed());
-        }
-        let model = match plan.model.as_str() {
-            "" => worker.model().map(|m| m.id.clone()).unwrap_or_default(),
-            named => named.to_owned(),
-        };
-        let state = Relay {
-            plan,
-            model,
-            id: request_id,
-            out,
-            d: stream,
-            leg,
-            input,
-            url,
-            kind,
-            deadline,
-            _load: load,
-        };
-        if state.plan.stream {
-            Ok(state.into_sse(first))
-        } else {
-            state.into_full().await
-        }
+        .map_err(|s| status_error(kind, &url, &s))
+    };
+    let first = match tokio::time::timeout_at(deadline, first).await {
+        Ok(r) => r,
+        Err(_) => Err(ApiError::upstream_timeout(kind, &url)),
+    };
+    let first = first.and_then(|m| match m {
+        Some((i, m)) => out.absorb(i, m, &url).map(|d| vec![d]),
+        None => out.eof(&url),
+    });
+    if !prefill_failed {
+        core.registry.record_outcome(&worker, worker_ok(&first));
+    }
+    let first = first?;
+    if pd {
+        // Decode's first message carries its first token: the time to first token.
+        core.metrics.ttft(ctx.started.elapsed());
+    }
+    let model = match plan.model.as_str() {
+        "" => worker.model().map(|m| m.id.clone()).unwrap_or_default(),
+        named => named.to_owned(),
+    };
+    let state = Relay {
+        plan,
+        model,
+        id: request_id,
+        out,
+        d: stream,
+        leg,
+        keep_input: pd && grpc.plan.logprobs.input_from.is_some(),
+        url,
+        kind,
+        deadline,
+        _load: load,
+    };
+    if state.plan.stream {
+        Ok(state.into_sse(first))
+    } else {
+        state.into_full().await
     }
 }
 
@@ -151,8 +136,6 @@ pub(crate) struct Source {
     pub(crate) load: LoadGuard,
     /// PD: the Prefill leg still running.
     pub(crate) leg: Option<PrefillLeg>,
-    /// PD: the Prefill's prompt logprobs, when asked for.
-    pub(crate) input: Option<tokio::sync::oneshot::Receiver<Vec<Vec<InputLogprob>>>>,
 }
 
 /// Starts a worker's streams within `deadline`; a failure is charged to `worker` at once.
@@ -189,8 +172,8 @@ struct Relay {
     out: Output,
     d: Legs,
     leg: Option<PrefillLeg>,
-    /// Prefill's prompt logprobs, when asked for.
-    input: Option<tokio::sync::oneshot::Receiver<Vec<Vec<InputLogprob>>>>,
+    /// The Prefill's prompt logprobs go ahead of Decode's (the leg keeps them).
+    keep_input: bool,
     url: String,
     /// Which leg the streams are, for errors.
     kind: Leg,
@@ -238,16 +221,16 @@ impl Relay {
         // first still surfaces as its status.
         if let Some(mut leg) = self.leg.take() {
             leg.decode_done();
-            poll_fn(|cx| leg.poll_outcome(cx)).await?;
+            leg.outcome().await?;
+            let inputs = leg.take_kept();
             leg.decode_finished();
-        }
-        if let Some(rx) = self.input.take()
-            && let Ok(inputs) = rx.await
-        {
-            for (i, lps) in inputs.into_iter().enumerate() {
-                self.out.prepend_input_logprobs(i, lps);
+            if self.keep_input {
+                for (i, lps) in inputs.unwrap_or_default().into_iter().enumerate() {
+                    self.out.prepend_input_logprobs(i, lps);
+                }
             }
         }
+        self.keep_input = false;
         Ok(())
     }
 
@@ -310,7 +293,7 @@ impl Relay {
                     // events.
                     if relay.out.done() {
                         done = true;
-                        if relay.input.is_some() {
+                        if relay.keep_input {
                             if let Err(e) = relay.finish_prefill().await {
                                 queue.push_back(events.error(&relay.answer(created), &e));
                                 continue;

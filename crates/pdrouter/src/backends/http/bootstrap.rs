@@ -39,7 +39,7 @@ pub fn bodies(req: &ParsedRequest, prefill: &Worker, decode: &Worker) -> (Bytes,
 /// Decode worker was chosen to serve the same one).
 fn ticket(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str, Value)> {
     let mut fields = bootstrap_fields(req, prefill);
-    fields.extend(crate::dispatch::model_fill(req, prefill));
+    fields.extend(super::exchange::model_fill(req, prefill));
     fields
 }
 

@@ -16,18 +16,20 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use crate::config::WorkerType;
-use crate::dispatch::Dispatcher;
+use super::GrpcBackend;
+use crate::core::Core;
 use crate::error::ApiError;
 use crate::images::{EncodeTicket, PromptImages};
 use crate::registry::LoadGuard;
 use crate::select::{Candidates, Wanted};
 
-impl Dispatcher {
+impl GrpcBackend {
     /// Chooses an Encode worker and a room for every item of `images`, starts one `Encode`
     /// per item (each bounded by `timeout`), and returns the tickets the Prefill needs, in
     /// item order. Fails (503) only when an item finds no Encode worker.
-    pub(crate) fn start_encodes(
+    pub(super) fn start_encodes(
         &self,
+        core: &Core,
         request_id: &str,
         images: &Arc<PromptImages>,
         timeout: Duration,
@@ -36,7 +38,7 @@ impl Dispatcher {
         for (i, item) in images.items.iter().enumerate() {
             let key: Arc<str> = item.image.hash.hex().into();
             let worker = Candidates::new(
-                self.registry.clone(),
+                core.registry.clone(),
                 self.encode_policy.clone(),
                 WorkerType::Encode,
                 Wanted {
@@ -57,8 +59,8 @@ impl Dispatcher {
         for (i, (worker, ticket)) in chosen.into_iter().enumerate() {
             let id = format!("{request_id}-enc{i}-{:x}", ticket.at.room);
             let load = LoadGuard::new(worker.clone(), 1);
-            self.metrics.encode_sent(&worker);
-            let (registry, metrics) = (self.registry.clone(), self.metrics.clone());
+            core.metrics.encode_sent(&worker);
+            let (registry, metrics) = (core.registry.clone(), core.metrics.clone());
             let (images, room) = (images.clone(), ticket.at.room);
             let span = tracing::debug_span!("encode", worker = %worker.url(), item = i, room);
             tokio::spawn(

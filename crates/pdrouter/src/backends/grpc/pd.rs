@@ -1,0 +1,181 @@
+//! gRPC PD: once the core has picked and admitted the pair, one `Generate` per prompt goes to
+//! both workers at once, each prompt with its own KV ticket and each leg its worker's DP
+//! rank. In EPD a request with images first starts one `Encode` per image item
+//! ([`super::encode`]), and its Prefill carries each item's encode ticket.
+//!
+//! The Prefill streams are the core's leg task's ([`crate::core::leg`]): started and drained
+//! there, so the slot goes with their end however long Decode takes to start. Decode's
+//! streams go to the answer ([`super::answer`]). Every `Generate` stream sends `Abort` when it
+//! is dropped unfinished: a failed start of one leg aborts the other, and a client disconnect
+//! (the body dropped) aborts both. Only Decode's tokens reach the client; the Prefill
+//! contributes only the prompt logprobs, placed ahead of Decode's.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use pdrouter_proto::scheduler::generate_response::Response as Msg;
+use tokio::time::Instant;
+
+use super::answer::{self, GrpcPlan, Source};
+use super::calls::{self, channel, status_error};
+use super::{GrpcBackend, PrefillLeg};
+use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
+use crate::core::{Core, Pair, RequestCtx};
+use crate::error::{ApiError, Leg};
+use crate::grpc::client::Legs;
+use crate::grpc::output::{self, InputLogprob};
+use crate::grpc::runtime::{Call, KvTicket, Runtime};
+use crate::registry::Worker;
+
+/// A Prefill worker's started streams, drained by the leg task.
+struct GrpcPrefill {
+    streams: Legs,
+    worker: Arc<Worker>,
+    prompts: usize,
+}
+
+impl PrefillAnswer for GrpcPrefill {
+    /// Each prompt's prompt logprobs.
+    type Kept = Vec<Vec<InputLogprob>>;
+
+    async fn drain(&mut self, keep: bool) -> Result<Option<Self::Kept>, ApiError> {
+        let url = self.worker.url();
+        let mut inputs: Vec<Option<Vec<InputLogprob>>> = vec![None; self.prompts];
+        loop {
+            let (i, m) = match self.streams.next().await {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(s) => return Err(status_error(Leg::Prefill, url, &s)),
+            };
+            let lps = match &m.response {
+                Some(Msg::Error(e)) => return Err(output::engine_error(Leg::Prefill, url, e)),
+                Some(Msg::Chunk(c)) => c.input_logprobs.as_ref(),
+                Some(Msg::Complete(c)) => c.input_logprobs.as_ref(),
+                None => None,
+            };
+            // The first report of a prompt's logprobs is kept (every sample repeats it, and
+            // the `Complete` repeats the first chunk's).
+            if keep && let (Some(l), Some(slot @ None)) = (lps, inputs.get_mut(i)) {
+                *slot = Some(output::input_logprobs(l));
+            }
+        }
+        Ok(keep.then(|| inputs.into_iter().map(Option::unwrap_or_default).collect()))
+    }
+}
+
+/// The runtime both workers of a pair speak; a pair must share one (the same KV hand-over).
+async fn pair_runtime(core: &Core, prefill: &Worker, decode: &Worker) -> Result<Runtime, ApiError> {
+    let timeout = core.cfg.health.timeout;
+    let runtime = calls::runtime(prefill, Leg::Prefill, timeout).await?;
+    let decode_runtime = calls::runtime(decode, Leg::Decode, timeout).await?;
+    if runtime != decode_runtime {
+        return Err(ApiError::not_implemented(format!(
+            "Prefill worker {} speaks {runtime} and Decode worker {} speaks \
+             {decode_runtime}; a PD pair must share one runtime",
+            prefill.url(),
+            decode.url()
+        )));
+    }
+    Ok(runtime)
+}
+
+/// Sends both legs to `pair` and builds the answer from Decode's streams.
+pub(super) async fn send(
+    backend: &GrpcBackend,
+    core: &Core,
+    ctx: &RequestCtx,
+    grpc: &GrpcPlan,
+    pair: Pair,
+) -> Result<Response, ApiError> {
+    let plan = grpc.plan.clone();
+    let Pair {
+        prefill,
+        permit,
+        prefill_load,
+        decode,
+        decode_load,
+    } = pair;
+    let dch = channel(&decode, Leg::Decode)?;
+    let runtime = pair_runtime(core, &prefill, &decode).await?;
+    calls::check(&plan, runtime)?;
+    if plan.images.is_some() && runtime != Runtime::TokenSpeed {
+        return Err(ApiError::not_implemented(format!(
+            "image inputs need TokenSpeed workers; Prefill worker {} speaks {runtime}",
+            prefill.url()
+        )));
+    }
+    // One ticket per prompt; the first one's room names the attempt.
+    let tickets: Vec<KvTicket> = plan
+        .requests
+        .iter()
+        .map(|_| KvTicket::fresh(prefill.bootstrap_host(), prefill.bootstrap_port(), runtime))
+        .collect();
+    let tag = tickets.first().map_or(0, |t| t.room);
+    let (mut pcalls, request_id) = calls::calls(&plan, runtime, &decode, ctx, tag);
+    for (call, ticket) in pcalls.iter_mut().zip(tickets) {
+        call.kv = Some(ticket);
+    }
+    // EPD: each image item goes to its Encode worker now; the Prefill is told where each
+    // embedding comes from, the Decode only what the items are.
+    let encode = match &plan.images {
+        Some(images) => backend.start_encodes(core, &ctx.request_id, images, core.cfg.request_timeout)?,
+        None => Vec::new(),
+    };
+    let mut dcalls = pcalls.clone();
+    calls::on_rank(&mut pcalls, &prefill);
+    calls::on_rank(&mut dcalls, &decode);
+    for c in &mut pcalls {
+        c.images.encode.clone_from(&encode);
+    }
+    for (p, d) in pcalls.iter_mut().zip(dcalls.iter_mut()) {
+        Call::share_encoding(p, d);
+    }
+    let deadline = crate::config::deadline_after(Instant::now(), core.cfg.request_timeout);
+    let keep = plan.logprobs.input_from.is_some();
+    let start = {
+        let worker = prefill.clone();
+        let prompts = plan.requests.len();
+        async move {
+            let streams = Legs::start(channel(&worker, Leg::Prefill)?, pcalls)
+                .await
+                .map_err(|s| status_error(Leg::Prefill, worker.url(), &s))?;
+            Ok(GrpcPrefill {
+                streams,
+                worker,
+                prompts,
+            })
+        }
+    };
+    let job = LegJob {
+        worker: prefill,
+        holds: PrefillHolds {
+            permit,
+            load: prefill_load,
+        },
+        deadline,
+        keep,
+        grace: core.cfg.prefill_grace_after_decode,
+        registry: core.registry.clone(),
+        metrics: core.metrics.clone(),
+    };
+    let mut leg: PrefillLeg = leg::spawn(start, job);
+    let decode_start = tracing::Instrument::instrument(
+        answer::start(
+            Leg::Decode,
+            &decode,
+            Legs::start(dch, dcalls),
+            deadline,
+            &core.registry,
+        ),
+        crate::telemetry::leg_span(Leg::Decode, decode.url()),
+    );
+    // A Prefill failure first ends the attempt and drops the Decode calls (Abort).
+    let (stream, _) = leg.beside(decode_start).await?;
+    let src = Source {
+        worker: decode,
+        stream: stream?,
+        load: decode_load,
+        leg: Some(leg),
+    };
+    answer::answer(core, ctx, grpc, request_id, src, deadline).await
+}

@@ -1,0 +1,282 @@
+//! The Prefill leg: one task per PD attempt, for every transport, that sends the Prefill
+//! request, reads its answer to the end and owns the Prefill slot and load until the Prefill
+//! phase is over for the request.
+//!
+//! Invariants (the same for every engine and transport):
+//! - The admission permit and the Prefill load are dropped at the answer's end, the leg's
+//!   failure or the task's cancellation — or as soon as Decode has delivered its whole answer
+//!   and the Prefill worker has answered ([`PrefillLeg::decode_done`]), whichever comes first:
+//!   by then the KV has moved. A Prefill worker that has not answered at all keeps the slot:
+//!   it may still be computing.
+//! - A Prefill answer still open once Decode is done gets the configured grace to end on its
+//!   own, holding nothing, and is then dropped, which aborts the request (counted either way).
+//! - The outcome reaches the request when the Prefill phase is over; a leg asked to keep
+//!   something of its answer (prompt logprobs, a KV handoff) reports only when its answer has
+//!   ended, or fails when the grace ran out first (what it was to keep is then missing).
+//! - The breaker is charged once per leg, by [`worker_ok`], unless the leg was aborted after
+//!   Decode was done (the worker had answered and the KV had moved).
+//! - Dropping the [`PrefillLeg`] before the outcome aborts the task, which releases what it
+//!   holds; after it the task holds nothing and ends on its own within the grace.
+
+use std::future::{Future, poll_fn};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::worker_ok;
+use crate::error::{ApiError, Leg};
+use crate::metrics::{AfterDecode, Metrics};
+use crate::registry::{LoadGuard, Registry, Worker};
+use crate::sizing::SizedPermit;
+
+/// A transport's Prefill answer, once its head (or stream start) is in.
+pub(crate) trait PrefillAnswer: Send + 'static {
+    /// What the leg keeps of the answer when asked to.
+    type Kept: Send + 'static;
+
+    /// Reads the answer to its end, keeping what the request needs when `keep` is set.
+    /// Dropping the future (the leg aborted) must cancel the worker's request.
+    fn drain(
+        &mut self,
+        keep: bool,
+    ) -> impl Future<Output = Result<Option<Self::Kept>, ApiError>> + Send;
+}
+
+/// What the Prefill leg reports when the Prefill phase is over.
+type Outcome<K> = Result<Option<K>, ApiError>;
+
+/// The Prefill leg running in its own task, seen from the request.
+#[derive(Debug)]
+pub struct PrefillLeg<K> {
+    handle: Option<JoinHandle<()>>,
+    outcome: Option<oneshot::Receiver<Outcome<K>>>,
+    decode_done: Option<oneshot::Sender<()>>,
+    /// What the leg kept of its answer, once the outcome brought it.
+    kept: Option<K>,
+}
+
+impl<K> PrefillLeg<K> {
+    /// Polls for the outcome of the Prefill phase.
+    pub fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ApiError>> {
+        let Some(rx) = self.outcome.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let out = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
+        self.outcome = None;
+        self.handle = None;
+        Poll::Ready(match out {
+            Ok(Ok(kept)) => {
+                self.kept = kept;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ApiError::internal("prefill task ended early")),
+        })
+    }
+
+    /// The outcome of the Prefill phase, awaited.
+    pub async fn outcome(&mut self) -> Result<(), ApiError> {
+        poll_fn(|cx| self.poll_outcome(cx)).await
+    }
+
+    /// What the leg kept of its answer, after a successful outcome that carried it.
+    pub fn take_kept(&mut self) -> Option<K> {
+        self.kept.take()
+    }
+
+    /// Tells the leg that Decode has delivered its whole answer: the KV has moved, so once the
+    /// Prefill worker has answered (at once, if it has), the leg releases its slot and load.
+    pub fn decode_done(&mut self) {
+        if let Some(tx) = self.decode_done.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// [`PrefillLeg::decode_done`], then lets the task finish on its own.
+    pub fn decode_finished(mut self) {
+        self.decode_done();
+        self.handle = None;
+    }
+
+    /// Runs `decode` (the start of a Decode leg) beside this leg. A Prefill failure first ends
+    /// the attempt with that failure (`decode` is dropped, which cancels it). Returns Decode's
+    /// result and whether the Prefill phase ended meanwhile.
+    pub async fn beside<T>(&mut self, decode: impl Future<Output = T>) -> Result<(T, bool), ApiError> {
+        tokio::pin!(decode);
+        tokio::select! {
+            r = &mut decode => Ok((r, false)),
+            outcome = poll_fn(|cx| self.poll_outcome(cx)) => {
+                outcome?;
+                Ok((decode.await, true))
+            }
+        }
+    }
+}
+
+impl<K> Drop for PrefillLeg<K> {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.abort();
+        }
+    }
+}
+
+/// What the Prefill leg task holds until the Prefill phase is over for the request.
+pub(crate) struct PrefillHolds {
+    pub(crate) permit: Option<SizedPermit>,
+    pub(crate) load: LoadGuard,
+}
+
+impl PrefillHolds {
+    /// Releases the slot and load, telling a self-sizing limit how the Prefill ended (`Ok`:
+    /// it is over for the request).
+    fn release<T>(self, outcome: &Result<T, ApiError>) {
+        crate::sizing::release(self.permit, outcome);
+        drop(self.load);
+    }
+}
+
+/// Everything the leg task needs besides its request.
+pub(crate) struct LegJob {
+    pub(crate) worker: Arc<Worker>,
+    pub(crate) holds: PrefillHolds,
+    /// The leg's answer, its end included, comes by then.
+    pub(crate) deadline: Instant,
+    /// Keep what the answer carries for the request (see [`PrefillAnswer::drain`]).
+    pub(crate) keep: bool,
+    pub(crate) grace: std::time::Duration,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// Spawns the Prefill leg: `start` sends the request and yields its answer, which the task
+/// then drains (see the module docs for when it releases what it holds).
+pub(crate) fn spawn<A: PrefillAnswer>(
+    start: impl Future<Output = Result<A, ApiError>> + Send + 'static,
+    job: LegJob,
+) -> PrefillLeg<A::Kept> {
+    let (decode_done, decode_done_rx) = oneshot::channel();
+    let (outcome_tx, outcome) = oneshot::channel();
+    let span = crate::telemetry::leg_span(Leg::Prefill, job.worker.url());
+    let task = async move {
+        let started = Instant::now();
+        let LegJob {
+            worker,
+            holds,
+            deadline,
+            keep,
+            grace,
+            registry,
+            metrics,
+        } = job;
+        let signals = Signals {
+            decode_done: decode_done_rx,
+            outcome: outcome_tx,
+            keep,
+        };
+        let ended = run(start, worker.url(), deadline, holds, signals, grace, &metrics).await;
+        if let Some(result) = ended {
+            metrics.prefill_duration(started.elapsed());
+            registry.record_outcome(&worker, worker_ok(&result));
+        }
+    };
+    PrefillLeg {
+        handle: Some(tokio::spawn(tracing::Instrument::instrument(task, span))),
+        outcome: Some(outcome),
+        decode_done: Some(decode_done),
+        kept: None,
+    }
+}
+
+/// The leg task's side of [`PrefillLeg`].
+struct Signals<K> {
+    decode_done: oneshot::Receiver<()>,
+    outcome: oneshot::Sender<Outcome<K>>,
+    keep: bool,
+}
+
+/// Runs the leg before `deadline`; returns its own result, `None` when it was aborted after
+/// Decode was done (the grace ran out).
+async fn run<A: PrefillAnswer>(
+    start: impl Future<Output = Result<A, ApiError>>,
+    url: &str,
+    deadline: Instant,
+    holds: PrefillHolds,
+    signals: Signals<A::Kept>,
+    grace: std::time::Duration,
+    metrics: &Metrics,
+) -> Option<Result<(), ApiError>> {
+    let Signals {
+        mut decode_done,
+        outcome,
+        keep,
+    } = signals;
+    let timed_out = || ApiError::upstream_timeout(Leg::Prefill, url);
+    let head = tokio::time::timeout_at(deadline, start)
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+    let mut answer = match head {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(code = e.code, "Prefill leg failed to start");
+            holds.release(&Err::<(), _>(e.clone()));
+            let _ = outcome.send(Err(e.clone()));
+            return Some(Err(e));
+        }
+    };
+    let drain = async {
+        tokio::time::timeout_at(deadline, answer.drain(keep))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
+    };
+    tokio::pin!(drain);
+    tokio::select! {
+        // Decode first: a leg that outlived Decode is counted however soon it ends.
+        biased;
+        // A dropped sender (the request is being torn down) disables this branch.
+        Ok(()) = &mut decode_done => {
+            // Decode has the whole answer: the Prefill is over for the request.
+            holds.release(&Ok::<(), ApiError>(()));
+            let mut outcome = Some(outcome);
+            if !keep && let Some(tx) = outcome.take() {
+                let _ = tx.send(Ok(None));
+            }
+            let r = drain_after_decode(&mut drain, grace, metrics).await;
+            let status = r.as_ref().map(status_of);
+            if let Some(tx) = outcome {
+                let _ = tx.send(r.unwrap_or_else(|| Err(timed_out())));
+            }
+            status
+        }
+        r = &mut drain => {
+            holds.release(&r);
+            let status = status_of(&r);
+            let _ = outcome.send(r);
+            Some(status)
+        }
+    }
+}
+
+/// Gives a Prefill leg that outlived Decode `grace` to end and counts how it went; `None`
+/// when the grace ran out (dropping `drain` then aborts the leg).
+async fn drain_after_decode<T>(
+    drain: impl Future<Output = Result<T, ApiError>>,
+    grace: std::time::Duration,
+    metrics: &Metrics,
+) -> Option<Result<T, ApiError>> {
+    let r = tokio::time::timeout(grace, drain).await.ok();
+    metrics.prefill_after_decode(match &r {
+        Some(Ok(_)) => AfterDecode::Drained,
+        Some(Err(_)) => AfterDecode::Failed,
+        None => AfterDecode::Aborted,
+    });
+    r
+}
+
+/// The leg's own result, without what it kept.
+fn status_of<K>(r: &Outcome<K>) -> Result<(), ApiError> {
+    r.as_ref().map(|_| ()).map_err(Clone::clone)
+}
