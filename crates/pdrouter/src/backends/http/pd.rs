@@ -146,6 +146,45 @@ pub(super) async fn send(
             Err(_) => return Err(ApiError::upstream_timeout(Leg::Decode, decode.url())),
         };
     }
+    let decoded = Decoded {
+        parts,
+        body,
+        read,
+        complete: decode_complete,
+        load: decode_load,
+    };
+    relay(core, req, ctx, &decode, leg, decoded).await
+}
+
+/// Decode's answer as far as it was read before the client's response head.
+struct Decoded {
+    parts: http::response::Parts,
+    body: Incoming,
+    read: VecDeque<Frame<Bytes>>,
+    /// The whole answer is in `read` (the Prefill leg was told so).
+    complete: bool,
+    load: crate::registry::LoadGuard,
+}
+
+/// The client's answer: Decode's body relayed (with the Prefill's prompt logprobs merged in
+/// when asked for), owning the Decode load and, while it runs, the Prefill leg.
+async fn relay(
+    core: &Core,
+    req: &ParsedRequest,
+    ctx: &RequestCtx,
+    decode: &Worker,
+    mut leg: PrefillLeg,
+    decoded: Decoded,
+) -> Result<Response, ApiError> {
+    let Decoded {
+        parts,
+        body,
+        read,
+        complete: decode_complete,
+        load: decode_load,
+    } = decoded;
+    let capture = req.logprobs;
+    let timeout = core.cfg.request_timeout;
     let first_byte = Some(FirstByte {
         started: ctx.started,
         metrics: core.metrics.clone(),
@@ -154,7 +193,7 @@ pub(super) async fn send(
         // The Prefill phase is over (a non-streaming answer waits for it): merge its
         // prompt logprobs into Decode's whole answer.
         let rest = (!decode_complete).then_some(body);
-        let whole = read_whole(read, rest, timeout, &decode).await?;
+        let whole = read_whole(read, rest, timeout, decode).await?;
         let merged = match leg.take_kept() {
             Some(lp) => lp.merge_body(whole),
             None => whole,
