@@ -576,11 +576,14 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         http: crate::backends::http::HttpBackend {
             client: client.clone(),
         },
-        grpc: cfg.mode.is_grpc().then(|| crate::backends::grpc::GrpcBackend {
-            tokenizer,
-            images,
-            encode_policy,
-        }),
+        grpc: cfg
+            .mode
+            .is_grpc()
+            .then(|| crate::backends::grpc::GrpcBackend {
+                tokenizer,
+                images,
+                encode_policy,
+            }),
     });
     let state = Arc::new(AppState {
         cfg: cfg.clone(),

@@ -2,7 +2,10 @@
 //! mode's backend (over gRPC: translated once, for every attempt), then routed by the core
 //! (`core::Core::route`: pick and admit, the legs, the answer, retries).
 
+use std::future::Future;
+
 use axum::response::Response;
+use futures_util::future::Either;
 
 use crate::backends::grpc::GrpcBackend;
 use crate::backends::http::HttpBackend;
@@ -25,25 +28,33 @@ impl Dispatcher {
     /// Routes one inference request, retrying where allowed.
     ///
     /// Takes its arguments by reference so that a request parked in the admission queue holds
-    /// them once, in the caller's future, not again in this one's.
-    pub async fn route(
+    /// them once, in the caller's future, not again in this one's; and returns the core's
+    /// future itself (not one wrapping it) for HTTP workers, whose waiters it sizes.
+    pub fn route<'a>(
+        &'a self,
+        req: &'a mut ParsedRequest,
+        ctx: &'a RequestCtx,
+    ) -> impl Future<Output = Result<Response, ApiError>> + Send + 'a {
+        let req = &*req;
+        self.core.metrics.routed(req.endpoint.path());
+        match &self.grpc {
+            None => Either::Left(self.core.route(&self.http, req, ctx, &())),
+            // Boxed: the translation's state and the gRPC route's stay out of the HTTP path.
+            Some(grpc) => Either::Right(Box::pin(self.grpc_route(grpc, req, ctx))),
+        }
+    }
+
+    /// gRPC workers take token ids: the request is translated once, for every attempt.
+    async fn grpc_route(
         &self,
-        req: &mut ParsedRequest,
+        grpc: &GrpcBackend,
+        req: &ParsedRequest,
         ctx: &RequestCtx,
     ) -> Result<Response, ApiError> {
-        let req = &*req;
-        let route = req.endpoint.path();
-        self.core.metrics.routed(route);
-        let Some(grpc) = &self.grpc else {
-            return self.core.route(&self.http, req, ctx, &()).await;
-        };
-        // gRPC workers take token ids: the request is translated once, for every attempt.
-        // Boxed: an HTTP request parked in the admission queue holds this future, which must
-        // not grow by the translation's state.
-        let plan = match Box::pin(grpc.plan(req)).await {
+        let plan = match grpc.plan(req).await {
             Ok(plan) => plan,
             Err(e) => {
-                self.core.metrics.route_error(route, e.code);
+                self.core.metrics.route_error(req.endpoint.path(), e.code);
                 return Err(e);
             }
         };

@@ -104,7 +104,10 @@ impl<K> PrefillLeg<K> {
     /// Runs `decode` (the start of a Decode leg) beside this leg. A Prefill failure first ends
     /// the attempt with that failure (`decode` is dropped, which cancels it). Returns Decode's
     /// result and whether the Prefill phase ended meanwhile.
-    pub async fn beside<T>(&mut self, decode: impl Future<Output = T>) -> Result<(T, bool), ApiError> {
+    pub async fn beside<T>(
+        &mut self,
+        decode: impl Future<Output = T>,
+    ) -> Result<(T, bool), ApiError> {
         tokio::pin!(decode);
         tokio::select! {
             r = &mut decode => Ok((r, false)),
@@ -177,7 +180,16 @@ pub(crate) fn spawn<A: PrefillAnswer>(
             outcome: outcome_tx,
             keep,
         };
-        let ended = run(start, worker.url(), deadline, holds, signals, grace, &metrics).await;
+        let ended = run(
+            start,
+            worker.url(),
+            deadline,
+            holds,
+            signals,
+            grace,
+            &metrics,
+        )
+        .await;
         if let Some(result) = ended {
             metrics.prefill_duration(started.elapsed());
             registry.record_outcome(&worker, worker_ok(&result));

@@ -10,7 +10,7 @@
 //!    of [`leg`], which owns the slot and the Prefill load until the Prefill phase is over;
 //! 4. **relay** — the backend's answer, a response whose body owns the Decode load and the
 //!    Prefill leg, so a client disconnect aborts what still runs and releases the load;
-//! 5. **retry** ([`Core::with_retries`]) — a failed attempt is retried with a fresh selection
+//! 5. **retry** ([`Core::route`]) — a failed attempt is retried with a fresh selection
 //!    when its error says a retry may help and nothing reached the client; local admission
 //!    rejections never are.
 //!
@@ -108,7 +108,9 @@ pub struct Core {
 }
 
 impl Core {
-    /// Routes one request prepared for `backend`, retrying where allowed.
+    /// Routes one request prepared for `backend`, retrying where allowed: the one retry
+    /// loop. A failed attempt is retried (a fresh selection, backoff with jitter) only when
+    /// its error says a retry may help; counts the request's retries and its final error.
     ///
     /// Takes its arguments by reference so that a request parked in the admission queue holds
     /// them once, in the caller's future, not again in this one's.
@@ -119,43 +121,22 @@ impl Core {
         ctx: &RequestCtx,
         prepared: &B::Prepared,
     ) -> Result<B::Answer, ApiError> {
-        let pd = self.cfg.mode.is_pd();
-        self.with_retries(req, move || async move {
-            self.check_model(req)?;
-            if pd {
-                let pair = self
-                    .pick_pair(req, ctx, backend.prompt_tokens(req, prepared))
-                    .await?;
-                // Boxed so that a request parked in the admission queue above holds only the
-                // small selection state, not room for every later stage (this future lives,
-                // per waiter, for as long as it waits).
-                Box::pin(backend.send_pd(self, req, ctx, prepared, pair)).await
-            } else {
-                let (worker, load) = self.pick_one(req, ctx)?;
-                Box::pin(backend.send_one(self, req, ctx, prepared, worker, load)).await
-            }
-        })
-        .await
-    }
-
-    /// Runs `attempt` until it succeeds, fails for good or runs out of attempts; counts the
-    /// request, its retries and its final error.
-    pub(crate) async fn with_retries<T, F, Fut>(
-        &self,
-        req: &ParsedRequest,
-        mut attempt: F,
-    ) -> Result<T, ApiError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ApiError>>,
-    {
-        let route = req.endpoint.path();
         let mut n = 1;
         let result = loop {
-            match attempt().await {
+            if let Err(e) = self.check_model(req) {
+                break Err(e);
+            }
+            let outcome = if self.cfg.mode.is_pd() {
+                self.pd_attempt(backend, req, ctx, prepared).await
+            } else {
+                // Boxed: regular requests never wait for admission, and inline their attempt
+                // would size every PD request's future (a parked waiter's) to it.
+                Box::pin(self.one_attempt(backend, req, ctx, prepared)).await
+            };
+            match outcome {
                 Err(e) if e.retryable && n < self.cfg.retry.max_attempts => {
                     n += 1;
-                    self.metrics.retry(route);
+                    self.metrics.retry(req.endpoint.path());
                     tracing::debug!(code = e.code, attempt = n, "retrying");
                     tokio::time::sleep(backoff(&self.cfg.retry, n)).await;
                 }
@@ -163,7 +144,7 @@ impl Core {
             }
         };
         if let Err(e) = &result {
-            self.metrics.route_error(route, e.code);
+            self.metrics.route_error(req.endpoint.path(), e.code);
         }
         result
     }

@@ -1,5 +1,6 @@
-//! Picking a request's workers: the Prefill worker through admission (when it is on), then
-//! the Decode worker and its load; or, in regular mode, one worker and its load.
+//! One attempt: picking a request's workers, the Prefill worker through admission (when it is on), then
+//! the Decode worker and its load, or, in regular mode, one worker and its load; then the
+//! backend's legs.
 //!
 //! Invariants: Decode load is taken only after the Prefill reservation succeeded, so a
 //! waiting or rejected request never inflates Decode load; a Decode worker speaks its
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use pdrouter_policy::Policy;
 
-use super::{Core, RequestCtx};
+use super::{Backend, Core, RequestCtx};
 use crate::config::WorkerType;
 use crate::error::ApiError;
 use crate::registry::{LoadGuard, Worker};
@@ -38,14 +39,15 @@ fn timeout_secs(
 }
 
 impl Core {
-    /// Picks the Prefill worker (through admission, charging `prompt_tokens` to a token
-    /// budget) and then the Decode worker.
-    pub(crate) async fn pick_pair(
+    /// One PD attempt: picks the Prefill worker (through admission, charging the backend's
+    /// prompt tokens to a token budget), then the Decode worker, then runs the backend's legs.
+    pub(super) async fn pd_attempt<B: Backend>(
         &self,
+        backend: &B,
         req: &ParsedRequest,
         ctx: &RequestCtx,
-        prompt_tokens: u64,
-    ) -> Result<Pair, ApiError> {
+        prepared: &B::Prepared,
+    ) -> Result<B::Answer, ApiError> {
         let units = req.sub_requests() as u64;
         let prefill_sel = || {
             Candidates::new(
@@ -61,7 +63,7 @@ impl Core {
             Some(adm) => match crate::telemetry::in_admission_span(
                 adm.acquire(
                     prefill_sel()
-                        .with_prompt_tokens(prompt_tokens)
+                        .with_prompt_tokens(backend.prompt_tokens(req, prepared))
                         .with_priority(ctx.priority)
                         .checked_target()?,
                 ),
@@ -99,21 +101,27 @@ impl Core {
         .with_runtime(prefill.runtime())
         .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
-        Ok(Pair {
+        let pair = Pair {
             prefill,
             permit,
             prefill_load,
             decode,
             decode_load,
-        })
+        };
+        // Boxed so that a request parked in the admission queue above holds only the small
+        // selection state, not room for every later stage (this future lives, per waiter,
+        // for as long as it waits).
+        Box::pin(backend.send_pd(self, req, ctx, prepared, pair)).await
     }
 
-    /// Picks the one worker of a regular-mode request and takes its load.
-    pub(crate) fn pick_one(
+    /// One regular-mode attempt: picks the one worker, takes its load, runs the backend's leg.
+    pub(super) async fn one_attempt<B: Backend>(
         &self,
+        backend: &B,
         req: &ParsedRequest,
         ctx: &RequestCtx,
-    ) -> Result<(Arc<Worker>, LoadGuard), ApiError> {
+        prepared: &B::Prepared,
+    ) -> Result<B::Answer, ApiError> {
         let worker = Candidates::new(
             self.registry.clone(),
             self.policy.clone(),
@@ -122,7 +130,9 @@ impl Core {
         )
         .pick()?;
         let load = LoadGuard::new(worker.clone(), req.sub_requests() as u64);
-        Ok((worker, load))
+        backend
+            .send_one(self, req, ctx, prepared, worker, load)
+            .await
     }
 
     /// A named model must be served by a registered worker of every type the request needs

@@ -23,7 +23,7 @@ use super::calls::status_error;
 use crate::core::{Core, RequestCtx, worker_ok};
 use crate::error::{ApiError, Leg};
 use crate::grpc::client::Legs;
-use crate::grpc::output::{Delta, Output};
+use crate::grpc::output::{Delta, InputLogprob, Output};
 use crate::grpc::translate::{self, Answer, Events, Plan};
 use crate::registry::{LoadGuard, Worker};
 
@@ -115,6 +115,7 @@ pub(super) async fn answer(
         d: stream,
         leg,
         keep_input: pd && grpc.plan.logprobs.input_from.is_some(),
+        input: None,
         url,
         kind,
         deadline,
@@ -174,6 +175,8 @@ struct Relay {
     leg: Option<PrefillLeg>,
     /// The Prefill's prompt logprobs go ahead of Decode's (the leg keeps them).
     keep_input: bool,
+    /// What the Prefill leg kept, once its outcome came.
+    input: Option<Vec<Vec<InputLogprob>>>,
     url: String,
     /// Which leg the streams are, for errors.
     kind: Leg,
@@ -201,7 +204,10 @@ impl Relay {
             match tokio::time::timeout_at(self.deadline, next).await {
                 Err(_) => return Some(Err(ApiError::upstream_timeout(self.kind, &self.url))),
                 Ok(Err(e)) => return Some(Err(e)),
-                Ok(Ok(None)) => self.leg = None,
+                // The Prefill phase is over: what the leg kept stays for the answer.
+                Ok(Ok(None)) => {
+                    self.input = self.leg.take().and_then(|mut leg| leg.take_kept());
+                }
                 Ok(Ok(Some(m))) => break m,
             }
         };
@@ -222,15 +228,15 @@ impl Relay {
         if let Some(mut leg) = self.leg.take() {
             leg.decode_done();
             leg.outcome().await?;
-            let inputs = leg.take_kept();
+            self.input = leg.take_kept();
             leg.decode_finished();
-            if self.keep_input {
-                for (i, lps) in inputs.unwrap_or_default().into_iter().enumerate() {
-                    self.out.prepend_input_logprobs(i, lps);
-                }
+        }
+        if std::mem::take(&mut self.keep_input) {
+            let inputs = self.input.take().unwrap_or_default();
+            for (i, lps) in inputs.into_iter().enumerate() {
+                self.out.prepend_input_logprobs(i, lps);
             }
         }
-        self.keep_input = false;
         Ok(())
     }
 

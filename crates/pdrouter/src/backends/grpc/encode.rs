@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tracing::Instrument as _;
 
-use crate::config::WorkerType;
 use super::GrpcBackend;
+use crate::config::WorkerType;
 use crate::core::Core;
 use crate::error::ApiError;
 use crate::images::{EncodeTicket, PromptImages};

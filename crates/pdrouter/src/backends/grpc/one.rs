@@ -29,7 +29,13 @@ pub(super) async fn send(
     calls::on_rank(&mut reqs, &worker);
     let deadline = crate::config::deadline_after(Instant::now(), core.cfg.request_timeout);
     let stream = tracing::Instrument::instrument(
-        answer::start(Leg::Worker, &worker, Legs::start(ch, reqs), deadline, &core.registry),
+        answer::start(
+            Leg::Worker,
+            &worker,
+            Legs::start(ch, reqs),
+            deadline,
+            &core.registry,
+        ),
         crate::telemetry::leg_span(Leg::Worker, worker.url()),
     )
     .await?;

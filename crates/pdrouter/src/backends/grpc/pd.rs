@@ -118,7 +118,9 @@ pub(super) async fn send(
     // EPD: each image item goes to its Encode worker now; the Prefill is told where each
     // embedding comes from, the Decode only what the items are.
     let encode = match &plan.images {
-        Some(images) => backend.start_encodes(core, &ctx.request_id, images, core.cfg.request_timeout)?,
+        Some(images) => {
+            backend.start_encodes(core, &ctx.request_id, images, core.cfg.request_timeout)?
+        }
         None => Vec::new(),
     };
     let mut dcalls = pcalls.clone();

@@ -26,11 +26,11 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use super::PrefillLeg;
 use super::bootstrap;
 use super::exchange::{exchange, relay_response};
 use super::logprobs::{PromptLogprobs, SseMerge};
 use super::relay::{FirstByte, RelayBody};
-use super::PrefillLeg;
 use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
 use crate::core::{Core, Pair, RequestCtx, worker_ok};
 use crate::error::{ApiError, Leg};
@@ -129,7 +129,15 @@ pub(super) async fn send(
     let mut leg = leg::spawn(start, job);
 
     let decode_head = tracing::Instrument::instrument(
-        exchange(client, &decode, Leg::Decode, path, decode_body, ctx, timeout),
+        exchange(
+            client,
+            &decode,
+            Leg::Decode,
+            path,
+            decode_body,
+            ctx,
+            timeout,
+        ),
         crate::telemetry::leg_span(Leg::Decode, decode.url()),
     );
     // A Prefill failure cancels the Decode leg (dropped on return).

@@ -19,10 +19,10 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use super::PrefillLeg;
+use super::logprobs::SseMerge;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use super::logprobs::SseMerge;
-use super::PrefillLeg;
 use crate::registry::LoadGuard;
 
 /// Error type of the relayed body (the worker's connection broke mid-body).
