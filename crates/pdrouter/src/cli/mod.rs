@@ -1,13 +1,17 @@
 //! Command line (the only module that knows clap).
 //!
 //! Flag names and defaults follow SMG's `launch` so operators can move their command lines over
-//! unchanged. `launch`'s flags come in groups, one file each, in the order `--help` lists
-//! them: a group declares its flags (names, defaults, help text) and turns them into its part
-//! of the [`Config`], checking its own rules, so adding or checking a flag touches one file.
+//! unchanged. `launch`'s flags come in groups, one file each: a group declares its flags
+//! (names, defaults, help text and heading) and turns them into its part of the [`Config`],
+//! checking its own rules, so adding or checking a flag touches one file.
 //! [`LaunchArgs::into_config`] composes the parts; the rules that tie flags of different groups
 //! together are in `rules`, and the rules any configuration must keep are config's
-//! ([`Config::validate`]). Besides clap, the module uses only `config` and the policy and
-//! admission crates' names.
+//! ([`Config::validate`]). `--help` lists the flags in declaration order, groups in the order
+//! [`LaunchArgs`] flattens them, so moving a field moves its line in the help (a golden-file
+//! test pins the text).
+//!
+//! From this crate the module uses only `config`; besides clap it names the policy, admission
+//! and vision crates' types and defaults.
 
 mod admission;
 mod demo;
@@ -66,7 +70,9 @@ pub enum Command {
 }
 
 /// `pdrouter launch` flags, one group per concern, in the order `--help` lists them (each
-/// group names its help heading).
+/// group names its help heading). A field's name is its clap id (`prefill` and `encode` are
+/// read back by id in [`Cli::try_parse_args`]), so a flag keeps its field name wherever it
+/// is declared.
 #[derive(Debug, clap::Args)]
 pub struct LaunchArgs {
     /// Address, port, body and time limits, connections, the inference API key.

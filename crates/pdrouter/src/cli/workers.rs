@@ -23,7 +23,8 @@ pub struct WorkerArgs {
     /// Prefill worker with an optional KV bootstrap port or `none` (repeatable).
     #[arg(long, num_args = 1..=2, value_names = ["URL", "BOOTSTRAP_PORT|none"], action = clap::ArgAction::Append, help_heading = "Workers")]
     pub prefill: Vec<String>,
-    /// `--prefill` occurrences grouped (filled by [`Cli::parse_from_env`]).
+    /// `--prefill` occurrences grouped (filled by
+    /// [`Cli::try_parse_args`](super::Cli::try_parse_args)).
     #[arg(skip)]
     pub prefill_groups: Vec<Vec<String>>,
     /// Decode worker (repeatable).
@@ -37,7 +38,8 @@ pub struct WorkerArgs {
     /// Encode worker with an optional bootstrap port (EPD mode; repeatable).
     #[arg(long, num_args = 1..=2, value_names = ["URL", "BOOTSTRAP_PORT"], action = clap::ArgAction::Append, help_heading = "Workers")]
     pub encode: Vec<String>,
-    /// `--encode` occurrences grouped (filled by [`Cli::parse_from_env`]).
+    /// `--encode` occurrences grouped (filled by
+    /// [`Cli::try_parse_args`](super::Cli::try_parse_args)).
     #[arg(skip)]
     pub encode_groups: Vec<Vec<String>>,
     /// Register each DP rank of a worker reporting dp_size > 1 as its own worker.

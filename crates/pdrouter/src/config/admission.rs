@@ -28,7 +28,7 @@ pub struct AdmissionSettings {
     pub priorities: Option<pdrouter_admission::PriorityClasses>,
 }
 
-/// Default [`Config::prefill_grace_after_decode`]: a Prefill answer normally ends before
+/// Default [`Config::prefill_grace_after_decode`](super::Config::prefill_grace_after_decode): a Prefill answer normally ends before
 /// Decode does, so a leg still open by then has a network hiccup or a stuck worker; a few
 /// seconds let the first end cleanly (keeping its pooled connection) and bound the second.
 pub const PREFILL_GRACE_AFTER_DECODE: Duration = Duration::from_secs(5);

@@ -13,9 +13,9 @@ use super::{ConfigError, bad};
 /// The allowed values of one numeric flag, inclusive.
 ///
 /// Every numeric flag has one, listed in [`FLAG_RANGES`]; its `--help` text states the same
-/// range (a unit test in `cli` checks both). [`Config::validate`] checks them all, so a
-/// configuration that passes cannot overflow a deadline or a counter, and an out-of-range
-/// value fails with one line naming the flag and the range.
+/// range (a unit test in `cli` checks both). [`Config::validate`](super::Config::validate)
+/// checks them all, so a configuration that passes cannot overflow a deadline or a counter,
+/// and an out-of-range value fails with one line naming the flag and the range.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlagRange {
     /// The flag, with its dashes.

@@ -193,19 +193,7 @@ impl RawStore {
                  replicas; give a positive one",
             ));
         }
-        let group = self
-            .group
-            .unwrap_or_else(|| DEFAULT_ADMISSION_GROUP.to_string());
-        if group.is_empty()
-            || group.len() > 64
-            || !group
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        {
-            return Err(bad(format!(
-                "--admission-group '{group}' must be 1-64 letters, digits, '-', '_' or '.'"
-            )));
-        }
+        let group = admission_group(self.group)?;
         // In range, so the conversions below are exact.
         let interval = match self.interval_ms {
             None => DEFAULT_STORE_INTERVAL_MS,
@@ -239,6 +227,23 @@ impl RawStore {
             fallback,
         }))
     }
+}
+
+/// `--admission-group` (default [`DEFAULT_ADMISSION_GROUP`]): the group names the store's keys
+/// and channel, so it is kept to characters that need no quoting there.
+fn admission_group(group: Option<String>) -> Result<String, ConfigError> {
+    let group = group.unwrap_or_else(|| DEFAULT_ADMISSION_GROUP.to_string());
+    if group.is_empty()
+        || group.len() > 64
+        || !group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(bad(format!(
+            "--admission-group '{group}' must be 1-64 letters, digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(group)
 }
 
 #[cfg(test)]
