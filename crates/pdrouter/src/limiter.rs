@@ -34,35 +34,8 @@ use pdrouter_admission::{Priority, PriorityClasses};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// Limiter settings; present only when `--max-concurrent-requests` is positive.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LimiterConfig {
-    /// Most requests in flight at once (also the token bucket's capacity).
-    pub max_concurrent: usize,
-    /// Most requests waiting; 0 = never wait.
-    pub queue_size: usize,
-    /// Longest wait for a permit.
-    pub queue_timeout: Duration,
-    /// Token refill rate per second; `None`: concurrency alone limits.
-    pub tokens_per_second: Option<f64>,
-    /// Priority classes, when they order this queue: each class's own queue size, timeout and
-    /// starvation age replace `queue_size` and `queue_timeout`. `None`: one FIFO.
-    pub priorities: Option<PriorityClasses>,
-}
-
-impl LimiterConfig {
-    /// The class settings in force (every class alike, without promotion, when `priorities`
-    /// is `None`).
-    pub fn classes(&self) -> PriorityClasses {
-        self.priorities
-            .unwrap_or_else(|| PriorityClasses::uniform(self.queue_size, self.queue_timeout))
-    }
-
-    /// How long a request of `priority` may wait.
-    pub fn timeout_of(&self, priority: Priority) -> Duration {
-        self.classes().get(priority).queue_timeout
-    }
-}
+// The limiter's settings are configuration (checked at startup); re-exported for its users.
+pub use crate::config::LimiterConfig;
 
 /// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

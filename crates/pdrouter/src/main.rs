@@ -107,9 +107,9 @@ fn main() -> std::process::ExitCode {
     };
     match cli.command {
         Command::Launch(args) => {
-            let log = args.telemetry.settings(&args.log_level, args.log_json);
+            let log = args.telemetry.settings();
             let unused = args.telemetry.unused();
-            let explicit_max_connections = args.max_connections.is_some();
+            let explicit_max_connections = args.listener.max_connections.is_some();
             let mut config = match args.into_config() {
                 Ok(c) => c,
                 Err(e) => {

@@ -17,7 +17,6 @@
 //! expire by the store's clock; an exchange older than the replica's last one changes nothing.
 
 pub mod redis;
-mod url;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,8 +24,9 @@ use std::time::Duration;
 
 use pdrouter_admission::{Fallback, ShareObserver, StoreError};
 
+// The checked store URL is configuration (checked at startup); re-exported for the store's code.
+pub use crate::config::StoreUrl;
 use crate::metrics::Metrics;
-pub use url::StoreUrl;
 
 /// A fresh replica id: random, so a restarted replica never inherits its old leases.
 pub fn replica_id() -> String {

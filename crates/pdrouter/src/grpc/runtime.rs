@@ -20,32 +20,11 @@ use pdrouter_proto::scheduler::{
 };
 use pdrouter_proto::tokenspeed_scheduler as ts;
 
-/// The protocol a gRPC worker speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Runtime {
-    /// `sglang.grpc.scheduler.SglangScheduler`.
-    Sglang,
-    /// `tokenspeed.grpc.scheduler.TokenSpeedScheduler`.
-    TokenSpeed,
-}
+// The runtime names are configuration (`--runtime`); what each runtime's messages can carry is
+// this module's, added below (an inherent impl, so callers need no extra import).
+pub use crate::config::Runtime;
 
 impl Runtime {
-    /// Every runtime, in the order detection tries them without a hint.
-    pub const ALL: [Runtime; 2] = [Runtime::Sglang, Runtime::TokenSpeed];
-
-    /// The name used by `--runtime`, `/workers` and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Runtime::Sglang => "sglang",
-            Runtime::TokenSpeed => "tokenspeed",
-        }
-    }
-
-    /// The runtime named `s` (as [`Runtime::name`] spells it).
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.name() == s)
-    }
-
     /// Largest KV bootstrap room the runtime's message holds.
     pub fn max_room(self) -> u64 {
         match self {
@@ -65,12 +44,6 @@ impl Runtime {
         let mut order: Vec<Runtime> = hint.into_iter().collect();
         order.extend(Self::ALL.into_iter().filter(|r| Some(*r) != hint));
         order
-    }
-}
-
-impl std::fmt::Display for Runtime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

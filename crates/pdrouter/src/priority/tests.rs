@@ -1,3 +1,8 @@
+use std::path::Path;
+use std::time::Duration;
+
+use http::HeaderName;
+
 use super::*;
 
 fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
