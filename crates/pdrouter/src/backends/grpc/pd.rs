@@ -25,6 +25,7 @@ use crate::error::{ApiError, Leg};
 use crate::grpc::client::Legs;
 use crate::grpc::output::{self, InputLogprob};
 use crate::grpc::runtime::{Call, KvTicket, Runtime};
+use crate::grpc::translate::Plan;
 use crate::registry::Worker;
 
 /// A Prefill worker's started streams, drained by the leg task.
@@ -79,6 +80,48 @@ async fn pair_runtime(core: &Core, prefill: &Worker, decode: &Worker) -> Result<
     Ok(runtime)
 }
 
+/// Both legs' calls of one attempt and the answer's id: one ticket per prompt (the first
+/// one's room names the attempt), each leg on its worker's DP rank; in EPD each image item's
+/// `Encode` started and its ticket on the Prefill's calls.
+fn pair_calls(
+    backend: &GrpcBackend,
+    core: &Core,
+    ctx: &RequestCtx,
+    plan: &Plan,
+    runtime: Runtime,
+    prefill: &Worker,
+    decode: &Worker,
+) -> Result<(Vec<Call>, Vec<Call>, String), ApiError> {
+    let tickets: Vec<KvTicket> = plan
+        .requests
+        .iter()
+        .map(|_| KvTicket::fresh(prefill.bootstrap_host(), prefill.bootstrap_port(), runtime))
+        .collect();
+    let tag = tickets.first().map_or(0, |t| t.room);
+    let (mut pcalls, request_id) = calls::calls(plan, runtime, decode, ctx, tag);
+    for (call, ticket) in pcalls.iter_mut().zip(tickets) {
+        call.kv = Some(ticket);
+    }
+    // EPD: the Prefill is told where each embedding comes from, the Decode only what the
+    // items are.
+    let encode = match &plan.images {
+        Some(images) => {
+            backend.start_encodes(core, &ctx.request_id, images, core.cfg.request_timeout)?
+        }
+        None => Vec::new(),
+    };
+    let mut dcalls = pcalls.clone();
+    calls::on_rank(&mut pcalls, prefill);
+    calls::on_rank(&mut dcalls, decode);
+    for c in &mut pcalls {
+        c.images.encode.clone_from(&encode);
+    }
+    for (p, d) in pcalls.iter_mut().zip(dcalls.iter_mut()) {
+        Call::share_encoding(p, d);
+    }
+    Ok((pcalls, dcalls, request_id))
+}
+
 /// Sends both legs to `pair` and builds the answer from Decode's streams.
 pub(super) async fn send(
     backend: &GrpcBackend,
@@ -104,34 +147,8 @@ pub(super) async fn send(
             prefill.url()
         )));
     }
-    // One ticket per prompt; the first one's room names the attempt.
-    let tickets: Vec<KvTicket> = plan
-        .requests
-        .iter()
-        .map(|_| KvTicket::fresh(prefill.bootstrap_host(), prefill.bootstrap_port(), runtime))
-        .collect();
-    let tag = tickets.first().map_or(0, |t| t.room);
-    let (mut pcalls, request_id) = calls::calls(&plan, runtime, &decode, ctx, tag);
-    for (call, ticket) in pcalls.iter_mut().zip(tickets) {
-        call.kv = Some(ticket);
-    }
-    // EPD: each image item goes to its Encode worker now; the Prefill is told where each
-    // embedding comes from, the Decode only what the items are.
-    let encode = match &plan.images {
-        Some(images) => {
-            backend.start_encodes(core, &ctx.request_id, images, core.cfg.request_timeout)?
-        }
-        None => Vec::new(),
-    };
-    let mut dcalls = pcalls.clone();
-    calls::on_rank(&mut pcalls, &prefill);
-    calls::on_rank(&mut dcalls, &decode);
-    for c in &mut pcalls {
-        c.images.encode.clone_from(&encode);
-    }
-    for (p, d) in pcalls.iter_mut().zip(dcalls.iter_mut()) {
-        Call::share_encoding(p, d);
-    }
+    let (pcalls, dcalls, request_id) =
+        pair_calls(backend, core, ctx, &plan, runtime, &prefill, &decode)?;
     let deadline = crate::config::deadline_after(Instant::now(), core.cfg.request_timeout);
     let keep = plan.logprobs.input_from.is_some();
     let start = {
