@@ -7,6 +7,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+# The router binary start_router runs (a script may switch it, e.g. to a baseline build).
+ROUTER_BIN="$BIN/pdrouter"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pdrouter-bench.XXXXXX")
 PIDS=()
 
@@ -93,7 +95,7 @@ start_router() {
     local name=$1
     shift
     TOKIO_WORKER_THREADS=1 spawn "$name" "pdrouter listening on" "${ROUTER_CPU[@]}" \
-        "$BIN/pdrouter" launch --host 127.0.0.1 --port 0 \
+        "$ROUTER_BIN" launch --host 127.0.0.1 --port 0 \
         --prometheus-host 127.0.0.1 --prometheus-port 0 --log-level warn "$@"
 }
 

@@ -17,6 +17,13 @@
 # byte-level tokenizer: one token per prompt byte).
 #
 #   bench/overhead.sh [--quick] [--duration SECS] [--no-build] [--tokenize-check | --callgrind]
+#                     [--baseline PATH]
+#
+# --baseline PATH measures a second router binary (e.g. a build of an earlier commit) in the
+# same run, on the same mocks and load, alternating with this checkout's: with --callgrind
+# both routers' instructions per request and their change; otherwise every router
+# configuration's CPU per request for both and the change (`vs_baseline: ...`). Before/after
+# figures of a change are read from one such run.
 #
 # --callgrind runs only this: an HTTP PD router, then a gRPC PD router, each under valgrind's
 # callgrind (needs `valgrind` on PATH), serving 1,000 16-token requests at concurrency 64
@@ -69,15 +76,37 @@ source "$(dirname "$0")/lib.sh"
 
 TOKENIZE_CHECK=0
 CALLGRIND=0
+BASELINE=
 ARGS=()
-for a in "$@"; do
-    case "$a" in
+while (($#)); do
+    case "$1" in
     --tokenize-check) TOKENIZE_CHECK=1 ;;
     --callgrind) CALLGRIND=1 ;;
-    *) ARGS+=("$a") ;;
+    --baseline)
+        (($# >= 2)) || die "--baseline needs a router binary"
+        BASELINE=$2
+        shift
+        ;;
+    *) ARGS+=("$1") ;;
     esac
+    shift
 done
 ((TOKENIZE_CHECK && CALLGRIND)) && die "--tokenize-check and --callgrind are separate runs"
+if [[ -n $BASELINE ]]; then
+    [[ -x $BASELINE ]] || die "--baseline $BASELINE is not an executable"
+    ((TOKENIZE_CHECK)) && die "--baseline compares --callgrind or the CPU tables, not --tokenize-check"
+    BASELINE=$(cd "$(dirname "$BASELINE")" && pwd)/$(basename "$BASELINE")
+fi
+# The routers measured: this checkout's, and the baseline's first when one is given.
+CURRENT_BIN=$ROUTER_BIN
+WHO=(current)
+[[ -n $BASELINE ]] && WHO=(baseline current)
+# use_router WHO: start_router (and --callgrind) run that router binary from now on.
+use_router() { if [[ $1 == baseline ]]; then ROUTER_BIN=$BASELINE; else ROUTER_BIN=$CURRENT_BIN; fi; }
+# prefix WHO: the label prefix of that router's measurements.
+prefix() { [[ $1 == baseline ]] && echo "base-" || true; }
+# change NEW OLD: the relative change from OLD to NEW, in percent.
+change() { calc %+.1f "($1 - $2) * 100 / $2"; }
 scenario_args 10 3 '2,56p' "${ARGS[@]}"
 
 ((BUILD)) && build
@@ -118,7 +147,9 @@ if ((CALLGRIND)); then
     SMALL=(--path /generate --prompt-mean-tokens "$(words_for 16)" --max-tokens 1 --concurrency 64
         --timeout 60)
     declare -A PER_REQ
-    for transport in http grpc; do
+    for run in "${WHO[@]/%/:http}" "${WHO[@]/%/:grpc}"; do
+        who=${run%%:*} transport=${run##*:}
+        use_router "$who"
         if [[ $transport == http ]]; then
             workers=(--prefill "$PREFILL" --decode "$DECODE")
         else
@@ -127,7 +158,7 @@ if ((CALLGRIND)); then
         # Counting starts at the zeroing below and ends at the dump: the measured requests only.
         TOKIO_WORKER_THREADS=1 spawn "callgrind-$transport" "pdrouter listening on" \
             "${ROUTER_CPU[@]}" valgrind --tool=callgrind \
-            --callgrind-out-file="$WORK/callgrind-$transport.%p" "$BIN/pdrouter" launch \
+            --callgrind-out-file="$WORK/callgrind-$transport.%p" "$ROUTER_BIN" launch \
             --host 127.0.0.1 --port 0 --prometheus-host 127.0.0.1 --prometheus-port 0 \
             --log-level warn --pd-disaggregation "${workers[@]}" \
             --policy round_robin --disable-health-check
@@ -143,12 +174,20 @@ if ((CALLGRIND)); then
         ((ok == 1000)) || echo "warning: $transport had $((1000 - ok)) unsuccessful requests" >&2
         # The dump's `summary:` line: the instructions counted since the zeroing.
         instr=$(awk '/^summary:/ { print $2 }' "$WORK/callgrind-$transport.$ROUTER_PID".*)
-        PER_REQ[$transport]=$(calc %.0f "$instr / $ok")
+        PER_REQ[$who-$transport]=$(calc %.0f "$instr / $ok")
         stop "$ROUTER_PID"
     done
-    echo "http_instructions_per_request_p16=${PER_REQ[http]}" \
-        "grpc_instructions_per_request_p16=${PER_REQ[grpc]}" \
-        "grpc_vs_http_instructions_per_request_p16=$(calc %.2f "${PER_REQ[grpc]} / ${PER_REQ[http]}")"
+    if [[ -n $BASELINE ]]; then
+        echo "baseline_http_instructions_per_request_p16=${PER_REQ[baseline-http]}" \
+            "baseline_grpc_instructions_per_request_p16=${PER_REQ[baseline-grpc]}"
+    fi
+    echo "http_instructions_per_request_p16=${PER_REQ[current-http]}" \
+        "grpc_instructions_per_request_p16=${PER_REQ[current-grpc]}" \
+        "grpc_vs_http_instructions_per_request_p16=$(calc %.2f "${PER_REQ[current-grpc]} / ${PER_REQ[current-http]}")"
+    if [[ -n $BASELINE ]]; then
+        echo "vs_baseline: http_instructions_change_pct=$(change "${PER_REQ[current-http]}" "${PER_REQ[baseline-http]}")" \
+            "grpc_instructions_change_pct=$(change "${PER_REQ[current-grpc]}" "${PER_REQ[baseline-grpc]}")"
+    fi
     exit 0
 fi
 
@@ -276,18 +315,21 @@ for c in "${CONCURRENCIES[@]}"; do
     run direct "$c"
 done
 for mode in round_robin default; do
-    # shellcheck disable=SC2046 # the flags are words on purpose
-    start_router "router-$mode" --pd-disaggregation --prefill "$PREFILL" --decode "$DECODE" \
-        $(router_flags "$mode")
-    ROUTER=$SPAWNED_URL
-    ROUTER_PID=$SPAWNED_PID
-    echo "router ($mode) $ROUTER" >&2
-    wait_ready "$ROUTER" "${COMMON[@]}"
-    for c in "${CONCURRENCIES[@]}"; do
-        echo "running $mode at concurrency $c for ${DURATION}s" >&2
-        run "$mode" "$c"
+    for who in "${WHO[@]}"; do
+        use_router "$who"
+        # shellcheck disable=SC2046 # the flags are words on purpose
+        start_router "router-$who-$mode" --pd-disaggregation --prefill "$PREFILL" \
+            --decode "$DECODE" $(router_flags "$mode")
+        ROUTER=$SPAWNED_URL
+        ROUTER_PID=$SPAWNED_PID
+        echo "router ($who, $mode) $ROUTER" >&2
+        wait_ready "$ROUTER" "${COMMON[@]}"
+        for c in "${CONCURRENCIES[@]}"; do
+            echo "running $who $mode at concurrency $c for ${DURATION}s" >&2
+            run "$(prefix "$who")$mode" "$c"
+        done
+        stop "$ROUTER_PID"
     done
-    stop "$ROUTER_PID"
 done
 
 printf '%-12s %11s %12s %10s %10s %12s %16s %18s\n' mode concurrency ok_req/s p50_ms p99_ms \
@@ -326,24 +368,27 @@ GDECODE=$PAIR_DECODE
 PROMPTS=(16 1024)
 TRANSPORT_C=64
 for transport in http grpc; do
-    if [[ $transport == http ]]; then
-        start_router "router-pd-$transport" --pd-disaggregation --prefill "$PREFILL" \
-            --decode "$DECODE" --policy round_robin --disable-health-check
-    else
-        start_router "router-pd-$transport" --pd-disaggregation "${GRPC_ARGS[@]}" \
-            --policy round_robin --disable-health-check
-    fi
-    ROUTER=$SPAWNED_URL
-    ROUTER_PID=$SPAWNED_PID
-    echo "router (PD over $transport) $ROUTER" >&2
-    wait_ready "$ROUTER" --path /generate --max-tokens 1
-    for p in "${PROMPTS[@]}"; do
-        echo "running PD over $transport, ${p}-token prompts, concurrency $TRANSPORT_C for ${DURATION}s" >&2
-        measure "$transport-p$p" "$ROUTER" "$TRANSPORT_C" --path /generate \
-            --prompt-mean-tokens "$(words_for "$p")" --max-tokens 1
-        [[ $transport == grpc ]] && prompt_tokens "$GDECODE" >"$WORK/grpc-p$p.tokens"
+    for who in "${WHO[@]}"; do
+        use_router "$who"
+        if [[ $transport == http ]]; then
+            start_router "router-pd-$who-$transport" --pd-disaggregation --prefill "$PREFILL" \
+                --decode "$DECODE" --policy round_robin --disable-health-check
+        else
+            start_router "router-pd-$who-$transport" --pd-disaggregation "${GRPC_ARGS[@]}" \
+                --policy round_robin --disable-health-check
+        fi
+        ROUTER=$SPAWNED_URL
+        ROUTER_PID=$SPAWNED_PID
+        echo "router ($who, PD over $transport) $ROUTER" >&2
+        wait_ready "$ROUTER" --path /generate --max-tokens 1
+        for p in "${PROMPTS[@]}"; do
+            echo "running $who PD over $transport, ${p}-token prompts, concurrency $TRANSPORT_C for ${DURATION}s" >&2
+            measure "$(prefix "$who")$transport-p$p" "$ROUTER" "$TRANSPORT_C" --path /generate \
+                --prompt-mean-tokens "$(words_for "$p")" --max-tokens 1
+            [[ $transport == grpc ]] && prompt_tokens "$GDECODE" >"$WORK/grpc-p$p.tokens"
+        done
+        stop "$ROUTER_PID"
     done
-    stop "$ROUTER_PID"
 done
 
 echo
@@ -365,3 +410,18 @@ for p in "${PROMPTS[@]}"; do
     ratios+=("grpc_vs_http_cpu_per_request_p$p=$(calc %.2f "$(us_per_req "grpc-p$p") / $(us_per_req "http-p$p")")")
 done
 echo "${ratios[*]}"
+if [[ -n $BASELINE ]]; then
+    # CPU per request of every router configuration, this checkout's against the baseline's.
+    cmp=()
+    for mode in round_robin default; do
+        for c in "${CONCURRENCIES[@]}"; do
+            cmp+=("${mode}_c${c}_cpu_us_change_pct=$(change "$(us_per_req "$mode-c$c")" "$(us_per_req "base-$mode-c$c")")")
+        done
+    done
+    for p in "${PROMPTS[@]}"; do
+        for transport in http grpc; do
+            cmp+=("${transport}_p${p}_cpu_us_change_pct=$(change "$(us_per_req "$transport-p$p")" "$(us_per_req "base-$transport-p$p")")")
+        done
+    done
+    echo "vs_baseline: ${cmp[*]}"
+fi
