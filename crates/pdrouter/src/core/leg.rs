@@ -129,11 +129,15 @@ impl<K> Drop for PrefillLeg<K> {
 
 /// What the Prefill leg task holds until the Prefill phase is over for the request.
 pub(crate) struct PrefillHolds {
-    pub(crate) permit: Option<SizedPermit>,
-    pub(crate) load: LoadGuard,
+    permit: Option<SizedPermit>,
+    load: LoadGuard,
 }
 
 impl PrefillHolds {
+    pub(crate) fn new(permit: Option<SizedPermit>, load: LoadGuard) -> Self {
+        PrefillHolds { permit, load }
+    }
+
     /// Releases the slot and load, telling a self-sizing limit how the Prefill ended (`Ok`:
     /// it is over for the request).
     fn release<T>(self, outcome: &Result<T, ApiError>) {
@@ -144,15 +148,37 @@ impl PrefillHolds {
 
 /// Everything the leg task needs besides its request.
 pub(crate) struct LegJob {
-    pub(crate) worker: Arc<Worker>,
-    pub(crate) holds: PrefillHolds,
+    worker: Arc<Worker>,
+    holds: PrefillHolds,
     /// The leg's answer, its end included, comes by then.
-    pub(crate) deadline: Instant,
+    deadline: Instant,
     /// Keep what the answer carries for the request (see [`PrefillAnswer::drain`]).
-    pub(crate) keep: bool,
-    pub(crate) grace: std::time::Duration,
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) metrics: Arc<Metrics>,
+    keep: bool,
+    grace: std::time::Duration,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+}
+
+impl LegJob {
+    /// The leg on `worker` holding `holds`, its answer due by `deadline`, with the core's
+    /// grace, registry and metrics.
+    pub(crate) fn new(
+        core: &super::Core,
+        worker: Arc<Worker>,
+        holds: PrefillHolds,
+        deadline: Instant,
+        keep: bool,
+    ) -> Self {
+        LegJob {
+            worker,
+            holds,
+            deadline,
+            keep,
+            grace: core.cfg.prefill_grace_after_decode,
+            registry: core.registry.clone(),
+            metrics: core.metrics.clone(),
+        }
+    }
 }
 
 /// Spawns the Prefill leg: `start` sends the request and yields its answer, which the task

@@ -140,6 +140,7 @@ pub(crate) struct Source {
 }
 
 /// Starts a worker's streams within `deadline`; a failure is charged to `worker` at once.
+/// The call runs in `leg`'s span.
 pub(crate) async fn start(
     leg: Leg,
     worker: &Arc<Worker>,
@@ -147,7 +148,11 @@ pub(crate) async fn start(
     deadline: Instant,
     registry: &Arc<crate::registry::Registry>,
 ) -> Result<Legs, ApiError> {
-    let r = match tokio::time::timeout_at(deadline, call).await {
+    let call = tracing::Instrument::instrument(
+        tokio::time::timeout_at(deadline, call),
+        crate::telemetry::leg_span(leg, worker.url()),
+    );
+    let r = match call.await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(s)) => Err(status_error(leg, worker.url(), &s)),
         Err(_) => Err(ApiError::upstream_timeout(leg, worker.url())),

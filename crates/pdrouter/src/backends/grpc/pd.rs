@@ -165,28 +165,20 @@ pub(super) async fn send(
             })
         }
     };
-    let job = LegJob {
-        worker: prefill,
-        holds: PrefillHolds {
-            permit,
-            load: prefill_load,
-        },
+    let job = LegJob::new(
+        core,
+        prefill,
+        PrefillHolds::new(permit, prefill_load),
         deadline,
         keep,
-        grace: core.cfg.prefill_grace_after_decode,
-        registry: core.registry.clone(),
-        metrics: core.metrics.clone(),
-    };
+    );
     let mut leg: PrefillLeg = leg::spawn(start, job);
-    let decode_start = tracing::Instrument::instrument(
-        answer::start(
-            Leg::Decode,
-            &decode,
-            Legs::start(dch, dcalls),
-            deadline,
-            &core.registry,
-        ),
-        crate::telemetry::leg_span(Leg::Decode, decode.url()),
+    let decode_start = answer::start(
+        Leg::Decode,
+        &decode,
+        Legs::start(dch, dcalls),
+        deadline,
+        &core.registry,
     );
     // A Prefill failure first ends the attempt and drops the Decode calls (Abort).
     let (stream, _) = leg.beside(decode_start).await?;

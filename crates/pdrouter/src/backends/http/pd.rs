@@ -114,18 +114,9 @@ pub(super) async fn send(
             })
         }
     };
-    let job = LegJob {
-        worker: prefill,
-        holds: PrefillHolds {
-            permit,
-            load: prefill_load,
-        },
-        deadline: crate::config::deadline_after(Instant::now(), timeout),
-        keep: capture,
-        grace: core.cfg.prefill_grace_after_decode,
-        registry: core.registry.clone(),
-        metrics: core.metrics.clone(),
-    };
+    let deadline = crate::config::deadline_after(Instant::now(), timeout);
+    let holds = PrefillHolds::new(permit, prefill_load);
+    let job = LegJob::new(core, prefill, holds, deadline, capture);
     let mut leg = leg::spawn(start, job);
 
     let decode_head = tracing::Instrument::instrument(
