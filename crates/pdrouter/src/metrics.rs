@@ -885,3 +885,6 @@ impl pdrouter_admission::Observer for Metrics {
         self.admission_limit_tokens.remove(&label);
     }
 }
+
+#[cfg(test)]
+mod tests;
