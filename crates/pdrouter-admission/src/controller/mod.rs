@@ -91,13 +91,13 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::config::{AdmissionConfig, Limits};
 use crate::ledger::Slot;
+use crate::observer::{Observer, PriorityOutcome, Rejected, Rejection};
 use crate::permit::Admitted;
 use crate::priority::Priority;
 use crate::queue::WaiterId;
-use crate::selector::{Observer, PriorityOutcome, Rejected, Rejection, Selector};
+use crate::selector::Selector;
 
-pub(crate) use inner::Inner;
-use inner::SlowPath;
+use inner::{Inner, SlowPath};
 
 /// Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
 ///
