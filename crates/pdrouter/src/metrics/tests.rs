@@ -57,7 +57,13 @@ fn populated() -> Arc<Metrics> {
 
     let route = "/v1/chat/completions";
     let ms = Duration::from_millis;
-    m.http_request(&http::Method::POST, route, http::StatusCode::OK, None, ms(20));
+    m.http_request(
+        &http::Method::POST,
+        route,
+        http::StatusCode::OK,
+        None,
+        ms(20),
+    );
     m.http_request(
         &http::Method::POST,
         route,
@@ -159,7 +165,9 @@ fn series_key(line: &str) -> String {
     match at {
         Some(at) => {
             let value = at + ",le=\"".len();
-            let end = series[value..].find('"').map_or(series.len(), |e| value + e + 1);
+            let end = series[value..]
+                .find('"')
+                .map_or(series.len(), |e| value + e + 1);
             format!("{}{}", &series[..at], &series[end..])
         }
         None => series.to_owned(),
@@ -181,9 +189,18 @@ fn exposition_matches_the_golden_file() {
     }
     let (want, got): (Vec<_>, Vec<_>) = (GOLDEN.lines().collect(), text.lines().collect());
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-        assert_eq!(w, g, "line {} of the exposition differs from the golden file", i + 1);
+        assert_eq!(
+            w,
+            g,
+            "line {} of the exposition differs from the golden file",
+            i + 1
+        );
     }
-    assert_eq!(want.len(), got.len(), "the exposition has a different number of lines");
+    assert_eq!(
+        want.len(),
+        got.len(),
+        "the exposition has a different number of lines"
+    );
 }
 
 #[test]
@@ -201,7 +218,9 @@ fn every_registered_family_is_in_the_golden_file() {
                     .any(|suffix| sample.strip_suffix(suffix) == Some(name))
         };
         assert!(
-            text.lines().filter(|l| !l.starts_with('#')).any(|l| of_family(&l)),
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .any(|l| of_family(&l)),
             "{name} has no series in the test exposition"
         );
     }
