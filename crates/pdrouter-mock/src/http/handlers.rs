@@ -13,9 +13,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::body::{self, JSON, SSE};
-use super::render::{Api, Plan, prompt_words, requested_tokens};
+use super::render::Plan;
+use super::request::{Api, prompt_words, requested_tokens};
+use crate::bootstrap::{await_bootstrap, rooms_of};
 use crate::config::Role;
-use crate::engine::{await_bootstrap, rooms_of};
 use crate::state::{InflightGuard, MockStats, Shared};
 
 /// Largest accepted request body.
