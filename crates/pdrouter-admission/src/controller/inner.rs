@@ -1,4 +1,4 @@
-//! The state every clone of an [`Admission`](super::Admission) shares, and what is done with
+//! The state every clone of an [`Admission`](crate::Admission) shares, and what is done with
 //! it: the fast path, the slow path under the queue lock, dispatch to waiters, delivery of
 //! grants outside the lock, release and notification. The parent module's docs give the
 //! shape and the race argument these follow.
@@ -23,7 +23,7 @@ use crate::priority::{Priority, PriorityClasses};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
 use crate::selector::Selector;
 
-/// What every clone of an [`Admission`](super::Admission) shares.
+/// What every clone of an [`Admission`](crate::Admission) shares.
 pub(crate) struct Inner {
     pub(super) cfg: AdmissionConfig,
     pub(super) observer: Arc<dyn Observer>,
@@ -51,7 +51,7 @@ pub(crate) struct Inner {
     /// Signalled when a request starts waiting (slow path only), for whoever sizes the limits.
     pub(super) enqueued: tokio::sync::Notify,
     /// Signalled when a permit is released while nobody waits, while releases are watched
-    /// ([`Admission::watch_releases`](super::Admission::watch_releases)).
+    /// ([`Admission::watch_releases`](crate::Admission::watch_releases)).
     pub(super) released: tokio::sync::Notify,
     pub(super) release_watched: AtomicBool,
 }

@@ -1,6 +1,6 @@
 //! The router's Prefill admission: per-worker in-flight counts, tokens and limits, the wait
 //! queue and its rejections, as the admission controller reports them
-//! ([`pdrouter_admission::Observer`], implemented by [`Metrics`](super::Metrics)). A worker's
+//! ([`pdrouter_admission::Observer`], implemented by `Metrics`). A worker's
 //! series go when the controller says its forgotten slot is idle.
 
 use std::time::Duration;

@@ -30,7 +30,7 @@ impl WorkerLabel {
 /// Labels: method and route template.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    /// HTTP method the router serves, or `other` ([`method_label`](crate::metrics::method_label)).
+    /// HTTP method the router serves, or `other` (`method_label`).
     pub method: String,
     /// Route template (`other` for unknown paths).
     pub path: String,

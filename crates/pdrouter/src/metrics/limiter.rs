@@ -1,6 +1,6 @@
 //! The global limiter (`--max-concurrent-requests`): its decisions and its levels, as it
 //! reports them ([`LimiterObserver`](crate::limiter::LimiterObserver), implemented by
-//! [`Metrics`](super::Metrics)).
+//! `Metrics`).
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
