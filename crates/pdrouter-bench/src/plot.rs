@@ -72,29 +72,63 @@ fn tick_label(v: f64) -> String {
     }
 }
 
+/// The plot area and its scales: a log time axis over `[lo, hi]` ms, probability on y.
+#[derive(Clone, Copy, Debug)]
+struct Axes {
+    lo: f64,
+    hi: f64,
+    plot_w: f64,
+    plot_h: f64,
+}
+
+impl Axes {
+    fn x_of(&self, v: f64) -> f64 {
+        LEFT + (v.max(self.lo).log10() - self.lo.log10()) / (self.hi.log10() - self.lo.log10())
+            * self.plot_w
+    }
+
+    fn y_of(&self, p: f64) -> f64 {
+        TOP + (1.0 - p) * self.plot_h
+    }
+}
+
+/// TTFTs are clamped to at least this (1 µs) so the log axis stays finite.
+const FLOOR_MS: f64 = 0.001;
+
 /// Renders the empirical CDFs of `series` as an SVG document. TTFTs are
 /// clamped to at least 1 µs so the log axis stays finite; empty series are
 /// listed in the legend as "(no data)".
 pub fn render_svg(title: &str, series: &[Series]) -> String {
-    let floor = 0.001;
     let all = series.iter().flat_map(|s| s.ttft_ms.iter().copied());
     let (min, max) = all
         .filter(|v| v.is_finite())
         .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-            (lo.min(v.max(floor)), hi.max(v.max(floor)))
+            (lo.min(v.max(FLOOR_MS)), hi.max(v.max(FLOOR_MS)))
         });
     let (lo, hi) = if min.is_finite() {
         log_range(min, max)
     } else {
         (1.0, 1000.0)
     };
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let x_of =
-        |v: f64| LEFT + (v.max(lo).log10() - lo.log10()) / (hi.log10() - lo.log10()) * plot_w;
-    let y_of = |p: f64| TOP + (1.0 - p) * plot_h;
-
+    let axes = Axes {
+        lo,
+        hi,
+        plot_w: WIDTH - LEFT - RIGHT,
+        plot_h: HEIGHT - TOP - BOTTOM,
+    };
     let mut svg = String::new();
+    header(&mut svg, title, &axes);
+    grid(&mut svg, &axes);
+    frame(&mut svg, &axes);
+    for (i, s) in series.iter().enumerate() {
+        curve(&mut svg, &axes, i, s);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The document's opening tag, background and title.
+fn header(svg: &mut String, title: &str, axes: &Axes) {
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
@@ -106,19 +140,22 @@ pub fn render_svg(title: &str, series: &[Series]) -> String {
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-        LEFT + plot_w / 2.0,
+        LEFT + axes.plot_w / 2.0,
         escape(title)
     );
+}
 
-    // Grid and ticks: 1-2-5 per decade on x, tenths on y.
-    let mut decade = lo;
+/// Grid and ticks: 1-2-5 per decade on x, tenths on y.
+fn grid(svg: &mut String, axes: &Axes) {
+    let (hi, plot_w, plot_h) = (axes.hi, axes.plot_w, axes.plot_h);
+    let mut decade = axes.lo;
     while decade < hi * 1.0001 {
         for (m, major) in [(1.0, true), (2.0, false), (5.0, false)] {
             let v = decade * m;
             if v > hi * 1.0001 {
                 break;
             }
-            let x = x_of(v);
+            let x = axes.x_of(v);
             let stroke = if major { "#bbbbbb" } else { "#e5e5e5" };
             let _ = writeln!(
                 svg,
@@ -136,7 +173,7 @@ pub fn render_svg(title: &str, series: &[Series]) -> String {
     }
     for i in 0..=10 {
         let p = f64::from(i) / 10.0;
-        let y = y_of(p);
+        let y = axes.y_of(p);
         let _ = writeln!(
             svg,
             r#"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{}"/>"#,
@@ -150,6 +187,11 @@ pub fn render_svg(title: &str, series: &[Series]) -> String {
             y + 4.0
         );
     }
+}
+
+/// The plot's border and the axis titles.
+fn frame(svg: &mut String, axes: &Axes) {
+    let (plot_w, plot_h) = (axes.plot_w, axes.plot_h);
     let _ = writeln!(
         svg,
         r#"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="black"/>"#
@@ -166,61 +208,65 @@ pub fn render_svg(title: &str, series: &[Series]) -> String {
         TOP + plot_h / 2.0,
         TOP + plot_h / 2.0
     );
+}
 
-    for (i, s) in series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let mut v: Vec<f64> = s
-            .ttft_ms
-            .iter()
-            .copied()
-            .filter(|t| t.is_finite())
-            .map(|t| t.max(floor))
-            .collect();
-        v.sort_by(f64::total_cmp);
-        let legend_y = TOP + 10.0 + 20.0 * i as f64;
-        let legend_x = LEFT + plot_w + 16.0;
-        if !v.is_empty() {
-            // Step function: at each sample the CDF jumps from (k-1)/n to k/n.
-            let n = v.len();
-            let step = n.div_ceil(MAX_POINTS).max(1);
-            let mut pts = String::new();
-            let mut prev = 0.0;
-            let mut k = 0;
-            while k < n {
-                let x = x_of(v[k]);
-                let p = (k + 1) as f64 / n as f64;
-                let _ = write!(pts, "{x:.2},{:.2} {x:.2},{:.2} ", y_of(prev), y_of(p));
-                prev = p;
-                k = if k + 1 == n { n } else { (k + step).min(n - 1) };
-            }
-            let _ = writeln!(
-                svg,
-                r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"><title>{}</title></polyline>"#,
-                pts.trim_end(),
-                escape(&s.label)
+/// The `i`th series: its CDF (if it has samples) and its legend entry.
+fn curve(svg: &mut String, axes: &Axes, i: usize, s: &Series) {
+    let colour = COLOURS[i % COLOURS.len()];
+    let mut v: Vec<f64> = s
+        .ttft_ms
+        .iter()
+        .copied()
+        .filter(|t| t.is_finite())
+        .map(|t| t.max(FLOOR_MS))
+        .collect();
+    v.sort_by(f64::total_cmp);
+    let legend_y = TOP + 10.0 + 20.0 * i as f64;
+    let legend_x = LEFT + axes.plot_w + 16.0;
+    if !v.is_empty() {
+        // Step function: at each sample the CDF jumps from (k-1)/n to k/n.
+        let n = v.len();
+        let step = n.div_ceil(MAX_POINTS).max(1);
+        let mut pts = String::new();
+        let mut prev = 0.0;
+        let mut k = 0;
+        while k < n {
+            let x = axes.x_of(v[k]);
+            let p = (k + 1) as f64 / n as f64;
+            let _ = write!(
+                pts,
+                "{x:.2},{:.2} {x:.2},{:.2} ",
+                axes.y_of(prev),
+                axes.y_of(p)
             );
+            prev = p;
+            k = if k + 1 == n { n } else { (k + step).min(n - 1) };
         }
         let _ = writeln!(
             svg,
-            r#"<line x1="{legend_x:.1}" y1="{legend_y:.1}" x2="{:.1}" y2="{legend_y:.1}" stroke="{colour}" stroke-width="3"/>"#,
-            legend_x + 22.0
-        );
-        let suffix = if v.is_empty() {
-            " (no data)".to_owned()
-        } else {
-            format!(" (n={})", v.len())
-        };
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}">{}{}</text>"#,
-            legend_x + 28.0,
-            legend_y + 4.0,
-            escape(&s.label),
-            suffix
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"><title>{}</title></polyline>"#,
+            pts.trim_end(),
+            escape(&s.label)
         );
     }
-    svg.push_str("</svg>\n");
-    svg
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{legend_x:.1}" y1="{legend_y:.1}" x2="{:.1}" y2="{legend_y:.1}" stroke="{colour}" stroke-width="3"/>"#,
+        legend_x + 22.0
+    );
+    let suffix = if v.is_empty() {
+        " (no data)".to_owned()
+    } else {
+        format!(" (n={})", v.len())
+    };
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}">{}{}</text>"#,
+        legend_x + 28.0,
+        legend_y + 4.0,
+        escape(&s.label),
+        suffix
+    );
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@
 //! # Ok(()) }
 //! ```
 
+mod bootstrap;
 mod cli;
 mod config;
 mod engine;

@@ -9,8 +9,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
+use crate::bootstrap::Rooms;
 use crate::config::{MockConfig, Role};
-use crate::engine::{Engine, Rooms};
+use crate::engine::Engine;
 
 /// Snapshot of a worker's request counters (the numbers of `GET /mock/stats`).
 ///

@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{GrpcRuntime, MockConfig, Role};
-use crate::engine;
+
 use crate::state::{MockControls, MockStats, Shared};
-use crate::{grpc, http};
+use crate::{bootstrap, grpc, http};
 
 /// A running mock worker.
 ///
@@ -64,7 +64,7 @@ impl MockWorker {
             (Some(ecfg), Role::Prefill) => {
                 let listener = bind(&cfg.host, ecfg.bootstrap_port).await?;
                 let addr = listener.local_addr()?;
-                let app = engine::bootstrap_router(Arc::clone(&shared.rooms));
+                let app = bootstrap::bootstrap_router(Arc::clone(&shared.rooms));
                 let (stop, stop_rx) = oneshot::channel();
                 let task = tokio::spawn(serve(listener, app, Protocol::Http1, None, stop_rx));
                 Some(Bootstrap { addr, stop, task })

@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 
 pub use generate::OUTPUT_TEXT;
 
+use crate::bootstrap::room_routes;
 use crate::config::GrpcRuntime;
-use crate::engine::room_routes;
 use crate::http::handlers;
 use crate::state::Shared;
 

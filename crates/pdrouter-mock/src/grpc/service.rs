@@ -19,8 +19,8 @@ use tonic::{Request, Response, Status};
 use super::aborts::Aborts;
 use super::generate::{Generation, Plan};
 use super::view;
+use crate::bootstrap::{LONG_POLL_LIMIT, await_room, await_room_tag};
 use crate::config::Role;
-use crate::engine::{LONG_POLL_LIMIT, await_room, await_room_tag};
 use crate::state::{InflightGuard, Shared};
 
 /// Piece size of the `GetTokenizer` stream; small, so that even the tiny

@@ -10,12 +10,13 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::body::{self, JSON, SSE};
-use super::render::{Api, Plan, prompt_words, requested_tokens};
+use super::render::Plan;
+use super::request::{Api, prompt_words, requested_tokens};
+use crate::bootstrap::{await_bootstrap, rooms_of};
 use crate::config::Role;
-use crate::engine::{await_bootstrap, rooms_of};
 use crate::state::{InflightGuard, MockStats, Shared};
 
 /// Largest accepted request body.
@@ -299,28 +300,45 @@ async fn generation(State(s): AppState, api: Api, headers: HeaderMap, body: Byte
         Ok(plan) => plan,
         Err(msg) => return body::error(StatusCode::BAD_REQUEST, &msg, Some(guard)),
     };
-    let mut delay = controls.delay();
-    if let Some(engine) = &s.engine {
-        match s.role {
-            Role::Prefill => {
-                // The configured delay is part of the engine's prefill work.
-                let words = prompt_words(api, &req);
-                engine
-                    .prefill(words, delay, &rooms_of(&req), controls.wait_while_hung())
-                    .await;
-                delay = Duration::ZERO;
-            }
-            Role::Decode => {
-                if let Err(msg) = await_bootstrap(&req).await {
-                    return body::error(StatusCode::BAD_GATEWAY, &msg, Some(guard));
-                }
-            }
-            // An encode worker is never an HTTP worker (refused at start).
-            Role::Regular | Role::Encode => {}
-        }
-    }
+    let delay = match engine_work(&s, api, &req, controls.delay()).await {
+        Ok(delay) => delay,
+        Err(msg) => return body::error(StatusCode::BAD_GATEWAY, &msg, Some(guard)),
+    };
     drop(req);
+    answer(&s, plan, delay, guard).await
+}
 
+/// Engine mode: a prefill computes in the engine, a decode first waits for its rooms. Returns
+/// the delay still to wait before answering (none after an engine prefill: the configured
+/// delay is part of its work), or why the rooms could not be had (a 502).
+async fn engine_work(
+    s: &Shared,
+    api: Api,
+    req: &Map<String, Value>,
+    delay: Duration,
+) -> Result<Duration, String> {
+    let Some(engine) = &s.engine else {
+        return Ok(delay);
+    };
+    match s.role {
+        Role::Prefill => {
+            let words = prompt_words(api, req);
+            engine
+                .prefill(words, delay, &rooms_of(req), s.controls.wait_while_hung())
+                .await;
+            Ok(Duration::ZERO)
+        }
+        Role::Decode => await_bootstrap(req).await.map(|()| delay),
+        // An encode worker is never an HTTP worker (refused at start).
+        Role::Regular | Role::Encode => Ok(delay),
+    }
+}
+
+/// Answers `plan` after `delay`: a stream token by token (a prefill worker: all in one
+/// chunk), or the whole body once every token's interval has passed. `guard` lives as long
+/// as the body.
+async fn answer(s: &Shared, plan: Plan, delay: Duration, guard: InflightGuard) -> Response {
+    let controls = &s.controls;
     let interval = if s.role == Role::Prefill {
         Duration::ZERO
     } else {

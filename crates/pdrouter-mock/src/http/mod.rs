@@ -4,5 +4,6 @@ mod body;
 pub(crate) mod handlers;
 mod output;
 mod render;
+mod request;
 
 pub(crate) use handlers::router;

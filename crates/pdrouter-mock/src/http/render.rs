@@ -1,4 +1,7 @@
-//! Request interpretation and SGLang/OpenAI-shaped response rendering.
+//! SGLang/OpenAI-shaped response rendering: what one generation request is answered
+//! ([`Plan`], built from what [`super::request`] reads of it and what [`super::output`]
+//! generates), as a JSON body, as one SSE chunk (a prefill worker), or token by token as
+//! SSE, with the Responses API's event sequence.
 
 use std::convert::Infallible;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,21 +11,9 @@ use futures_util::Stream;
 use serde_json::{Map, Value, json};
 
 use super::output::{self, Output, Stops};
+use super::request::{self, Api, Prompt, Prompts, answer_schema, requested_tokens};
 use crate::config::Role;
 use crate::state::InflightGuard;
-
-/// Which generation API a request came through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Api {
-    /// SGLang native `POST /generate`.
-    Generate,
-    /// OpenAI `POST /v1/chat/completions`.
-    Chat,
-    /// OpenAI `POST /v1/completions`.
-    Completion,
-    /// OpenAI `POST /v1/responses` (minimal).
-    Responses,
-}
 
 /// One sample of the answer (a batch item or a choice).
 #[derive(Debug)]
@@ -66,73 +57,6 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Rough token count of a text: one token per four bytes.
-fn text_tokens(s: &str) -> u64 {
-    (s.len() as u64).div_ceil(4)
-}
-
-fn len_u64(v: &[Value]) -> u64 {
-    v.len() as u64
-}
-
-/// `count` summed over the text of an OpenAI-style content (string or array of parts).
-fn content_count(content: Option<&Value>, count: fn(&str) -> u64) -> u64 {
-    match content {
-        Some(Value::String(s)) => count(s),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|p| match p {
-                Value::String(s) => count(s),
-                Value::Object(o) => o.get("text").and_then(Value::as_str).map_or(0, count),
-                _ => 0,
-            })
-            .sum(),
-        _ => 0,
-    }
-}
-
-/// Tokens in an OpenAI-style content.
-fn content_tokens(content: Option<&Value>) -> u64 {
-    content_count(content, text_tokens)
-}
-
-/// A token cap from a request field, if it is a non-negative integer.
-fn cap(v: Option<&Value>) -> Option<u32> {
-    v.and_then(Value::as_u64)
-        .map(|c| u32::try_from(c).unwrap_or(u32::MAX))
-}
-
-/// Number of samples per prompt (`n`), 1..=256.
-fn samples(v: Option<&Value>) -> usize {
-    v.and_then(Value::as_u64)
-        .map_or(1, |n| n.clamp(1, 256) as usize)
-}
-
-/// The JSON schema a request asks its answer to fit, if any.
-fn answer_schema(api: Api, req: &Map<String, Value>) -> Option<Value> {
-    let format = match api {
-        Api::Generate => {
-            let s = req.get("sampling_params")?.get("json_schema")?;
-            return match s {
-                Value::String(text) => serde_json::from_str(text).ok(),
-                other => Some(other.clone()),
-            };
-        }
-        Api::Chat => req.get("response_format")?,
-        Api::Responses => req.get("text")?.get("format")?,
-        Api::Completion => return None,
-    };
-    if format.get("type")?.as_str()? != "json_schema" {
-        return None;
-    }
-    // Chat nests the schema under `json_schema`, Responses puts it beside `type`.
-    format
-        .get("json_schema")
-        .unwrap_or(format)
-        .get("schema")
-        .cloned()
-}
-
 fn push_sse(out: &mut Vec<u8>, v: &Value) {
     out.extend_from_slice(b"data: ");
     // Serialising a `Value` into a Vec cannot fail.
@@ -141,6 +65,41 @@ fn push_sse(out: &mut Vec<u8>, v: &Value) {
 }
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The `rid` of each prompt: `/generate`'s own (one, or one per prompt) or random ones;
+/// none for the OpenAI APIs.
+fn request_ids(api: Api, req: &Map<String, Value>, prompts: usize) -> Vec<String> {
+    match (api, req.get("rid")) {
+        (Api::Generate, Some(Value::String(r))) if prompts == 1 => vec![r.clone()],
+        (Api::Generate, Some(Value::Array(rs))) if rs.len() == prompts => rs
+            .iter()
+            .map(|r| r.as_str().map_or_else(random_hex, str::to_owned))
+            .collect(),
+        (Api::Generate, _) => (0..prompts).map(|_| random_hex()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `n` samples of each prompt, a prompt's `rid` suffixed `-j` for its `j`th sample when
+/// there are several.
+fn samples_of(prompts: Vec<Prompt>, rids: &[String], n: usize) -> Vec<Sample> {
+    let mut all = Vec::with_capacity(prompts.len() * n);
+    for (i, (p, ids)) in prompts.into_iter().enumerate() {
+        for j in 0..n {
+            let rid = match rids.get(i) {
+                Some(r) if n > 1 => format!("{r}-{j}"),
+                Some(r) => r.clone(),
+                None => String::new(),
+            };
+            all.push(Sample {
+                prompt_tokens: p,
+                prompt_ids: ids.clone(),
+                rid,
+            });
+        }
+    }
+    all
+}
 
 impl Plan {
     /// Interprets a generation request. `Err` carries a 400 message.
@@ -162,87 +121,11 @@ impl Plan {
             .and_then(Value::as_bool)
             .unwrap_or(false);
 
-        // (prompt tokens and ids per prompt, batch?, samples per prompt)
-        type Prompt = (u64, Option<Vec<Value>>);
-        let (prompts, batch, n): (Vec<Prompt>, bool, usize) = match api {
-            Api::Generate => {
-                let (prompts, batch) = match (req.get("text"), req.get("input_ids")) {
-                    (Some(Value::String(s)), _) => (vec![(text_tokens(s), None)], false),
-                    (Some(Value::Array(items)), _) => (
-                        items
-                            .iter()
-                            .map(|v| (v.as_str().map_or(0, text_tokens), None))
-                            .collect(),
-                        true,
-                    ),
-                    (_, Some(Value::Array(ids))) if ids.first().is_some_and(Value::is_array) => (
-                        ids.iter()
-                            .map(|v| {
-                                let ids = v.as_array().cloned().unwrap_or_default();
-                                (len_u64(&ids), Some(ids))
-                            })
-                            .collect(),
-                        true,
-                    ),
-                    (_, Some(Value::Array(ids))) => {
-                        (vec![(len_u64(ids), Some(ids.clone()))], false)
-                    }
-                    _ => (vec![(0, None)], false),
-                };
-                let n = samples(req.get("sampling_params").and_then(|p| p.get("n")));
-                (prompts, batch || n > 1, n)
-            }
-            Api::Chat => {
-                let prompt = match req.get("messages") {
-                    Some(Value::Array(msgs)) => msgs
-                        .iter()
-                        .map(|m| 4 + content_tokens(m.get("content")))
-                        .sum(),
-                    _ => return Err("messages must be an array".to_owned()),
-                };
-                (vec![(prompt, None)], false, samples(req.get("n")))
-            }
-            Api::Completion => {
-                let prompts = match req.get("prompt") {
-                    Some(Value::String(s)) => vec![text_tokens(s)],
-                    Some(Value::Array(items)) if items.is_empty() => vec![0],
-                    Some(Value::Array(items)) => match &items[0] {
-                        Value::Number(_) => vec![len_u64(items)],
-                        _ => items
-                            .iter()
-                            .map(|v| match v {
-                                Value::String(s) => text_tokens(s),
-                                Value::Array(ids) => len_u64(ids),
-                                _ => 0,
-                            })
-                            .collect(),
-                    },
-                    _ => return Err("prompt must be a string or an array".to_owned()),
-                };
-                (
-                    prompts.into_iter().map(|p| (p, None)).collect(),
-                    false,
-                    samples(req.get("n")),
-                )
-            }
-            Api::Responses => {
-                let prompt = match req.get("input") {
-                    Some(Value::String(s)) => text_tokens(s),
-                    Some(Value::Array(items)) => items
-                        .iter()
-                        .map(|it| match it {
-                            Value::String(s) => text_tokens(s),
-                            _ => content_tokens(it.get("content")),
-                        })
-                        .sum(),
-                    _ => 0,
-                };
-                (vec![(prompt, None)], false, 1)
-            }
-        };
-        if prompts.is_empty() {
-            return Err("empty batch".to_owned());
-        }
+        let Prompts {
+            each: prompts,
+            batch,
+            n,
+        } = request::prompts(api, req)?;
 
         let mut limit = requested_tokens(api, req);
         if role == Role::Prefill {
@@ -261,31 +144,9 @@ impl Plan {
             answer_schema(api, req).as_ref(),
         );
 
-        let rids: Vec<String> = match (api, req.get("rid")) {
-            (Api::Generate, Some(Value::String(r))) if prompts.len() == 1 => vec![r.clone()],
-            (Api::Generate, Some(Value::Array(rs))) if rs.len() == prompts.len() => rs
-                .iter()
-                .map(|r| r.as_str().map_or_else(random_hex, str::to_owned))
-                .collect(),
-            (Api::Generate, _) => prompts.iter().map(|_| random_hex()).collect(),
-            _ => Vec::new(),
-        };
         let usage_prompt_tokens = prompts.iter().map(|p| p.0).sum();
-        let mut all = Vec::with_capacity(prompts.len() * n);
-        for (i, (p, ids)) in prompts.into_iter().enumerate() {
-            for j in 0..n {
-                let rid = match rids.get(i) {
-                    Some(r) if n > 1 => format!("{r}-{j}"),
-                    Some(r) => r.clone(),
-                    None => String::new(),
-                };
-                all.push(Sample {
-                    prompt_tokens: p,
-                    prompt_ids: ids.clone(),
-                    rid,
-                });
-            }
-        }
+        let rids = request_ids(api, req, prompts.len());
+        let all = samples_of(prompts, &rids, n);
 
         let hex = random_hex();
         let id = match api {
@@ -751,101 +612,5 @@ impl TokenStream {
         }
         out.extend_from_slice(DONE);
         out.into()
-    }
-}
-
-/// Words in a text, the engine-mode token count.
-fn words(s: &str) -> u64 {
-    s.split_whitespace().count() as u64
-}
-
-fn content_words(content: Option<&Value>) -> u64 {
-    content_count(content, words)
-}
-
-/// Words (or token ids) of a text-or-ids prompt, or of a list of them.
-fn prompt_input_words(v: Option<&Value>) -> u64 {
-    match v {
-        Some(Value::String(s)) => words(s),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|it| match it {
-                Value::String(s) => words(s),
-                Value::Number(_) => 1,
-                Value::Array(ids) => len_u64(ids),
-                other => content_words(other.get("content")),
-            })
-            .sum(),
-        _ => 0,
-    }
-}
-
-/// Prompt length of a request in engine mode: words of the text (all
-/// prompts of a batch together), or the number of token ids.
-pub(crate) fn prompt_words(api: Api, req: &Map<String, Value>) -> u64 {
-    match api {
-        Api::Generate => match req.get("text") {
-            Some(t @ (Value::String(_) | Value::Array(_))) => prompt_input_words(Some(t)),
-            _ => prompt_input_words(req.get("input_ids")),
-        },
-        Api::Chat => match req.get("messages") {
-            Some(Value::Array(msgs)) => msgs.iter().map(|m| content_words(m.get("content"))).sum(),
-            _ => 0,
-        },
-        Api::Completion => prompt_input_words(req.get("prompt")),
-        Api::Responses => prompt_input_words(req.get("input")),
-    }
-}
-
-/// The output length a request asks for, if it names one.
-pub(crate) fn requested_tokens(api: Api, req: &Map<String, Value>) -> Option<u32> {
-    match api {
-        Api::Generate => cap(req
-            .get("sampling_params")
-            .and_then(|p| p.get("max_new_tokens"))),
-        Api::Chat => cap(req.get("max_completion_tokens")).or(cap(req.get("max_tokens"))),
-        Api::Completion => cap(req.get("max_tokens")),
-        Api::Responses => cap(req.get("max_output_tokens")),
-    }
-}
-
-#[cfg(test)]
-mod engine_count_tests {
-    use super::*;
-
-    fn obj(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn prompt_words_counts_words_or_ids() {
-        let g = obj(json!({"text": "w1 w2  w3"}));
-        assert_eq!(prompt_words(Api::Generate, &g), 3);
-        let gb = obj(json!({"text": ["a b", "c"]}));
-        assert_eq!(prompt_words(Api::Generate, &gb), 3);
-        let ids = obj(json!({"input_ids": [1, 2, 3, 4]}));
-        assert_eq!(prompt_words(Api::Generate, &ids), 4);
-        let ids_batch = obj(json!({"input_ids": [[1, 2], [3]]}));
-        assert_eq!(prompt_words(Api::Generate, &ids_batch), 3);
-        let chat = obj(json!({"messages": [
-            {"role": "system", "content": "be brief"},
-            {"role": "user", "content": [{"type": "text", "text": "one two three"}]}
-        ]}));
-        assert_eq!(prompt_words(Api::Chat, &chat), 5);
-        let c = obj(json!({"prompt": "x y"}));
-        assert_eq!(prompt_words(Api::Completion, &c), 2);
-        let r = obj(json!({"input": "p q r s"}));
-        assert_eq!(prompt_words(Api::Responses, &r), 4);
-    }
-
-    #[test]
-    fn requested_tokens_reads_each_api_field() {
-        let g = obj(json!({"sampling_params": {"max_new_tokens": 5}}));
-        assert_eq!(requested_tokens(Api::Generate, &g), Some(5));
-        let chat = obj(json!({"max_tokens": 4, "max_completion_tokens": 6}));
-        assert_eq!(requested_tokens(Api::Chat, &chat), Some(6));
-        assert_eq!(requested_tokens(Api::Completion, &obj(json!({}))), None);
-        let r = obj(json!({"max_output_tokens": 2}));
-        assert_eq!(requested_tokens(Api::Responses, &r), Some(2));
     }
 }

@@ -1,0 +1,144 @@
+//! HTTP requests, client connections and routed inference requests: what the router's
+//! listener saw, by method, route template, status and error code. The method label is one of
+//! a fixed set ([`method_label`]); paths arrive as route templates (or `other`).
+
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::family::{HistFamily, latency_histogram};
+use super::labels::{EndpointLabel, ErrorLabels, ResponseLabels, RouteLabels};
+
+/// The HTTP and routing families.
+#[derive(Debug)]
+pub(super) struct RequestMetrics {
+    http_requests: Family<RouteLabels, Counter>,
+    http_duration: HistFamily<RouteLabels>,
+    http_responses: Family<ResponseLabels, Counter>,
+    http_connections: Gauge,
+    router_requests: Family<EndpointLabel, Counter>,
+    router_errors: Family<ErrorLabels, Counter>,
+}
+
+impl RequestMetrics {
+    /// Creates the families and registers them, in exposition order.
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        let http_requests: Family<RouteLabels, Counter> = Family::default();
+        let http_duration: HistFamily<RouteLabels> =
+            Family::new_with_constructor(latency_histogram);
+        let http_responses: Family<ResponseLabels, Counter> = Family::default();
+        let http_connections: Gauge = Gauge::default();
+        let router_requests: Family<EndpointLabel, Counter> = Family::default();
+        let router_errors: Family<ErrorLabels, Counter> = Family::default();
+        registry.register(
+            "smg_http_requests",
+            "HTTP requests received, by method and route",
+            http_requests.clone(),
+        );
+        registry.register(
+            "smg_http_request_duration_seconds",
+            "Time from request received to response head sent, by method and route",
+            http_duration.clone(),
+        );
+        registry.register(
+            "smg_http_responses",
+            "HTTP responses sent, by status and error code",
+            http_responses.clone(),
+        );
+        registry.register(
+            "smg_http_connections_active",
+            "Client connections open on the router's listener (at most --max-connections)",
+            http_connections.clone(),
+        );
+        registry.register(
+            "smg_router_requests",
+            "Inference requests routed, by endpoint",
+            router_requests.clone(),
+        );
+        registry.register(
+            "smg_router_request_errors",
+            "Inference requests that ended in an error, by endpoint and code",
+            router_errors.clone(),
+        );
+        Self {
+            http_requests,
+            http_duration,
+            http_responses,
+            http_connections,
+            router_requests,
+            router_errors,
+        }
+    }
+
+    /// One HTTP request handled.
+    pub(super) fn http_request(
+        &self,
+        method: &http::Method,
+        path: &str,
+        status: http::StatusCode,
+        code: Option<&'static str>,
+        elapsed: Duration,
+    ) {
+        let route = RouteLabels {
+            method: method_label(method).to_string(),
+            path: path.to_string(),
+        };
+        self.http_requests.get_or_create(&route).inc();
+        self.http_duration
+            .get_or_create(&route)
+            .observe(elapsed.as_secs_f64());
+        self.http_responses
+            .get_or_create(&ResponseLabels {
+                status_code: status.as_u16().to_string(),
+                error_code: code.unwrap_or("none").to_string(),
+            })
+            .inc();
+    }
+
+    /// A client connection was accepted.
+    pub(super) fn connection_opened(&self) {
+        self.http_connections.inc();
+    }
+
+    /// A client connection closed.
+    pub(super) fn connection_closed(&self) {
+        self.http_connections.dec();
+    }
+
+    /// One inference request routed.
+    pub(super) fn routed(&self, route: &str) {
+        self.router_requests
+            .get_or_create(&EndpointLabel {
+                route: route.to_string(),
+            })
+            .inc();
+    }
+
+    /// One inference request failed.
+    pub(super) fn route_error(&self, route: &str, code: &str) {
+        self.router_errors
+            .get_or_create(&ErrorLabels {
+                route: route.to_string(),
+                error_code: code.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// The `method` label: a method some route serves (`HEAD` with `GET`), else `other`. Any token
+/// is a valid extension method, so taking it as sent would let clients create series (each
+/// with a histogram) without bound, before any key is checked.
+pub fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    }
+}
