@@ -318,3 +318,6 @@ async fn drain_after_decode<T>(
 fn status_of<K>(r: &Outcome<K>) -> Result<(), ApiError> {
     r.as_ref().map(|_| ()).map_err(Clone::clone)
 }
+
+#[cfg(test)]
+mod tests;
