@@ -19,7 +19,7 @@ impl PrefillAnswer for Scripted {
 
     async fn drain(&mut self, _keep: bool) -> Result<Option<u32>, ApiError> {
         match self.end.take() {
-            Some(rx) => rx.await.unwrap_or_else(|_| Ok(None)),
+            Some(rx) => rx.await.unwrap_or(Ok(None)),
             None => std::future::pending().await,
         }
     }
