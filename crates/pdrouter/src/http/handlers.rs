@@ -17,8 +17,8 @@ use tower_service::Service;
 
 use super::AppState;
 use super::middleware::RequestId;
-use crate::config::WorkerType;
 use crate::backends::http::exchange::upstream_error;
+use crate::config::WorkerType;
 use crate::dispatch::RequestCtx;
 use crate::error::{ApiError, Leg};
 use crate::grpc::info::{self, Info};
