@@ -34,6 +34,8 @@ use pdrouter_admission::{Priority, PriorityClasses};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::error::ApiError;
+
 /// Limiter settings; present only when `--max-concurrent-requests` is positive.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LimiterConfig {
@@ -71,6 +73,16 @@ pub enum Refusal {
     QueueFull,
     /// Waited `queue_timeout` without a permit: 408.
     QueueTimeout,
+}
+
+impl Refusal {
+    /// The client's answer, `queue_timeout_secs` being the wait the request was allowed.
+    pub fn into_api_error(self, queue_timeout_secs: u64) -> ApiError {
+        match self {
+            Refusal::QueueFull => ApiError::rate_limited(),
+            Refusal::QueueTimeout => ApiError::queue_timeout(queue_timeout_secs),
+        }
+    }
 }
 
 /// What the limiter reports (implemented by the metrics). With priority classes it also

@@ -194,7 +194,7 @@ async fn answer(
     let permit = match &state.limiter {
         Some(limiter) => Some(Box::pin(limiter.acquire(ctx.priority)).await.map_err(|r| {
             let timeout = limiter.config().timeout_of(ctx.priority);
-            ApiError::limited(r, timeout.as_secs())
+            r.into_api_error(timeout.as_secs())
         })?),
         None => None,
     };
