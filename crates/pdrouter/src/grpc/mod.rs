@@ -14,6 +14,7 @@
 //! - [`tokenizer`]: where the router's tokenizer comes from, resolved once at startup.
 //! - [`translate`]: request bodies to `GenerateRequest`s, the output back to response bodies
 //!   and SSE events (per endpoint).
+//! - [`plan`]: a request translated once ([`plan::Plan`]), what every attempt sends.
 //! - [`output`]: the engine's messages turned into choices (text, finish, usage, logprobs).
 //!
 //! What a request does with these (selection, admission, the legs, the answer) is the request
@@ -25,6 +26,7 @@ pub mod cpu_pool;
 pub mod encoded;
 pub mod info;
 pub mod output;
+pub mod plan;
 pub mod runtime;
 pub mod tokenizer;
 pub mod translate;
