@@ -440,7 +440,11 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         && uses_prefix_hash(&cfg);
     let tokenizer = if cfg.mode.is_grpc() || local_tokenizer {
         let workers = registry.snapshot().all().to_vec();
-        let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &workers, cfg.health.timeout)
+        let channels: Vec<_> = workers
+            .iter()
+            .filter_map(|w| Some((w.url(), w.grpc()?)))
+            .collect();
+        let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &channels, cfg.health.timeout)
             .await
             .map_err(StartError::Tokenizer)?;
         tracing::info!(origin = %t.origin, "tokenizer loaded");

@@ -230,7 +230,7 @@ fn parse_off_reactor(
     raw: Bytes,
 ) -> BoxFuture<'static, Result<ParsedRequest, ApiError>> {
     Box::pin(async move {
-        crate::grpc::cpu_pool::offload(raw.len(), move || parse_keeping_tree(endpoint, raw)).await?
+        crate::cpu_pool::offload(raw.len(), move || parse_keeping_tree(endpoint, raw)).await?
     })
 }
 

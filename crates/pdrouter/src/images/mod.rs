@@ -36,10 +36,10 @@ use pdrouter_vision::{
 };
 use serde_json::Value;
 
+use crate::chat_template::chat_input;
 use crate::config::ImageConfig;
+use crate::cpu_pool;
 use crate::error::{ApiError, ImageFault};
-use crate::grpc::cpu_pool;
-use crate::grpc::translate::chat_input;
 pub use fetch::{FetchError, ImageFetcher};
 pub use wire::{CallImages, EncodeTicket, PromptImages};
 

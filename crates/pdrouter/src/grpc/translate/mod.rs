@@ -25,9 +25,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, TokenizedInput, sampling_params};
-use pdrouter_tokenizer::{
-    ChatInput, DecodeOptions, FinishReason, StopConditions, TemplateValue, Tokenizer,
-};
+use pdrouter_tokenizer::{ChatInput, DecodeOptions, FinishReason, StopConditions, Tokenizer};
 use serde_json::{Map, Value, json};
 
 use super::output::{Delta, Output, Usage};
@@ -247,28 +245,6 @@ pub(crate) fn include_usage(o: &Map<String, Value>) -> bool {
     )
 }
 
-/// Chat messages (with optional tools and template kwargs) for the template.
-pub(crate) fn chat_input(
-    messages: &Value,
-    tools: Option<&Value>,
-    kwargs: Option<&Value>,
-) -> ChatInput {
-    ChatInput {
-        messages: TemplateValue::from_serialize(messages),
-        tools: tools
-            .filter(|t| !t.is_null())
-            .map(TemplateValue::from_serialize),
-        add_generation_prompt: true,
-        kwargs: match kwargs {
-            Some(Value::Object(k)) => k
-                .iter()
-                .map(|(k, v)| (k.clone(), TemplateValue::from_serialize(v)))
-                .collect(),
-            _ => Vec::new(),
-        },
-    }
-}
-
 fn tokenize(t: &Tokenizer, s: Source) -> Result<(String, Vec<u32>), ApiError> {
     let bad = |e: &dyn std::fmt::Display| ApiError::bad_request("invalid_request", e.to_string());
     match s {
@@ -356,7 +332,7 @@ pub async fn plan_with(
         }
         None => {
             let tok = tokenizer.clone();
-            let tokenized = crate::grpc::cpu_pool::offload(req.raw.len(), move || {
+            let tokenized = crate::cpu_pool::offload(req.raw.len(), move || {
                 prompts
                     .into_iter()
                     .map(|s| tokenize(&tok, s))
