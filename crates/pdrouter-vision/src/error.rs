@@ -8,10 +8,30 @@
 //!   apart from [`PromptError::TemplateMismatch`] with a template the operator chose.
 //! - [`LoadError`]: the model directory's vision configuration is unusable; the operator's, at
 //!   startup.
+//!
+//! [`PartPath`], the content part a client's error names, is here too, so that every module
+//! (the prompt's included) uses this one and this one none.
 
 use std::path::PathBuf;
 
-use crate::prompt::PartPath;
+/// Where a content part is: `messages[i].content[j]`, or `messages[i].content` for string
+/// content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PartPath {
+    /// Index in `messages`.
+    pub message: usize,
+    /// Index in the message's `content` array (`None`: the content is a string).
+    pub part: Option<usize>,
+}
+
+impl std::fmt::Display for PartPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.part {
+            Some(p) => write!(f, "messages[{}].content[{p}]", self.message),
+            None => write!(f, "messages[{}].content", self.message),
+        }
+    }
+}
 
 /// Why an image cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -23,6 +23,9 @@
 
 use serde_json::{Map, Value};
 
+// The errors name content parts too, so the path type is `error`'s; re-exported where parts
+// are found.
+pub use crate::error::PartPath;
 use crate::error::PromptError;
 use crate::limits::MAX_IMAGES_PER_REQUEST;
 
@@ -33,25 +36,6 @@ pub const IMAGE_ANCHOR: &str = "<image>";
 /// character: no client text carries it, and [`flatten_content`] refuses text that does).
 const MARKER: &str = "\u{F8FF}image\u{F8FF}";
 const RESERVED: char = '\u{F8FF}';
-
-/// Where a content part is: `messages[i].content[j]`, or `messages[i].content` for string
-/// content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PartPath {
-    /// Index in `messages`.
-    pub message: usize,
-    /// Index in the message's `content` array (`None`: the content is a string).
-    pub part: Option<usize>,
-}
-
-impl std::fmt::Display for PartPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.part {
-            Some(p) => write!(f, "messages[{}].content[{p}]", self.message),
-            None => write!(f, "messages[{}].content", self.message),
-        }
-    }
-}
 
 /// An image part of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
