@@ -90,10 +90,11 @@ use tokio::time::{Instant, timeout_at};
 use crate::config::{AdmissionConfig, Limits, deadline_after};
 use crate::drain::DrainMeter;
 use crate::ledger::{Ledger, Slot};
-use crate::permit::{Admitted, Permit};
+use crate::observer::{Observer, PriorityOutcome, Rejected, Rejection};
+use crate::permit::{Admitted, Permit, Release};
 use crate::priority::{Priority, PriorityClasses};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
-use crate::selector::{Observer, PriorityOutcome, Rejected, Rejection, Selector};
+use crate::selector::Selector;
 
 /// Per-worker Prefill admission with a bounded, late-binding FIFO wait queue.
 ///
@@ -477,14 +478,6 @@ impl Inner {
         }
     }
 
-    /// A permit of `priority` was created (see [`Permit::new`]). Counted with priority
-    /// classes only: a shared counter would cost every admission a contended atomic.
-    pub(crate) fn held(&self, priority: Priority) {
-        if self.prioritized {
-            self.held[priority.index()].fetch_add(1, SeqCst);
-        }
-    }
-
     fn reject(&self, reason: Rejection, priority: Priority, waited: Duration) -> Rejected {
         self.observer.rejected(reason);
         self.outcome(priority, PriorityOutcome::Rejected { reason, waited });
@@ -537,7 +530,7 @@ impl Inner {
         self.report(&slot);
         self.drain.record();
         self.observer.admitted(Duration::ZERO);
-        let permit = Permit::new(slot, Arc::clone(self), tokens, priority);
+        let permit = Permit::new(slot, Arc::<Self>::clone(self), tokens, priority);
         self.outcome(
             priority,
             PriorityOutcome::Admitted {
@@ -713,23 +706,13 @@ impl Inner {
             }
             self.report(&slot);
             let waited = now.saturating_duration_since(enqueued_at);
-            let permit = Permit::new(slot, Arc::clone(self), tokens, priority);
+            let permit = Permit::new(slot, Arc::<Self>::clone(self), tokens, priority);
             if let Err(permit) = waiter.grant(permit, waited, promoted) {
                 let (slot, tokens, priority) = permit.disarm();
                 let mut more = Vec::new();
                 self.release_into(&slot, tokens, priority, &mut more);
                 work.extend(more);
             }
-        }
-    }
-
-    /// Releases one unit of `slot` holding `tokens` (the permit's drop).
-    pub(crate) fn release(self: &Arc<Self>, slot: &Arc<Slot>, tokens: u32, priority: Priority) {
-        let mut pending = Vec::new();
-        self.release_into(slot, tokens, priority, &mut pending);
-        self.deliver(pending);
-        if self.release_watched.load(Relaxed) && self.waiting.load(Relaxed) == 0 {
-            self.released.notify_one();
         }
     }
 
@@ -803,5 +786,24 @@ impl Inner {
         drop(entry);
         self.publish(after);
         left
+    }
+}
+
+impl Release for Inner {
+    /// Counted with priority classes only: a shared counter would cost every admission a
+    /// contended atomic.
+    fn held(&self, priority: Priority) {
+        if self.prioritized {
+            self.held[priority.index()].fetch_add(1, SeqCst);
+        }
+    }
+
+    fn release(self: Arc<Self>, slot: &Arc<Slot>, tokens: u32, priority: Priority) {
+        let mut pending = Vec::new();
+        self.release_into(slot, tokens, priority, &mut pending);
+        self.deliver(pending);
+        if self.release_watched.load(Relaxed) && self.waiting.load(Relaxed) == 0 {
+            self.released.notify_one();
+        }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::config::Limits;
-use crate::selector::Observer;
+use crate::observer::Observer;
 
 type Map = Mutex<HashMap<Box<str>, Weak<Slot>>>;
 

@@ -112,6 +112,7 @@ mod config;
 pub mod controller;
 mod drain;
 mod ledger;
+mod observer;
 mod permit;
 mod priority;
 mod queue;
@@ -123,9 +124,10 @@ pub use config::{AdmissionConfig, deadline_after};
 pub use controller::Admission;
 pub use drain::{RETRY_AFTER_CAP, WINDOW};
 pub use ledger::Slot;
+pub use observer::{Observer, PriorityOutcome, Rejected, Rejection};
 pub use permit::{Admitted, Permit};
 pub use priority::{ClassSettings, Priority, PriorityClasses};
-pub use selector::{Observer, PriorityOutcome, Ranking, Rejected, Rejection, Selector};
+pub use selector::{Ranking, Selector};
 pub use shares::{
     Exchange, Fallback, LeaseStore, Push, ShareConfig, ShareGrant, ShareObserver, ShareReport,
     ShareSource, ShareView, Sharer, StoreError,

@@ -4,9 +4,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::controller::Inner;
 use crate::ledger::Slot;
 use crate::priority::Priority;
+
+/// What a permit's unit goes back to: the controller that granted it. A trait, so that the
+/// controller (which creates permits and hands them to waiters) depends on this module and
+/// not the other way round.
+pub(crate) trait Release: Send + Sync {
+    /// A permit of `priority` was created; its release undoes this.
+    fn held(&self, priority: Priority);
+    /// Releases one unit of `slot` holding `tokens` (the permit's drop).
+    fn release(self: Arc<Self>, slot: &Arc<Slot>, tokens: u32, priority: Priority);
+}
 
 /// A successful admission.
 #[derive(Debug)]
@@ -29,22 +38,26 @@ pub struct Admitted<C> {
 #[must_use = "dropping the permit releases the slot at once"]
 pub struct Permit {
     slot: Arc<Slot>,
-    inner: Arc<Inner>,
+    /// Where the unit goes back; `None` once released or [disarmed](Permit::disarm).
+    owner: Option<Arc<dyn Release>>,
     tokens: u32,
     priority: Priority,
-    armed: bool,
 }
 
 impl Permit {
     /// Counts the reservation in its priority's in-flight total, which its release undoes.
-    pub(crate) fn new(slot: Arc<Slot>, inner: Arc<Inner>, tokens: u32, priority: Priority) -> Self {
-        inner.held(priority);
+    pub(crate) fn new(
+        slot: Arc<Slot>,
+        owner: Arc<dyn Release>,
+        tokens: u32,
+        priority: Priority,
+    ) -> Self {
+        owner.held(priority);
         Permit {
             slot,
-            inner,
+            owner: Some(owner),
             tokens,
             priority,
-            armed: true,
         }
     }
 
@@ -65,16 +78,15 @@ impl Permit {
 
     /// Takes the reservation out without releasing it (the caller releases it).
     pub(crate) fn disarm(mut self) -> (Arc<Slot>, u32, Priority) {
-        self.armed = false;
+        self.owner = None;
         (Arc::clone(&self.slot), self.tokens, self.priority)
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.armed {
-            self.armed = false;
-            self.inner.release(&self.slot, self.tokens, self.priority);
+        if let Some(owner) = self.owner.take() {
+            owner.release(&self.slot, self.tokens, self.priority);
         }
     }
 }
