@@ -54,15 +54,15 @@ pub mod tensor;
 pub use image;
 
 pub use decode::decode;
-pub use error::{ImageError, LoadError, PromptError};
+pub use error::{ImageError, LoadError, PartPath, PromptError};
 pub use limits::{
     DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodeLimits, MAX_IMAGES_PER_REQUEST,
 };
 pub use model::{VisionFamily, VisionModel};
 pub use pixels::Rgb8;
 pub use prompt::{
-    ExpandError, ExpandedPrompt, IMAGE_ANCHOR, ImagePart, PartPath, Placeholder, expand_ids,
-    expand_marked, flatten_content, image_parts,
+    ExpandError, ExpandedPrompt, IMAGE_ANCHOR, ImagePart, Placeholder, expand_ids, expand_marked,
+    flatten_content, image_parts,
 };
 pub use qwen2vl::{Qwen2VlConfig, Qwen2VlProcessor, smart_resize};
 pub use source::{ImageSource, parse as parse_image_url};

@@ -18,8 +18,8 @@ use crate::dispatch::Dispatcher;
 use crate::http::{AppState, app};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
-use crate::registry::health::HealthChecker;
-use crate::registry::{BreakerState, Event, Registry, Worker, WorkerStatus};
+use crate::registry::health::{self, HealthChecker};
+use crate::registry::{BreakerState, Event, Registry, WorkerStatus};
 
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -133,44 +133,6 @@ async fn wait_for_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-}
-
-/// Asks a worker for its `dp_size` (for `--dp-aware`); a gRPC worker's runtime is learned
-/// with `hint` asked first.
-pub async fn discover_dp_size(
-    client: &UpstreamClient,
-    spec: &WorkerSpec,
-    timeout: Duration,
-    hint: Option<crate::grpc::runtime::Runtime>,
-) -> Option<u32> {
-    if crate::config::is_grpc_url(&spec.url) {
-        let ch = crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref(), hint);
-        return ch.dp_size(timeout).await;
-    }
-    let url = format!("{}/get_server_info", spec.url);
-    let (status, body) = client
-        .get(&url, spec.api_key.as_deref(), timeout)
-        .await
-        .ok()?;
-    if !status.is_success() {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    v["dp_size"].as_u64().and_then(|n| u32::try_from(n).ok())
-}
-
-/// Asks each worker which model it serves, all at once, for at most `timeout` (2 s at most).
-/// A worker that does not answer in time takes requests for any model until it is known.
-pub(crate) async fn learn_models(
-    client: &UpstreamClient,
-    workers: &[Arc<Worker>],
-    timeout: Duration,
-) {
-    let all = workers
-        .iter()
-        .map(|w| crate::registry::health::learn_model(client, w, timeout));
-    let bound = timeout.min(Duration::from_secs(2));
-    let _ = tokio::time::timeout(bound, futures_util::future::join_all(all)).await;
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -442,7 +404,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             ..spec.clone()
         };
         let dp = if cfg.dp_aware {
-            discover_dp_size(&client, spec, cfg.health.timeout, cfg.grpc_runtime).await
+            health::discover_dp_size(&client, spec, cfg.health.timeout, cfg.grpc_runtime).await
         } else {
             None
         };
@@ -453,7 +415,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     if !cfg.health.enabled {
         // The health checker learns each worker's model with its first good probe; without
         // it, ask once now (bounded, like the first probe round below).
-        learn_models(&client, registry.snapshot().all(), cfg.health.timeout).await;
+        health::learn_models(&client, registry.snapshot().all(), cfg.health.timeout).await;
     }
     let health = cfg
         .health
@@ -478,7 +440,11 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
         && uses_prefix_hash(&cfg);
     let tokenizer = if cfg.mode.is_grpc() || local_tokenizer {
         let workers = registry.snapshot().all().to_vec();
-        let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &workers, cfg.health.timeout)
+        let channels: Vec<_> = workers
+            .iter()
+            .filter_map(|w| Some((w.url(), w.grpc()?)))
+            .collect();
+        let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &channels, cfg.health.timeout)
             .await
             .map_err(StartError::Tokenizer)?;
         tracing::info!(origin = %t.origin, "tokenizer loaded");

@@ -4,6 +4,10 @@
 //! is the only place that turns one into a status, the JSON error body and `X-SMG-Error-Code`.
 //! Client mistakes are 4xx with a message that says what to fix, worker trouble is 502/503/504,
 //! and only a router bug is a 500.
+//!
+//! This module imports no other module of the router: every status, code and message is
+//! here, and a module with errors of its own says which constructor each one is (e.g.
+//! `images::ImageInputError::into_api_error`, `limiter::Refusal::into_api_error`).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -32,6 +36,22 @@ impl Leg {
             Leg::Worker => "worker",
         }
     }
+}
+
+/// What is wrong with an unusable `image_url` content part: one variant per error code of
+/// [`ApiError::image`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFault {
+    /// `image_too_large`: over `--max-image-bytes` or `--max-image-pixels`.
+    TooLarge,
+    /// `invalid_image_url`: not a base64 image data URL or an http(s) URL.
+    InvalidUrl,
+    /// `image_url_refused`: a non-public address, credentials, a redirect to another scheme.
+    Refused,
+    /// `image_fetch_failed`: the server failed, timed out or redirected too often.
+    FetchFailed,
+    /// `invalid_image`: not PNG/JPEG/WebP, undecodable, unusable shape.
+    Invalid,
 }
 
 /// An error answered to a client.
@@ -97,45 +117,21 @@ impl ApiError {
     }
 
     /// An `image_url` content part that cannot be used (400), the message starting with the
-    /// part's path (`messages[1].content[2]: ...`). Codes: `image_too_large` (over
-    /// `--max-image-bytes` or `--max-image-pixels`), `invalid_image_url` (not a base64 image
-    /// data URL or an http(s) URL), `image_url_refused` (a non-public address, credentials, a
-    /// redirect to another scheme), `image_fetch_failed` (the server failed, timed out or
-    /// redirected too often), `invalid_image` (not PNG/JPEG/WebP, undecodable, unusable shape).
-    pub fn image(part: pdrouter_vision::PartPath, err: &crate::images::ImageInputError) -> Self {
-        use crate::images::{FetchError as F, ImageInputError};
-        use pdrouter_vision::ImageError as I;
-        let (code, flag) = match err {
-            ImageInputError::Image(e) => match e {
-                I::TooManyBytes { .. } => ("image_too_large", " (--max-image-bytes)"),
-                I::TooManyPixels { .. } => ("image_too_large", " (--max-image-pixels)"),
-                I::UnsupportedUrl | I::MediaType(_) | I::NotBase64 | I::Base64(_) => {
-                    ("invalid_image_url", "")
-                }
-                I::UnsupportedFormat | I::Empty | I::Corrupt(_) | I::AspectRatio { .. } => {
-                    ("invalid_image", "")
-                }
-            },
-            ImageInputError::Fetch(e) => match e {
-                F::TooLarge { .. } => ("image_too_large", ""),
-                F::InvalidUrl(_) => ("invalid_image_url", ""),
-                F::PrivateAddress { .. } | F::Credentials | F::Scheme(_) => {
-                    ("image_url_refused", "")
-                }
-                F::Resolve { .. }
-                | F::Connect
-                | F::Timeout { .. }
-                | F::Status(_)
-                | F::TooManyRedirects { .. }
-                | F::BadRedirect
-                | F::Broken => ("image_fetch_failed", ""),
-            },
+    /// part's path (`messages[1].content[2]: ...`) and going on with `detail`; `fault` gives
+    /// the code (see [`ImageFault`]). `images` says which fault each image error is.
+    pub fn image(
+        fault: ImageFault,
+        part: impl std::fmt::Display,
+        detail: impl std::fmt::Display,
+    ) -> Self {
+        let code = match fault {
+            ImageFault::TooLarge => "image_too_large",
+            ImageFault::InvalidUrl => "invalid_image_url",
+            ImageFault::Refused => "image_url_refused",
+            ImageFault::FetchFailed => "image_fetch_failed",
+            ImageFault::Invalid => "invalid_image",
         };
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            code,
-            format!("{part}: {err}{flag}"),
-        )
+        Self::new(StatusCode::BAD_REQUEST, code, format!("{part}: {detail}"))
     }
 
     /// A request whose images do not fit its prompt (400): `too_many_images` past the
@@ -287,27 +283,29 @@ impl ApiError {
         }
     }
 
-    /// A global limiter refusal (never retried): 429 when the queue is full, 408 when the
-    /// wait for a permit timed out.
-    pub fn limited(refusal: crate::limiter::Refusal, queue_timeout_secs: u64) -> Self {
-        match refusal {
-            crate::limiter::Refusal::QueueFull => Self {
-                retry_after: Some(1),
-                ..Self::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limit_exceeded",
-                    "the router is at --max-concurrent-requests and its queue is full; retry later",
-                )
-            },
-            crate::limiter::Refusal::QueueTimeout => Self::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "queue_timeout",
-                format!(
-                    "waited {queue_timeout_secs}s in the router's request queue without being \
-                     admitted; retry later"
-                ),
-            ),
+    /// The global limiter's queue is full (429 with `Retry-After: 1`, never retried).
+    pub fn rate_limited() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                "the router is at --max-concurrent-requests and its queue is full; retry later",
+            )
         }
+    }
+
+    /// A request waited `queue_timeout_secs` for a global limiter permit without getting one
+    /// (408, never retried).
+    pub fn queue_timeout(queue_timeout_secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "queue_timeout",
+            format!(
+                "waited {queue_timeout_secs}s in the router's request queue without being \
+                 admitted; retry later"
+            ),
+        )
     }
 
     /// Could not connect to a worker.

@@ -4,12 +4,15 @@
 pub mod admission_store;
 pub mod app;
 pub mod backends;
+mod chat_template;
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod cpu_pool;
 pub mod demo;
 pub mod dispatch;
 pub mod edge;
+pub mod engine;
 pub mod error;
 pub mod grpc;
 pub mod http;

@@ -37,6 +37,8 @@ use tokio::time::Instant;
 // The limiter's settings are configuration (checked at startup); re-exported for its users.
 pub use crate::config::LimiterConfig;
 
+use crate::error::ApiError;
+
 /// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -44,6 +46,16 @@ pub enum Refusal {
     QueueFull,
     /// Waited `queue_timeout` without a permit: 408.
     QueueTimeout,
+}
+
+impl Refusal {
+    /// The client's answer, `queue_timeout_secs` being the wait the request was allowed.
+    pub fn into_api_error(self, queue_timeout_secs: u64) -> ApiError {
+        match self {
+            Refusal::QueueFull => ApiError::rate_limited(),
+            Refusal::QueueTimeout => ApiError::queue_timeout(queue_timeout_secs),
+        }
+    }
 }
 
 /// What the limiter reports (implemented by the metrics). With priority classes it also

@@ -6,7 +6,7 @@
 //! lane's connections (see the client's module) are driven by their own single-threaded
 //! runtime on this thread: their connection tasks, and with them the encoding and the socket
 //! writes of long prompts, run here. The thread lowers its own priority when it starts, as the
-//! tokenizer threads do (see [`super::cpu_pool::lower_priority`]: `SCHED_IDLE` on Linux). A
+//! tokenizer threads do (see [`crate::cpu_pool::lower_priority`]: `SCHED_IDLE` on Linux). A
 //! thread at nice 10 was not enough: the kernel lets a running thread finish its time slice
 //! before a woken one of the same policy preempts it, so a socket-woken async worker still
 //! waited up to a write's length behind this one. An idle-policy thread is preempted at once,
@@ -22,6 +22,9 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 
 use tokio::runtime::{Builder, Handle};
+
+/// Prompts larger than this (text plus token ids, in bytes) go on the bulk lane.
+pub const BULK_PROMPT_BYTES: usize = 64 << 10;
 
 /// A task the bulk lane's channels spawn (their connection and request-body tasks).
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -61,7 +64,7 @@ fn start() -> Option<Handle> {
     let spawned = std::thread::Builder::new()
         .name("pdrouter-bulk".into())
         .spawn(move || {
-            super::cpu_pool::lower_priority("bulk gRPC");
+            crate::cpu_pool::lower_priority("bulk gRPC");
             rt.block_on(std::future::pending::<()>());
         });
     match spawned {
@@ -94,6 +97,6 @@ mod tests {
         let (name, _policy) = rx.await.unwrap();
         assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
         #[cfg(target_os = "linux")]
-        crate::grpc::cpu_pool::tests::assert_lowered_beside_caller(_policy);
+        crate::cpu_pool::tests::assert_lowered_beside_caller(_policy);
     }
 }

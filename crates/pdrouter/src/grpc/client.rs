@@ -33,7 +33,7 @@ use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
-use super::bulk::BulkExecutor;
+use super::bulk::{BULK_PROMPT_BYTES, BulkExecutor};
 use super::encoded::{self, Prepared};
 use super::runtime::{self, Call, Runtime};
 
@@ -50,8 +50,6 @@ const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest message accepted from a worker.
 const MESSAGE_LIMIT: usize = 64 << 20;
-/// Prompts larger than this (text plus token ids, in bytes) go on the bulk lane.
-pub const BULK_PROMPT_BYTES: usize = 64 << 10;
 
 /// `authorization` metadata value.
 type Auth = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;

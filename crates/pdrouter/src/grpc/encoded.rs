@@ -23,7 +23,7 @@ use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Response, Status, Streaming};
 
-use super::runtime::Runtime;
+use crate::engine::Runtime;
 
 /// The encoded message the legs of one prompt share, filled by the first to be written, with
 /// the runtime whose message it is.

@@ -16,7 +16,7 @@ use pdrouter_proto::scheduler::{
 };
 use pdrouter_tokenizer::{FinishReason, TextStream, Tokenizer};
 
-use super::translate::{self, Plan, Usage};
+use super::plan::Plan;
 use crate::error::{ApiError, Leg};
 
 /// The logprob of one generated token and its top alternatives.
@@ -39,6 +39,32 @@ pub struct InputLogprob {
     pub logprob: Option<f32>,
     /// The most likely tokens at this position, best first.
     pub top: Vec<(u32, f32)>,
+}
+
+/// Token counts of a finished sequence or answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt: u32,
+    /// Generated tokens.
+    pub completion: u32,
+    /// Prompt tokens served from cache.
+    pub cached: u32,
+}
+
+/// The engine's finish reason, as the router's.
+pub fn engine_finish(
+    reason: &str,
+    matched_token: Option<u32>,
+    matched_text: Option<&str>,
+) -> FinishReason {
+    match (reason, matched_token, matched_text) {
+        (_, Some(id), _) => FinishReason::StopToken(id),
+        (_, _, Some(s)) => FinishReason::StopString(s.to_owned()),
+        ("length", ..) => FinishReason::Length,
+        ("abort", ..) => FinishReason::Abort,
+        _ => FinishReason::Stop,
+    }
 }
 
 fn top(t: Option<&TopLogProbs>) -> Vec<(u32, f32)> {
@@ -329,7 +355,7 @@ impl Output {
                         Some(MatchedStop::MatchedStopStr(s)) => (None, Some(s.as_str())),
                         None => (None, None),
                     };
-                    let reason = translate::engine_finish(&c.finish_reason, tok, stop);
+                    let reason = engine_finish(&c.finish_reason, tok, stop);
                     let step = ch
                         .text
                         .finish(reason.clone())
@@ -380,6 +406,7 @@ mod tests {
     use pdrouter_tokenizer::bytelevel;
 
     use super::*;
+    use crate::grpc::translate;
     use crate::request::{Endpoint, parse};
 
     async fn output(body: &str) -> (Output, tempfile::TempDir) {

@@ -1,6 +1,8 @@
-//! The engine protocols a gRPC worker may speak, and the one form the router works in.
+//! The one form the router works in for a `Generate`, and its conversion to and from each
+//! engine protocol's messages.
 //!
-//! A gRPC worker runs SGLang's scheduler service or TokenSpeed's. The router translates
+//! A gRPC worker runs SGLang's scheduler service or TokenSpeed's (a [`Runtime`], with the
+//! [`KvTicket`], defined in `crate::engine` and re-exported here). The router translates
 //! requests once into SGLang's `GenerateRequest` (its working form: it carries everything
 //! either engine needs) plus what SGLang's message cannot say — which sampling fields the
 //! client left unset, the worker's DP rank, and the KV ticket with its full room — as a
@@ -20,67 +22,9 @@ use pdrouter_proto::scheduler::{
 };
 use pdrouter_proto::tokenspeed_scheduler as ts;
 
-// The runtime names are configuration (`--runtime`); what each runtime's messages can carry is
-// this module's, added below (an inherent impl, so callers need no extra import).
-pub use crate::config::Runtime;
-
-impl Runtime {
-    /// Largest KV bootstrap room the runtime's message holds.
-    pub fn max_room(self) -> u64 {
-        match self {
-            Runtime::Sglang => i32::MAX as u64,
-            Runtime::TokenSpeed => i64::MAX as u64,
-        }
-    }
-
-    /// Whether the engine's answers carry prompt logprobs (TokenSpeed's have no field for
-    /// them).
-    pub fn serves_prompt_logprobs(self) -> bool {
-        self == Runtime::Sglang
-    }
-
-    /// The order detection asks: the hint first, then the others.
-    pub fn detection_order(hint: Option<Runtime>) -> Vec<Runtime> {
-        let mut order: Vec<Runtime> = hint.into_iter().collect();
-        order.extend(Self::ALL.into_iter().filter(|r| Some(*r) != hint));
-        order
-    }
-}
-
-/// A bootstrap rendezvous: the KV hand-over ticket of one PD sub-request (the Prefill
-/// worker's, identical on both legs), or in EPD where one image item's embedding waits (the
-/// Encode worker's, [`crate::images::EncodeTicket`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KvTicket {
-    /// The bootstrapping worker's host.
-    pub host: String,
-    /// Its bootstrap port (0 on the wire when it has none).
-    pub port: Option<u16>,
-    /// The rendezvous id, below the runtime's [`Runtime::max_room`].
-    pub room: u64,
-}
-
-impl KvTicket {
-    /// A ticket for the Prefill worker at `host`/`port` with a fresh random room for
-    /// `runtime`.
-    pub fn fresh(host: &str, port: Option<u16>, runtime: Runtime) -> Self {
-        KvTicket {
-            host: host.to_owned(),
-            port,
-            room: rand::random_range(0..=runtime.max_room()),
-        }
-    }
-
-    /// The bootstrap port as the engines carry it (0: none).
-    pub fn wire_port(&self) -> i32 {
-        self.port.map_or(0, i32::from)
-    }
-
-    /// The room as TokenSpeed's `int64` (its rooms are below 2^63).
-    pub fn wire_room(&self) -> i64 {
-        i64::try_from(self.room).unwrap_or(i64::MAX)
-    }
-}
+// The runtimes and the ticket are below `grpc` and `images`, which both use them; re-exported
+// here, where callers of the gRPC protocols look for them.
+pub use crate::engine::{KvTicket, Runtime};
 
 /// One `Generate` call in the router's working form.
 #[derive(Debug, Clone)]
@@ -108,7 +52,7 @@ impl Call {
     /// is equal (in EPD the Prefill's carries encode tickets, and a DP-aware pool may give the
     /// legs different ranks: those encode their own).
     pub fn share_encoding(a: &mut Call, b: &mut Call) {
-        if a.prompt_bytes() <= super::client::BULK_PROMPT_BYTES {
+        if a.prompt_bytes() <= super::bulk::BULK_PROMPT_BYTES {
             return;
         }
         let same = a.dp_rank == b.dp_rank
@@ -427,29 +371,6 @@ mod tests {
     }
 
     #[test]
-    fn rooms_fit_their_runtime() {
-        for _ in 0..64 {
-            let s = KvTicket::fresh("h", None, Runtime::Sglang).room;
-            assert!(i32::try_from(s).is_ok());
-        }
-        // 64 draws below 2^31 from [0, 2^63) happen with probability 2^-2048.
-        let wide = (0..64)
-            .any(|_| KvTicket::fresh("h", None, Runtime::TokenSpeed).room > u64::from(u32::MAX));
-        assert!(wide);
-    }
-
-    #[test]
-    fn detection_asks_the_hint_first() {
-        assert_eq!(
-            Runtime::detection_order(Some(Runtime::TokenSpeed)),
-            vec![Runtime::TokenSpeed, Runtime::Sglang]
-        );
-        assert_eq!(Runtime::detection_order(None), Runtime::ALL.to_vec());
-        assert_eq!(Runtime::parse("tokenspeed"), Some(Runtime::TokenSpeed));
-        assert_eq!(Runtime::parse("vllm"), None);
-    }
-
-    #[test]
     fn tokenspeed_answers_read_as_sglang_ones() {
         let m = response_from_tokenspeed(ts::GenerateResponse {
             request_id: "r".to_owned(),
@@ -496,7 +417,7 @@ mod tests {
     #[test]
     fn legs_share_an_encoding_only_for_long_prompts_with_equal_messages() {
         let long = long_call(16 * 1024);
-        assert!(long.prompt_bytes() > super::super::client::BULK_PROMPT_BYTES);
+        assert!(long.prompt_bytes() > super::super::bulk::BULK_PROMPT_BYTES);
         assert!(shares(&mut long.clone(), &mut long.clone()));
         // A short prompt encodes per leg, where it is sent: there is nothing to gain.
         let short = call(&[]);

@@ -12,8 +12,8 @@ use std::time::Duration;
 use pdrouter_tokenizer::Tokenizer;
 use pdrouter_tokenizer::bundle::Unpacked;
 
+use super::client::WorkerChannel;
 use crate::config::TokenizerSource;
-use crate::registry::Worker;
 
 /// A loaded tokenizer and, when it came from a worker, the directory it was extracted to.
 pub struct RouterTokenizer {
@@ -53,10 +53,11 @@ fn load(path: &Path, template: Option<&Path>) -> Result<Tokenizer, String> {
     })
 }
 
-/// Resolves the tokenizer (see the module docs); the error is one line for the operator.
+/// Resolves the tokenizer (see the module docs) with the gRPC `workers`' channels, each with
+/// its worker's URL, in registration order; the error is one line for the operator.
 pub async fn resolve(
     source: &TokenizerSource,
-    workers: &[Arc<Worker>],
+    workers: &[(&str, &WorkerChannel)],
     timeout: Duration,
 ) -> Result<RouterTokenizer, String> {
     let template = source.chat_template.clone();
@@ -84,12 +85,11 @@ pub async fn resolve(
             .map_err(|e| format!("--model-path: {e}"));
     }
     let mut last = String::from("no gRPC worker is registered");
-    for w in workers {
-        let Some(ch) = w.grpc() else { continue };
+    for &(url, ch) in workers {
         if let Some(info) = ch.model_info(timeout).await {
             let reported = std::path::PathBuf::from(&info.tokenizer_path);
             if !info.tokenizer_path.is_empty() && reported.exists() {
-                let origin = format!("{}'s tokenizer path {}", w.url(), reported.display());
+                let origin = format!("{url}'s tokenizer path {}", reported.display());
                 match local(reported, origin).await {
                     Ok(t) => return Ok(t),
                     Err(e) => {
@@ -109,14 +109,14 @@ pub async fn resolve(
                     Ok(t) => {
                         return Ok(RouterTokenizer {
                             tokenizer: Arc::new(t),
-                            origin: format!("GetTokenizer from {}", w.url()),
+                            origin: format!("GetTokenizer from {url}"),
                             _unpacked: Some(unpacked),
                         });
                     }
-                    Err(e) => last = format!("tokenizer from {}: {e}", w.url()),
+                    Err(e) => last = format!("tokenizer from {url}: {e}"),
                 }
             }
-            Err(e) => last = format!("{}: {e}", w.url()),
+            Err(e) => last = format!("{url}: {e}"),
         }
     }
     Err(format!(

@@ -194,7 +194,7 @@ async fn answer(
     let permit = match &state.limiter {
         Some(limiter) => Some(Box::pin(limiter.acquire(ctx.priority)).await.map_err(|r| {
             let timeout = limiter.config().timeout_of(ctx.priority);
-            ApiError::limited(r, timeout.as_secs())
+            r.into_api_error(timeout.as_secs())
         })?),
         None => None,
     };
@@ -230,7 +230,7 @@ fn parse_off_reactor(
     raw: Bytes,
 ) -> BoxFuture<'static, Result<ParsedRequest, ApiError>> {
     Box::pin(async move {
-        crate::grpc::cpu_pool::offload(raw.len(), move || parse_keeping_tree(endpoint, raw)).await?
+        crate::cpu_pool::offload(raw.len(), move || parse_keeping_tree(endpoint, raw)).await?
     })
 }
 

@@ -18,7 +18,7 @@ use pdrouter_admission::Sharer;
 use crate::config::{Mode, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url};
 use crate::error::ApiError;
 use crate::proxy::forward::bearer;
-use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus};
+use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus, health};
 
 /// A worker as `/workers` shows it: SMG's fields (`is_healthy`, `models`, `connection_mode`,
 /// `dp_*`) and pdrouter's (status, breaker, admission). Never its key.
@@ -231,7 +231,7 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
     let result = async {
         let (spec, dp_aware) = parse_spec(&state, &json_body(&state, req).await?)?;
         let dp = if dp_aware || state.cfg.dp_aware {
-            crate::app::discover_dp_size(
+            health::discover_dp_size(
                 &state.client,
                 &spec,
                 state.cfg.health.timeout,
@@ -255,7 +255,7 @@ pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Res
                 }
             })?;
         if !state.cfg.health.enabled {
-            crate::app::learn_models(&state.client, &added, state.cfg.health.timeout).await;
+            health::learn_models(&state.client, &added, state.cfg.health.timeout).await;
         }
         tracing::info!(url = %spec.url, worker_type = spec.worker_type.as_str(), "worker added");
         let ids: Vec<&str> = added.iter().map(|w| w.id()).collect();

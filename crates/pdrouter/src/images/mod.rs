@@ -16,8 +16,8 @@
 //! - Decoding, preprocessing and prompt expansion are `pdrouter_vision`'s (no I/O there).
 //!
 //! Invariants: an image that cannot be used is a 400 naming its content part
-//! (`messages[1].content[2]: ...`), built in `error.rs` from [`ImageInputError`]; no image
-//! error panics. Decoding and preprocessing run on the low-priority CPU pool, one image of a
+//! (`messages[1].content[2]: ...`): [`ImageInputError::into_api_error`] says which
+//! `error.rs` fault (and so which code) each error is; no image error panics. Decoding and preprocessing run on the low-priority CPU pool, one image of a
 //! request at a time (so a request holds at most one decoded image besides its results);
 //! remote images of a request are fetched concurrently, each within the fetch deadline.
 
@@ -36,10 +36,10 @@ use pdrouter_vision::{
 };
 use serde_json::Value;
 
+use crate::chat_template::chat_input;
 use crate::config::ImageConfig;
-use crate::error::ApiError;
-use crate::grpc::cpu_pool;
-use crate::grpc::translate::chat_input;
+use crate::cpu_pool;
+use crate::error::{ApiError, ImageFault};
 pub use fetch::{FetchError, ImageFetcher};
 pub use wire::{CallImages, EncodeTicket, PromptImages};
 
@@ -52,6 +52,42 @@ pub enum ImageInputError {
     /// The URL could not be fetched.
     #[error(transparent)]
     Fetch(#[from] FetchError),
+}
+
+impl ImageInputError {
+    /// The client's 400 for this error in the content part at `part`: the message is the
+    /// part's path, the error and, for a limit, the flag that sets it.
+    pub fn into_api_error(self, part: PartPath) -> ApiError {
+        use FetchError as F;
+        use ImageError as I;
+        let (fault, flag) = match &self {
+            ImageInputError::Image(e) => match e {
+                I::TooManyBytes { .. } => (ImageFault::TooLarge, " (--max-image-bytes)"),
+                I::TooManyPixels { .. } => (ImageFault::TooLarge, " (--max-image-pixels)"),
+                I::UnsupportedUrl | I::MediaType(_) | I::NotBase64 | I::Base64(_) => {
+                    (ImageFault::InvalidUrl, "")
+                }
+                I::UnsupportedFormat | I::Empty | I::Corrupt(_) | I::AspectRatio { .. } => {
+                    (ImageFault::Invalid, "")
+                }
+            },
+            ImageInputError::Fetch(e) => match e {
+                F::TooLarge { .. } => (ImageFault::TooLarge, ""),
+                F::InvalidUrl(_) => (ImageFault::InvalidUrl, ""),
+                F::PrivateAddress { .. } | F::Credentials | F::Scheme(_) => {
+                    (ImageFault::Refused, "")
+                }
+                F::Resolve { .. }
+                | F::Connect
+                | F::Timeout { .. }
+                | F::Status(_)
+                | F::TooManyRedirects { .. }
+                | F::BadRedirect
+                | F::Broken => (ImageFault::FetchFailed, ""),
+            },
+        };
+        ApiError::image(fault, part, format_args!("{self}{flag}"))
+    }
 }
 
 /// One preprocessed image of a request, with the content part it came from.
@@ -122,7 +158,7 @@ impl ImageInputs {
                 if is_remote(&url) {
                     match self.fetcher.fetch(url.trim()).await {
                         Ok(bytes) => Ok((path, Source::Fetched(bytes))),
-                        Err(e) => Err(ApiError::image(path, &e.into())),
+                        Err(e) => Err(ImageInputError::from(e).into_api_error(path)),
                     }
                 } else {
                     Ok((path, Source::Url(url)))
@@ -146,7 +182,7 @@ impl ImageInputs {
             })
             .await
             .map_err(ApiError::internal)?
-            .map_err(|e| ApiError::image(path, &e.into()))?;
+            .map_err(|e| ImageInputError::from(e).into_api_error(path))?;
             items.push(ImageItem {
                 part: path,
                 image: processed,

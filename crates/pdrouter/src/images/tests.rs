@@ -331,3 +331,26 @@ async fn a_string_template_gets_anchors_before_the_text() {
         err.message
     );
 }
+
+#[test]
+fn an_image_error_names_its_part_then_the_error_then_the_flag() {
+    let part = PartPath {
+        message: 1,
+        part: Some(2),
+    };
+    let err =
+        ImageInputError::from(ImageError::TooManyBytes { size: 9, limit: 8 }).into_api_error(part);
+    assert_eq!((err.status.as_u16(), err.code), (400, "image_too_large"));
+    assert_eq!(
+        err.message,
+        "messages[1].content[2]: image is 9 bytes or more, over the 8-byte limit \
+         (--max-image-bytes)"
+    );
+    let err = ImageInputError::from(FetchError::Credentials).into_api_error(part);
+    assert_eq!(err.code, "image_url_refused");
+    assert!(
+        err.message.starts_with("messages[1].content[2]: "),
+        "{}",
+        err.message
+    );
+}

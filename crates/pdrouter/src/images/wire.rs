@@ -18,7 +18,7 @@ use pdrouter_proto::tokenspeed_scheduler::{
 use pdrouter_vision::Placeholder;
 
 use super::ImageItem;
-use crate::grpc::runtime::{KvTicket, Runtime};
+use crate::engine::{KvTicket, Runtime};
 
 /// The name of the grid tensor Qwen2-VL's encoder reads beside the pixels.
 pub const GRID_THW: &str = "image_grid_thw";

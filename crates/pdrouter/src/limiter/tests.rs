@@ -341,3 +341,30 @@ async fn without_classes_the_priority_is_ignored() {
     settle().await;
     drop(system.await.unwrap().unwrap());
 }
+
+#[test]
+fn refusals_answer_429_with_retry_after_or_408() {
+    let full = Refusal::QueueFull.into_api_error(7);
+    assert_eq!(
+        (
+            full.status.as_u16(),
+            full.code,
+            full.retry_after,
+            full.retryable
+        ),
+        (429, "rate_limit_exceeded", Some(1), false)
+    );
+    assert_eq!(
+        full.message,
+        "the router is at --max-concurrent-requests and its queue is full; retry later"
+    );
+    let timeout = Refusal::QueueTimeout.into_api_error(7);
+    assert_eq!(
+        (timeout.status.as_u16(), timeout.code, timeout.retry_after),
+        (408, "queue_timeout", None)
+    );
+    assert_eq!(
+        timeout.message,
+        "waited 7s in the router's request queue without being admitted; retry later"
+    );
+}

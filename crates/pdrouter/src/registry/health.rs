@@ -7,6 +7,10 @@
 //! consecutive failures a worker is marked failed (still probed, so it can come back).
 //! Until a worker has been ready once it is probed every second, so a late starter is picked
 //! up quickly whatever the interval. Status changes go through [`Registry::set_status`].
+//!
+//! Also what the router asks a worker's engine about itself, at startup, on `POST /workers`
+//! and with a worker's first good probe: its `dp_size` ([`discover_dp_size`]) and the model
+//! it serves ([`learn_model`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -16,7 +20,7 @@ use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
 use super::{Event, Registry, ServedModel, Worker, WorkerStatus};
-use crate::config::HealthConfig;
+use crate::config::{HealthConfig, WorkerSpec, is_grpc_url};
 use crate::proxy::client::{UpstreamClient, UpstreamError};
 
 /// Multiple of the failure threshold after which a worker counts as failed.
@@ -225,6 +229,42 @@ async fn get_json(
             None
         }
     }
+}
+
+/// Asks a worker for its `dp_size` (for `--dp-aware`); a gRPC worker's runtime is learned
+/// with `hint` asked first.
+pub async fn discover_dp_size(
+    client: &UpstreamClient,
+    spec: &WorkerSpec,
+    timeout: Duration,
+    hint: Option<crate::grpc::runtime::Runtime>,
+) -> Option<u32> {
+    if is_grpc_url(&spec.url) {
+        let ch = crate::grpc::client::WorkerChannel::new(&spec.url, spec.api_key.as_deref(), hint);
+        return ch.dp_size(timeout).await;
+    }
+    let url = format!("{}/get_server_info", spec.url);
+    let (status, body) = client
+        .get(&url, spec.api_key.as_deref(), timeout)
+        .await
+        .ok()?;
+    if !status.is_success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    v["dp_size"].as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+/// Asks each worker which model it serves, all at once, for at most `timeout` (2 s at most).
+/// A worker that does not answer in time takes requests for any model until it is known.
+pub(crate) async fn learn_models(
+    client: &UpstreamClient,
+    workers: &[Arc<Worker>],
+    timeout: Duration,
+) {
+    let all = workers.iter().map(|w| learn_model(client, w, timeout));
+    let bound = timeout.min(Duration::from_secs(2));
+    let _ = tokio::time::timeout(bound, futures_util::future::join_all(all)).await;
 }
 
 /// Asks the worker's engine which model it serves and records it (see [`served_model`]; a

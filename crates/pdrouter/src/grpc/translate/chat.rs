@@ -6,9 +6,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Answer, DONE, Input, LogprobAsk, Source, chat_input, data, final_choices, finish_str, flag,
-    include_usage, matched, sampling, top_count, usage_json,
+    Answer, DONE, Input, LogprobAsk, Source, data, final_choices, finish_str, flag, include_usage,
+    matched, sampling, top_count, usage_json,
 };
+use crate::chat_template::chat_input;
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;

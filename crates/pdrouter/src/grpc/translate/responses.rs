@@ -10,7 +10,8 @@ use bytes::Bytes;
 use pdrouter_tokenizer::FinishReason;
 use serde_json::{Map, Value, json};
 
-use super::{Answer, Input, LogprobAsk, Source, chat_input, flag, sampling, unsupported};
+use super::{Answer, Input, LogprobAsk, Source, flag, sampling, unsupported};
+use crate::chat_template::chat_input;
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
 

@@ -1,4 +1,6 @@
-//! The low-priority threads large prompts are tokenized on.
+//! The low-priority threads large prompts are tokenized on: request bodies parsed for gRPC
+//! workers (`http`), prompts rendered and tokenized (`grpc::translate`), images decoded and
+//! preprocessed (`images`).
 //!
 //! Tokenizing a 32k-token prompt costs tens of milliseconds of CPU. On tokio's blocking pool
 //! that thread competes as an equal with the runtime's worker threads, so on a router with
