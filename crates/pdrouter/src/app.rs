@@ -332,13 +332,72 @@ fn start_sharer(
 
 /// Starts the router described by `cfg` (already validated).
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
-    let cfg = Arc::new(cfg);
+    let parts = Parts::new(cfg);
+    register_startup_workers(&parts).await?;
+    let health = await_startup_workers(&parts).await?;
+    let tokenizer = load_tokenizer(&parts).await?;
+    let images = image_support(&parts.cfg, tokenizer.as_deref())?;
+    let mut background = Vec::new();
+    let sharer = share_through_store(&parts, &mut background).await?;
+    spawn_policy_ticks(&parts, &mut background);
+    log_tokenizer_use(&parts.cfg);
+    let dispatcher = new_dispatcher(&parts, tokenizer, images);
+    let state = new_app_state(&parts, dispatcher, sharer);
+    listen(state, parts.admission, background, health).await
+}
+
+/// What [`start`] builds before it registers the startup workers, and its later steps share.
+struct Parts {
+    cfg: Arc<Config>,
+    metrics: Arc<Metrics>,
+    admission: Option<Admission>,
+    sizer: Option<Arc<crate::sizing::Sizer>>,
+    registry: Arc<Registry>,
+    policies: Policies,
+    client: UpstreamClient,
+}
+
+impl Parts {
+    /// Metrics, admission and its sizer, the registry and the policies, with the registry's
+    /// events wired to all of them.
+    fn new(cfg: Config) -> Self {
+        let cfg = Arc::new(cfg);
+        let metrics = new_metrics(&cfg);
+        let admission = new_admission(&cfg, &metrics);
+        let sizer = new_sizer(&cfg, admission.as_ref(), &metrics);
+        let registry = Registry::new(cfg.breaker, admission.clone());
+        registry.set_runtime_hint(cfg.grpc_runtime);
+        let policies = Policies::new(&cfg);
+        wire_events(&registry, &metrics, admission.as_ref(), &policies.all());
+        if let Some(sizer) = &sizer {
+            forget_removed_slots(&registry, sizer);
+        }
+        Self {
+            cfg,
+            metrics,
+            admission,
+            sizer,
+            registry,
+            policies,
+            client: UpstreamClient::new(),
+        }
+    }
+}
+
+/// The metrics, knowing the priority classes' limits when there are classes (admission's, else
+/// the global limiter's).
+fn new_metrics(cfg: &Config) -> Arc<Metrics> {
     let metrics = Metrics::new();
     let classes = cfg.admission.and_then(|a| a.priorities);
     if let Some(classes) = classes.or(cfg.limiter.and_then(|l| l.priorities)) {
         metrics.priority_limits(&classes);
     }
-    let admission = cfg.admission.map(|a| {
+    metrics
+}
+
+/// The admission controller, when admission is on.
+fn new_admission(cfg: &Config, metrics: &Arc<Metrics>) -> Option<Admission> {
+    cfg.admission.map(|a| {
         // With a store, slots admit nothing until the store (or its fallback) gives them a
         // share; the sharer is the only one to set their limits.
         let shared = cfg.admission_store.is_some();
@@ -354,43 +413,69 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             },
             metrics.clone() as Arc<dyn Observer>,
         )
-    });
-    let sizer = match (&admission, cfg.admission.and_then(|a| a.auto)) {
-        (Some(adm), Some(auto)) => Some(Arc::new(crate::sizing::Sizer::new(
-            auto,
-            adm.clone(),
-            metrics.clone(),
-        ))),
-        _ => None,
-    };
-    let registry = Registry::new(cfg.breaker, admission.clone());
-    registry.set_runtime_hint(cfg.grpc_runtime);
-    let settings = PolicySettings {
-        cache: cfg.cache,
-        prefix_hash: cfg.prefix_hash,
-        manual: cfg.manual,
-    };
-    let policy = Arc::new(Policy::with_settings(cfg.policy, settings));
-    let prefill_policy = Arc::new(Policy::with_settings(cfg.prefill_policy, settings));
-    let decode_policy = Arc::new(Policy::with_settings(cfg.decode_policy, settings));
-    let encode_policy = Arc::new(Policy::with_settings(cfg.encode_policy, settings));
-    let policies = vec![
-        policy.clone(),
-        prefill_policy.clone(),
-        decode_policy.clone(),
-        encode_policy.clone(),
-    ];
-    wire_events(&registry, &metrics, admission.as_ref(), &policies);
-    if let Some(sizer) = sizer.clone() {
-        registry.subscribe(Arc::new(move |e: &Event| {
-            if let Event::Removed(w) = e
-                && let Some(slot) = w.slot()
-            {
-                sizer.forget(slot.key());
-            }
-        }));
+    })
+}
+
+/// The sizer of admission's limits, when they are sized at run time (`auto`).
+fn new_sizer(
+    cfg: &Config,
+    admission: Option<&Admission>,
+    metrics: &Arc<Metrics>,
+) -> Option<Arc<crate::sizing::Sizer>> {
+    let (adm, auto) = (admission?, cfg.admission.and_then(|a| a.auto)?);
+    let sizer = crate::sizing::Sizer::new(auto, adm.clone(), metrics.clone());
+    Some(Arc::new(sizer))
+}
+
+/// The routing policies: `--policy`'s, and the Prefill, Decode and Encode workers' own.
+struct Policies {
+    policy: Arc<Policy>,
+    prefill: Arc<Policy>,
+    decode: Arc<Policy>,
+    encode: Arc<Policy>,
+}
+
+impl Policies {
+    fn new(cfg: &Config) -> Self {
+        let settings = PolicySettings {
+            cache: cfg.cache,
+            prefix_hash: cfg.prefix_hash,
+            manual: cfg.manual,
+        };
+        Self {
+            policy: Arc::new(Policy::with_settings(cfg.policy, settings)),
+            prefill: Arc::new(Policy::with_settings(cfg.prefill_policy, settings)),
+            decode: Arc::new(Policy::with_settings(cfg.decode_policy, settings)),
+            encode: Arc::new(Policy::with_settings(cfg.encode_policy, settings)),
+        }
     }
-    let client = UpstreamClient::new();
+
+    fn all(&self) -> Vec<Arc<Policy>> {
+        vec![
+            self.policy.clone(),
+            self.prefill.clone(),
+            self.decode.clone(),
+            self.encode.clone(),
+        ]
+    }
+}
+
+/// Drops what the sizer learned of a worker once the worker is removed.
+fn forget_removed_slots(registry: &Registry, sizer: &Arc<crate::sizing::Sizer>) {
+    let sizer = sizer.clone();
+    registry.subscribe(Arc::new(move |e: &Event| {
+        if let Event::Removed(w) = e
+            && let Some(slot) = w.slot()
+        {
+            sizer.forget(slot.key());
+        }
+    }));
+}
+
+/// Registers the startup workers (`--worker-urls` and the like), each asked for its `dp_size`
+/// first with `--dp-aware`; the first that cannot be registered stops the router.
+async fn register_startup_workers(parts: &Parts) -> Result<(), StartError> {
+    let (cfg, registry, client) = (&parts.cfg, &parts.registry, &parts.client);
     let initial = if cfg.health.enabled {
         WorkerStatus::Pending
     } else {
@@ -404,7 +489,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             ..spec.clone()
         };
         let dp = if cfg.dp_aware {
-            health::discover_dp_size(&client, spec, cfg.health.timeout, cfg.grpc_runtime).await
+            health::discover_dp_size(client, spec, cfg.health.timeout, cfg.grpc_runtime).await
         } else {
             None
         };
@@ -412,103 +497,129 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             .register(spec, dp, initial)
             .map_err(|e| StartError::Worker(e.to_string()))?;
     }
+    Ok(())
+}
+
+/// Learns the startup workers' models, starts the health checker (when on) and gives its first
+/// round a moment, then waits for every worker to be ready when `--worker-startup-timeout-secs`
+/// asks to.
+async fn await_startup_workers(parts: &Parts) -> Result<Option<Arc<HealthChecker>>, StartError> {
+    let (cfg, registry, client) = (&parts.cfg, &parts.registry, &parts.client);
     if !cfg.health.enabled {
         // The health checker learns each worker's model with its first good probe; without
         // it, ask once now (bounded, like the first probe round below).
-        health::learn_models(&client, registry.snapshot().all(), cfg.health.timeout).await;
+        health::learn_models(client, registry.snapshot().all(), cfg.health.timeout).await;
     }
     let health = cfg
         .health
         .enabled
-        .then(|| HealthChecker::start(&registry, client.clone(), cfg.health.clone()));
+        .then(|| HealthChecker::start(registry, client.clone(), cfg.health.clone()));
     if let Some(health) = &health {
         // Give the first probe round a moment before accepting traffic, so a router started
         // against live workers answers its first request instead of a 503. Bounded: a dead or
         // hanging worker only delays startup by this much.
         let deadline = tokio::time::Instant::now() + cfg.health.timeout.min(Duration::from_secs(2));
-        health.first_round(&registry, deadline).await;
+        health.first_round(registry, deadline).await;
     }
     if let Some(wait) = cfg.startup_wait {
-        wait_for_ready_workers(&registry, wait).await?;
+        wait_for_ready_workers(registry, wait).await?;
     }
+    Ok(health)
+}
 
+/// The router's tokenizer, when something reads one: gRPC workers (which take token ids), or
+/// prefix_hash given a tokenizer path.
+async fn load_tokenizer(
+    parts: &Parts,
+) -> Result<Option<Arc<crate::grpc::tokenizer::RouterTokenizer>>, StartError> {
+    let cfg = &parts.cfg;
     // With http:// workers only prefix_hash reads a tokenizer: load it just then (a
     // --model-path naming a hub model, fine for SMG, must not stop a router that has no use
     // for it).
     let local_tokenizer = (cfg.tokenizer.tokenizer_path.is_some()
         || cfg.tokenizer.model_path.is_some())
-        && uses_prefix_hash(&cfg);
-    let tokenizer = if cfg.mode.is_grpc() || local_tokenizer {
-        let workers = registry.snapshot().all().to_vec();
-        let channels: Vec<_> = workers
-            .iter()
-            .filter_map(|w| Some((w.url(), w.grpc()?)))
-            .collect();
-        let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &channels, cfg.health.timeout)
-            .await
-            .map_err(StartError::Tokenizer)?;
-        tracing::info!(origin = %t.origin, "tokenizer loaded");
-        Some(Arc::new(t))
-    } else {
-        None
-    };
-    let images = image_support(&cfg, tokenizer.as_deref())?;
-
-    let mut background = Vec::new();
-    let sharer = match (&cfg.admission_store, &admission, cfg.admission) {
-        (Some(store), Some(adm), Some(limits)) => {
-            let (sharer, leases) = start_sharer(store, adm, limits, &registry, &metrics)?;
-            // One exchange before serving, so a reachable store's shares are in force from the
-            // first request (bounded by the exchange timeout).
-            sharer.tick().await;
-            background.push(sharer.spawn());
-            // Other replicas' pushes: exchange early when a share should move. A lost or
-            // refused subscription is retried once per lease TTL (polls cover meanwhile).
-            let weak = Arc::downgrade(&sharer);
-            background.push(
-                leases.listen(store.lease_ttl, store.lease_ttl, move |push| {
-                    if let Some(s) = weak.upgrade() {
-                        s.pushed(push);
-                    }
-                }),
-            );
-            // A new worker's slot admits nothing until its first share: ask for it at once.
-            let weak = Arc::downgrade(&sharer);
-            registry.subscribe(Arc::new(move |e: &Event| {
-                if matches!(e, Event::Registered(_) | Event::Replaced { .. })
-                    && let Some(s) = weak.upgrade()
-                {
-                    s.nudge();
-                }
-            }));
-            Some(sharer)
-        }
-        _ => None,
-    };
-    {
-        let ps = policies.clone();
-        let metrics_for_keys = metrics.clone();
-        let every = cfg.eviction_interval;
-        // `sleep` saturates a far deadline; `interval` would panic adding a huge period.
-        background.push(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                // Trimming big trees is plain CPU work: keep it off the request threads.
-                let batch = ps.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    for p in &batch {
-                        p.evict();
-                        if p.kind() == PolicyKind::Manual {
-                            p.tick(crate::select::policy_clock_secs());
-                        }
-                    }
-                })
-                .await;
-                let keys = ps.iter().map(|p| p.manual_keys()).sum();
-                metrics_for_keys.manual_keys(keys);
-            }
-        }));
+        && uses_prefix_hash(cfg);
+    if !(cfg.mode.is_grpc() || local_tokenizer) {
+        return Ok(None);
     }
+    let workers = parts.registry.snapshot().all().to_vec();
+    let channels: Vec<_> = workers
+        .iter()
+        .filter_map(|w| Some((w.url(), w.grpc()?)))
+        .collect();
+    let t = crate::grpc::tokenizer::resolve(&cfg.tokenizer, &channels, cfg.health.timeout)
+        .await
+        .map_err(StartError::Tokenizer)?;
+    tracing::info!(origin = %t.origin, "tokenizer loaded");
+    Ok(Some(Arc::new(t)))
+}
+
+/// With `--admission-store` (and admission on), starts sharing the Prefill limits: one
+/// exchange now, then the sharer's own ticks, other replicas' pushes and new workers' nudges.
+async fn share_through_store(
+    parts: &Parts,
+    background: &mut Vec<JoinHandle<()>>,
+) -> Result<Option<Arc<Sharer>>, StartError> {
+    let (Some(store), Some(adm), Some(limits)) = (
+        &parts.cfg.admission_store,
+        &parts.admission,
+        parts.cfg.admission,
+    ) else {
+        return Ok(None);
+    };
+    let (sharer, leases) = start_sharer(store, adm, limits, &parts.registry, &parts.metrics)?;
+    // One exchange before serving, so a reachable store's shares are in force from the
+    // first request (bounded by the exchange timeout).
+    sharer.tick().await;
+    background.push(sharer.spawn());
+    // Other replicas' pushes: exchange early when a share should move. A lost or
+    // refused subscription is retried once per lease TTL (polls cover meanwhile).
+    let weak = Arc::downgrade(&sharer);
+    background.push(
+        leases.listen(store.lease_ttl, store.lease_ttl, move |push| {
+            if let Some(s) = weak.upgrade() {
+                s.pushed(push);
+            }
+        }),
+    );
+    // A new worker's slot admits nothing until its first share: ask for it at once.
+    let weak = Arc::downgrade(&sharer);
+    parts.registry.subscribe(Arc::new(move |e: &Event| {
+        if matches!(e, Event::Registered(_) | Event::Replaced { .. })
+            && let Some(s) = weak.upgrade()
+        {
+            s.nudge();
+        }
+    }));
+    Ok(Some(sharer))
+}
+
+/// The policies' background work: every `--eviction-interval-secs`, eviction (and manual's
+/// clock); with bucket policies, their periodic adjustment.
+fn spawn_policy_ticks(parts: &Parts, background: &mut Vec<JoinHandle<()>>) {
+    let policies = parts.policies.all();
+    let ps = policies.clone();
+    let metrics_for_keys = parts.metrics.clone();
+    let every = parts.cfg.eviction_interval;
+    // `sleep` saturates a far deadline; `interval` would panic adding a huge period.
+    background.push(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            // Trimming big trees is plain CPU work: keep it off the request threads.
+            let batch = ps.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                for p in &batch {
+                    p.evict();
+                    if p.kind() == PolicyKind::Manual {
+                        p.tick(crate::select::policy_clock_secs());
+                    }
+                }
+            })
+            .await;
+            let keys = ps.iter().map(|p| p.manual_keys()).sum();
+            metrics_for_keys.manual_keys(keys);
+        }
+    }));
     let buckets: Vec<Arc<Policy>> = policies
         .iter()
         .filter(|p| p.kind() == PolicyKind::Bucket)
@@ -525,48 +636,75 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
             }
         }));
     }
-    log_tokenizer_use(&cfg);
+}
 
-    let dispatcher = Arc::new(Dispatcher {
+/// The dispatcher: the routing core, and the backends of this mode's workers.
+fn new_dispatcher(
+    parts: &Parts,
+    tokenizer: Option<Arc<crate::grpc::tokenizer::RouterTokenizer>>,
+    images: crate::images::ImageSupport,
+) -> Arc<Dispatcher> {
+    Arc::new(Dispatcher {
         core: crate::core::Core {
-            cfg: cfg.clone(),
-            registry: registry.clone(),
-            metrics: metrics.clone(),
-            admission: admission.clone(),
-            sizer,
-            policy,
-            prefill_policy,
-            decode_policy,
+            cfg: parts.cfg.clone(),
+            registry: parts.registry.clone(),
+            metrics: parts.metrics.clone(),
+            admission: parts.admission.clone(),
+            sizer: parts.sizer.clone(),
+            policy: parts.policies.policy.clone(),
+            prefill_policy: parts.policies.prefill.clone(),
+            decode_policy: parts.policies.decode.clone(),
             prefix_tokenizer: tokenizer.as_ref().map(|t| t.tokenizer.clone()),
         },
         http: crate::backends::http::HttpBackend {
-            client: client.clone(),
+            client: parts.client.clone(),
         },
-        grpc: cfg
+        grpc: parts
+            .cfg
             .mode
             .is_grpc()
             .then(|| crate::backends::grpc::GrpcBackend {
                 tokenizer,
                 images,
-                encode_policy,
+                encode_policy: parts.policies.encode.clone(),
             }),
-    });
-    let state = Arc::new(AppState {
+    })
+}
+
+/// What the HTTP handlers share, the global limiter (when on) included.
+fn new_app_state(
+    parts: &Parts,
+    dispatcher: Arc<Dispatcher>,
+    sharer: Option<Arc<Sharer>>,
+) -> Arc<AppState> {
+    let cfg = &parts.cfg;
+    Arc::new(AppState {
         cfg: cfg.clone(),
         dispatcher,
-        registry,
-        metrics: metrics.clone(),
-        client,
+        registry: parts.registry.clone(),
+        metrics: parts.metrics.clone(),
+        client: parts.client.clone(),
         shutting_down: Default::default(),
         limiter: cfg.limiter.map(|l| {
             crate::limiter::Limiter::new(
                 l,
-                metrics.clone() as Arc<dyn crate::limiter::LimiterObserver>,
+                parts.metrics.clone() as Arc<dyn crate::limiter::LimiterObserver>,
             )
         }),
         sharer,
-    });
+    })
+}
 
+/// Binds the router's listener and, when `--prometheus-*` asks, the metrics one (served at
+/// once); then serves the router until [`RouterHandle::shutdown`].
+async fn listen(
+    state: Arc<AppState>,
+    admission: Option<Admission>,
+    mut background: Vec<JoinHandle<()>>,
+    health: Option<Arc<HealthChecker>>,
+) -> Result<RouterHandle, StartError> {
+    let cfg = state.cfg.clone();
+    let metrics = &state.metrics;
     let listener = bind(SocketAddr::new(cfg.host, cfg.port)).await?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: SocketAddr::new(cfg.host, cfg.port),

@@ -32,6 +32,32 @@ enum Kind {
     Epd,
 }
 
+impl Kind {
+    fn of(args: &DemoArgs) -> Self {
+        match (args.epd, args.grpc) {
+            (true, _) => Self::Epd,
+            (false, true) => Self::Grpc,
+            (false, false) => Self::Http,
+        }
+    }
+
+    fn mode(self) -> Mode {
+        match self {
+            Self::Http => Mode::PdHttp,
+            Self::Grpc => Mode::PdGrpc,
+            Self::Epd => Mode::EpdGrpc,
+        }
+    }
+
+    fn transport(self) -> &'static str {
+        match self {
+            Self::Http => "HTTP workers",
+            Self::Grpc => "gRPC workers",
+            Self::Epd => "EPD, TokenSpeed gRPC workers",
+        }
+    }
+}
+
 async fn mock(role: Role, delay_ms: u64, kind: Kind) -> Result<MockWorker, String> {
     let mut cfg = MockConfig::new(role);
     cfg.grpc = kind != Kind::Http;
@@ -48,62 +74,109 @@ async fn mock(role: Role, delay_ms: u64, kind: Kind) -> Result<MockWorker, Strin
 
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let kind = match (args.epd, args.grpc) {
-        (true, _) => Kind::Epd,
-        (false, true) => Kind::Grpc,
-        (false, false) => Kind::Http,
-    };
-    let grpc = kind != Kind::Http;
-    let prefills = [
-        mock(Role::Prefill, 600, kind).await?,
-        mock(Role::Prefill, 600, kind).await?,
-    ];
-    let decode = mock(Role::Decode, 0, kind).await?;
-    let encode = match kind {
-        Kind::Epd => Some(mock(Role::Encode, 0, kind).await?),
-        _ => None,
-    };
-    let mut workers: Vec<WorkerSpec> = prefills
-        .iter()
-        .enumerate()
-        .map(|(i, p)| WorkerSpec {
-            url: p.url(),
-            worker_type: WorkerType::Prefill,
-            // A gRPC Decode mock fetches its KV ticket from the Prefill mock's own port.
-            bootstrap_port: if grpc {
-                Some(p.addr().port())
-            } else {
-                (i == 0).then_some(8998)
-            },
-            api_key: None,
-        })
-        .collect();
-    workers.push(WorkerSpec {
-        url: decode.url(),
-        worker_type: WorkerType::Decode,
-        bootstrap_port: None,
-        api_key: None,
-    });
-    if let Some(e) = &encode {
-        workers.push(WorkerSpec {
-            url: e.url(),
-            worker_type: WorkerType::Encode,
-            // The Prefill mock waits for each image's room on the Encode mock's own port.
-            bootstrap_port: Some(e.addr().port()),
-            api_key: None,
-        });
-    }
-    let mode = match kind {
-        Kind::Http => Mode::PdHttp,
-        Kind::Grpc => Mode::PdGrpc,
-        Kind::Epd => Mode::EpdGrpc,
-    };
+    let kind = Kind::of(&args);
+    let mocks = Mocks::start(kind).await?;
     let model_dir = match kind {
         Kind::Epd => Some(DemoModel::write()?),
         _ => None,
     };
-    let mut cfg = Config::with_workers(mode, workers);
-    cfg.tokenizer.model_path = model_dir.as_ref().map(|m| m.0.clone());
+    let cfg = router_config(&args, kind, mocks.specs(kind), model_dir.as_ref())?;
+    let router = crate::start(cfg).await.map_err(|e| e.to_string())?;
+    wait_until_routable(&router).await;
+    print_intro(&router, kind, &mocks);
+    if args.burst {
+        burst(&router, router.addr()).await;
+    }
+    println!("Serving until Ctrl-C.");
+    router.run_until_signal().await;
+    mocks.shutdown().await;
+    drop(model_dir);
+    Ok(())
+}
+
+/// The demo's mock workers: two slow Prefill ones (so a burst queues), a Decode one and, in
+/// EPD, an Encode one.
+struct Mocks {
+    prefills: [MockWorker; 2],
+    decode: MockWorker,
+    encode: Option<MockWorker>,
+}
+
+impl Mocks {
+    async fn start(kind: Kind) -> Result<Self, String> {
+        let prefills = [
+            mock(Role::Prefill, 600, kind).await?,
+            mock(Role::Prefill, 600, kind).await?,
+        ];
+        let decode = mock(Role::Decode, 0, kind).await?;
+        let encode = match kind {
+            Kind::Epd => Some(mock(Role::Encode, 0, kind).await?),
+            _ => None,
+        };
+        Ok(Self {
+            prefills,
+            decode,
+            encode,
+        })
+    }
+
+    /// The router's startup workers: these mocks.
+    fn specs(&self, kind: Kind) -> Vec<WorkerSpec> {
+        let grpc = kind != Kind::Http;
+        let mut workers: Vec<WorkerSpec> = self
+            .prefills
+            .iter()
+            .enumerate()
+            .map(|(i, p)| WorkerSpec {
+                url: p.url(),
+                worker_type: WorkerType::Prefill,
+                // A gRPC Decode mock fetches its KV ticket from the Prefill mock's own port.
+                bootstrap_port: if grpc {
+                    Some(p.addr().port())
+                } else {
+                    (i == 0).then_some(8998)
+                },
+                api_key: None,
+            })
+            .collect();
+        workers.push(WorkerSpec {
+            url: self.decode.url(),
+            worker_type: WorkerType::Decode,
+            bootstrap_port: None,
+            api_key: None,
+        });
+        if let Some(e) = &self.encode {
+            workers.push(WorkerSpec {
+                url: e.url(),
+                worker_type: WorkerType::Encode,
+                // The Prefill mock waits for each image's room on the Encode mock's own port.
+                bootstrap_port: Some(e.addr().port()),
+                api_key: None,
+            });
+        }
+        workers
+    }
+
+    async fn shutdown(self) {
+        for p in self.prefills {
+            p.shutdown().await;
+        }
+        self.decode.shutdown().await;
+        if let Some(e) = self.encode {
+            e.shutdown().await;
+        }
+    }
+}
+
+/// The demo router's configuration, validated: PD (or EPD) over `workers`, with admission.
+fn router_config(
+    args: &DemoArgs,
+    kind: Kind,
+    workers: Vec<WorkerSpec>,
+    model_dir: Option<&DemoModel>,
+) -> Result<Config, String> {
+    let mut cfg = Config::with_workers(kind.mode(), workers);
+    cfg.tokenizer.model_path = model_dir.map(|m| m.0.clone());
     cfg.host = args.host;
     cfg.port = args.port;
     cfg.prometheus = Some((args.host, 0));
@@ -118,9 +191,11 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         priorities: None,
     });
     cfg.validate().map_err(|e| e.to_string())?;
-    let router = crate::start(cfg).await.map_err(|e| e.to_string())?;
-    let addr = router.addr();
-    // Wait (bounded) until the health checker has made the workers ready.
+    Ok(cfg)
+}
+
+/// Waits (bounded) until the health checker has made the workers ready.
+async fn wait_until_routable(router: &crate::RouterHandle) {
     for _ in 0..100 {
         let snap = router.registry().snapshot();
         if snap.all().iter().all(|w| w.is_routable()) {
@@ -129,19 +204,20 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         drop(snap);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let transport = match kind {
-        Kind::Http => "HTTP workers",
-        Kind::Grpc => "gRPC workers",
-        Kind::Epd => "EPD, TokenSpeed gRPC workers",
-    };
+}
+
+/// Where everything listens, and requests to try.
+fn print_intro(router: &crate::RouterHandle, kind: Kind, mocks: &Mocks) {
+    let addr = router.addr();
+    let transport = kind.transport();
     println!("pdrouter demo: PD router on http://{addr} ({transport})");
-    if let Some(e) = &encode {
+    if let Some(e) = &mocks.encode {
         println!("  encode  mock {}", e.url());
     }
-    for p in &prefills {
+    for p in &mocks.prefills {
         println!("  prefill mock {} (600 ms per prefill)", p.url());
     }
-    println!("  decode  mock {}", decode.url());
+    println!("  decode  mock {}", mocks.decode.url());
     if let Some(m) = router.metrics_addr() {
         println!("  metrics      http://{m}/metrics");
     }
@@ -153,27 +229,13 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!(
         "  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"mock-model\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}],\"stream\":true}}'"
     );
-    if encode.is_some() {
+    if mocks.encode.is_some() {
         println!("  with an image (its pixels go to the encode mock, the Prefill waits for them):");
         println!(
             "  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"mock-model\",\"messages\":[{{\"role\":\"user\",\"content\":[{{\"type\":\"text\",\"text\":\"What is this?\"}},{{\"type\":\"image_url\",\"image_url\":{{\"url\":\"data:image/png;base64,{DEMO_PNG}\"}}}}]}}]}}'"
         );
     }
     println!();
-    if args.burst {
-        burst(&router, addr).await;
-    }
-    println!("Serving until Ctrl-C.");
-    router.run_until_signal().await;
-    for p in prefills {
-        p.shutdown().await;
-    }
-    decode.shutdown().await;
-    if let Some(e) = encode {
-        e.shutdown().await;
-    }
-    drop(model_dir);
-    Ok(())
 }
 
 /// The EPD demo's model directory: the mocks' byte-level tokenizer and a Qwen2-VL

@@ -307,6 +307,69 @@ impl Shared {
         let secs = ((1.0 - state.tokens) / rate).max(0.001);
         Some(state.refilled + Duration::from_secs_f64(secs.min(86_400.0)))
     }
+
+    /// An arrival of `priority`, at `since`: admitted at once when nobody waits and there is
+    /// room, refused when its class's queue holds `queue_size`, else queued.
+    fn arrive(
+        self: &Arc<Self>,
+        priority: Priority,
+        queue_size: usize,
+        since: Instant,
+    ) -> Arrival<'_> {
+        let mut state = self.state.lock();
+        self.refill(&mut state);
+        if state.queued() == 0 && self.has_room(&state) {
+            let permit = self.take(&mut state, priority);
+            let levels = self.levels_of(&state);
+            drop(state);
+            self.report(&levels);
+            self.observer.decided(true);
+            let waited = Duration::ZERO;
+            self.outcome(
+                priority,
+                pdrouter_admission::PriorityOutcome::Admitted {
+                    waited,
+                    promoted: false,
+                },
+            );
+            return Arrival::Admitted(permit);
+        }
+        if state.queues[priority.index()].len() >= queue_size {
+            drop(state);
+            self.observer.decided(false);
+            let full = pdrouter_admission::Rejection::QueueFull;
+            let waited = Duration::ZERO;
+            self.outcome(
+                priority,
+                pdrouter_admission::PriorityOutcome::Rejected {
+                    reason: full,
+                    waited,
+                },
+            );
+            return Arrival::QueueFull;
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = state.queues[priority.index()].push(Waiter { tx, since });
+        let levels = self.levels_of(&state);
+        drop(state);
+        self.report(&levels);
+        let ticket = Ticket {
+            shared: self,
+            priority,
+            id: Some(id),
+        };
+        Arrival::Queued(rx, ticket)
+    }
+
+    /// Grants places that time (a refilled token) freed to the waiters next in line.
+    fn grant_waiting(self: &Arc<Self>) {
+        let mut state = self.state.lock();
+        let grants = self.grant(&mut state);
+        let levels = self.levels_of(&state);
+        drop(state);
+        self.report(&levels);
+        self.deliver(grants);
+    }
 }
 
 /// A place taken for a waiter under the lock, sent after unlocking.
@@ -350,6 +413,49 @@ impl Drop for Ticket<'_> {
     }
 }
 
+impl Ticket<'_> {
+    /// The waiter's deadline passed: it leaves the queue and is refused, unless its permit
+    /// was granted at that very instant (then it is in `rx`, and taken).
+    fn expire(
+        &mut self,
+        rx: &mut oneshot::Receiver<Permit>,
+        since: Instant,
+    ) -> Result<Permit, Refusal> {
+        let shared = self.shared;
+        let id = self.id.take();
+        let mut state = shared.state.lock();
+        let queue = &mut state.queues[self.priority.index()];
+        let removed = id.is_some_and(|id| queue.remove(id).is_some());
+        let levels = shared.levels_of(&state);
+        drop(state);
+        if !removed {
+            // Granted at the deadline: the permit is in the channel.
+            if let Ok(permit) = rx.try_recv() {
+                return Ok(permit);
+            }
+        }
+        shared.report(&levels);
+        shared.observer.decided(false);
+        let reason = pdrouter_admission::Rejection::QueueTimeout;
+        let waited = Instant::now().saturating_duration_since(since);
+        shared.outcome(
+            self.priority,
+            pdrouter_admission::PriorityOutcome::Rejected { reason, waited },
+        );
+        Err(Refusal::QueueTimeout)
+    }
+}
+
+/// What an arrival gets at once.
+enum Arrival<'a> {
+    /// A place: nobody was waiting and there was room.
+    Admitted(Permit),
+    /// Nothing: its class's queue is full.
+    QueueFull,
+    /// A place in its class's queue: where its permit will come, and its ticket.
+    Queued(oneshot::Receiver<Permit>, Ticket<'a>),
+}
+
 impl Limiter {
     /// A limiter reporting to `observer`.
     pub fn new(cfg: LimiterConfig, observer: Arc<dyn LimiterObserver>) -> Self {
@@ -386,8 +492,10 @@ impl Limiter {
 
     /// Waits for a permit as a request of `priority` (ignored without priority classes; see
     /// the module docs). Cancel-safe: dropping the future leaves the queue and loses nothing.
+    ///
+    /// The steps around the wait are plain functions: a queued request holds this future for
+    /// its whole wait, and keeping their state out of it keeps it small.
     pub async fn acquire(&self, priority: Priority) -> Result<Permit, Refusal> {
-        use pdrouter_admission::PriorityOutcome;
         let shared = &self.shared;
         let priority = if shared.cfg.priorities.is_some() {
             priority
@@ -397,52 +505,10 @@ impl Limiter {
         let class = *shared.classes.get(priority);
         let since = Instant::now();
         let deadline = crate::config::deadline_after(since, class.queue_timeout);
-        let mut rx = {
-            let mut state = shared.state.lock();
-            shared.refill(&mut state);
-            if state.queued() == 0 && shared.has_room(&state) {
-                let permit = shared.take(&mut state, priority);
-                let levels = shared.levels_of(&state);
-                drop(state);
-                shared.report(&levels);
-                shared.observer.decided(true);
-                let waited = Duration::ZERO;
-                shared.outcome(
-                    priority,
-                    PriorityOutcome::Admitted {
-                        waited,
-                        promoted: false,
-                    },
-                );
-                return Ok(permit);
-            }
-            if state.queues[priority.index()].len() >= class.queue_size {
-                drop(state);
-                shared.observer.decided(false);
-                let full = pdrouter_admission::Rejection::QueueFull;
-                let waited = Duration::ZERO;
-                shared.outcome(
-                    priority,
-                    PriorityOutcome::Rejected {
-                        reason: full,
-                        waited,
-                    },
-                );
-                return Err(Refusal::QueueFull);
-            }
-            let (tx, rx) = oneshot::channel();
-            let id = state.queues[priority.index()].push(Waiter { tx, since });
-            let levels = shared.levels_of(&state);
-            drop(state);
-            shared.report(&levels);
-            (
-                rx,
-                Ticket {
-                    shared,
-                    priority,
-                    id: Some(id),
-                },
-            )
+        let mut rx = match shared.arrive(priority, class.queue_size, since) {
+            Arrival::Admitted(permit) => return Ok(permit),
+            Arrival::QueueFull => return Err(Refusal::QueueFull),
+            Arrival::Queued(rx, ticket) => (rx, ticket),
         };
         loop {
             // With a rate set, nothing but time frees a token: wake when one is due and
@@ -456,38 +522,14 @@ impl Limiter {
                     return granted.map_err(|_| Refusal::QueueTimeout);
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    let id = rx.1.id.take();
-                    let mut state = shared.state.lock();
-                    let queue = &mut state.queues[priority.index()];
-                    let removed = id.is_some_and(|id| queue.remove(id).is_some());
-                    let levels = shared.levels_of(&state);
-                    drop(state);
-                    if !removed {
-                        // Granted at the deadline: the permit is in the channel.
-                        if let Ok(permit) = rx.0.try_recv() {
-                            return Ok(permit);
-                        }
-                    }
-                    shared.report(&levels);
-                    shared.observer.decided(false);
-                    let reason = pdrouter_admission::Rejection::QueueTimeout;
-                    let waited = Instant::now().saturating_duration_since(since);
-                    shared.outcome(priority, PriorityOutcome::Rejected { reason, waited });
-                    return Err(Refusal::QueueTimeout);
+                    return rx.1.expire(&mut rx.0, since);
                 }
                 () = async {
                     match token_at {
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,
                     }
-                } => {
-                    let mut state = shared.state.lock();
-                    let grants = shared.grant(&mut state);
-                    let levels = shared.levels_of(&state);
-                    drop(state);
-                    shared.report(&levels);
-                    shared.deliver(grants);
-                }
+                } => shared.grant_waiting(),
             }
         }
     }

@@ -328,6 +328,49 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
             "request body must be a JSON object",
         ));
     };
+    check_common_fields(&body)?;
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let Prompt { batch, text, n } = match endpoint {
+        Endpoint::Generate => generate_prompt(&body)?,
+        Endpoint::ChatCompletions => chat_prompt(&body)?,
+        Endpoint::Completions => completions_prompt(&body)?,
+        Endpoint::Responses => responses_prompt(&body)?,
+    };
+    let logprobs = endpoint == Endpoint::Generate && wants_logprobs(&body);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .map(Arc::from);
+    // A named model is forwarded as is, so only an empty or null `model` may be replaced.
+    let replaces_field = ROUTER_FIELDS.iter().any(|k| body.contains_key(*k))
+        || (model.is_none() && body.contains_key("model"));
+    let prompt_tokens = prompt_field(endpoint, &body).map_or(1, |p| estimate_tokens(p, n));
+    let object = (keep_tree || replaces_field).then(|| Arc::new(body));
+    Ok(ParsedRequest {
+        endpoint,
+        raw,
+        object,
+        model,
+        stream,
+        text,
+        batch,
+        n,
+        logprobs,
+        prompt_tokens,
+    })
+}
+
+/// What an endpoint's prompt field tells the router: the batch size (a list of prompts), the
+/// routing text and the samples per prompt.
+struct Prompt {
+    batch: Option<usize>,
+    text: Arc<str>,
+    n: usize,
+}
+
+/// The fields every endpoint shares, type-checked before the endpoint's own.
+fn check_common_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
     field_type(
         "stream",
         body.get("stream"),
@@ -343,119 +386,136 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
             "a non-negative integer",
         )?;
     }
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let (batch, text, n) = match endpoint {
-        Endpoint::Generate => {
-            field_type(
-                "sampling_params",
-                body.get("sampling_params"),
-                Value::is_object,
-                "an object",
-            )?;
-            let n = positive_n(
-                "sampling_params.n",
-                body.get("sampling_params").and_then(|s| s.get("n")),
-            )?;
-            let (batch, text) = match (body.get("text"), body.get("input_ids")) {
-                (Some(t), _) if !t.is_null() => prompt_shape("text", t, false)?,
-                (_, Some(ids)) if !ids.is_null() => match ids {
-                    Value::Array(items) if !items.is_empty() && is_int_array(items) => {
-                        (None, Arc::from(""))
-                    }
-                    Value::Array(items)
-                        if !items.is_empty()
-                            && items
-                                .iter()
-                                .all(|x| x.as_array().is_some_and(|a| is_int_array(a))) =>
-                    {
-                        (Some(items.len()), Arc::from(""))
-                    }
-                    _ => {
-                        return Err(ApiError::invalid_field(
-                            "input_ids",
-                            "must be a list of token ids or a list of such lists",
-                        ));
-                    }
-                },
-                _ => {
-                    return Err(ApiError::invalid_field(
-                        "text",
-                        "is required (or give 'input_ids')",
-                    ));
-                }
-            };
-            (batch, text, n)
-        }
-        Endpoint::ChatCompletions => {
-            let n = positive_n("n", body.get("n"))?;
-            let text = match body.get("messages") {
-                Some(Value::Array(m)) if !m.is_empty() => chat_text(m)?,
-                Some(Value::Array(_)) => {
-                    return Err(ApiError::invalid_field("messages", "must not be empty"));
-                }
-                None => return Err(ApiError::invalid_field("messages", "is required")),
-                Some(_) => {
-                    return Err(ApiError::invalid_field("messages", "must be an array"));
-                }
-            };
-            (None, text, n)
-        }
-        Endpoint::Completions => {
-            let n = positive_n("n", body.get("n"))?;
-            let Some(prompt) = body.get("prompt").filter(|p| !p.is_null()) else {
-                return Err(ApiError::invalid_field("prompt", "is required"));
-            };
-            let (batch, text) = prompt_shape("prompt", prompt, true)?;
-            (batch, text, n)
-        }
-        Endpoint::Responses => {
-            let text = match body.get("input") {
-                Some(Value::String(s)) => truncate(s),
-                Some(Value::Array(items)) => {
-                    let mut t = String::new();
-                    for it in items {
-                        match it.get("content") {
-                            Some(Value::String(s)) => t.push_str(s),
-                            Some(Value::Array(parts)) => {
-                                for p in parts {
-                                    if let Some(s) = p.get("text").and_then(Value::as_str) {
-                                        t.push_str(s);
-                                    }
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                    truncate(&t)
-                }
-                None | Some(Value::Null) => {
-                    return Err(ApiError::invalid_field("input", "is required"));
-                }
-                Some(_) => {
-                    return Err(ApiError::invalid_field(
-                        "input",
-                        "must be a string or a list of input items",
-                    ));
-                }
-            };
-            (None, text, 1)
+    Ok(())
+}
+
+/// `/generate`: `sampling_params` (and its `n`), then `text`, else `input_ids`.
+fn generate_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    field_type(
+        "sampling_params",
+        body.get("sampling_params"),
+        Value::is_object,
+        "an object",
+    )?;
+    let n = positive_n(
+        "sampling_params.n",
+        body.get("sampling_params").and_then(|s| s.get("n")),
+    )?;
+    let (batch, text) = match (body.get("text"), body.get("input_ids")) {
+        (Some(t), _) if !t.is_null() => prompt_shape("text", t, false)?,
+        (_, Some(ids)) if !ids.is_null() => (input_ids_batch(ids)?, Arc::from("")),
+        _ => {
+            return Err(ApiError::invalid_field(
+                "text",
+                "is required (or give 'input_ids')",
+            ));
         }
     };
-    let logprobs = endpoint == Endpoint::Generate
-        && match body.get("return_logprob") {
-            Some(Value::Bool(b)) => *b,
-            Some(Value::Array(each)) => each.iter().any(|v| v.as_bool() == Some(true)),
-            _ => false,
-        };
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .map(Arc::from);
-    // A named model is forwarded as is, so only an empty or null `model` may be replaced.
-    let replaces_field = ROUTER_FIELDS.iter().any(|k| body.contains_key(*k))
-        || (model.is_none() && body.contains_key("model"));
-    let prompt = match endpoint {
+    Ok(Prompt { batch, text, n })
+}
+
+/// `/generate`'s `input_ids`: one prompt's token ids, or a batch (its size returned) of them.
+fn input_ids_batch(ids: &Value) -> Result<Option<usize>, ApiError> {
+    match ids {
+        Value::Array(items) if !items.is_empty() && is_int_array(items) => Ok(None),
+        Value::Array(items)
+            if !items.is_empty()
+                && items
+                    .iter()
+                    .all(|x| x.as_array().is_some_and(|a| is_int_array(a))) =>
+        {
+            Ok(Some(items.len()))
+        }
+        _ => Err(ApiError::invalid_field(
+            "input_ids",
+            "must be a list of token ids or a list of such lists",
+        )),
+    }
+}
+
+/// `/v1/chat/completions`: `n`, then a non-empty `messages` list.
+fn chat_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let n = positive_n("n", body.get("n"))?;
+    let text = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => chat_text(m)?,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid_field("messages", "must not be empty"));
+        }
+        None => return Err(ApiError::invalid_field("messages", "is required")),
+        Some(_) => {
+            return Err(ApiError::invalid_field("messages", "must be an array"));
+        }
+    };
+    Ok(Prompt {
+        batch: None,
+        text,
+        n,
+    })
+}
+
+/// `/v1/completions`: `n`, then `prompt`.
+fn completions_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let n = positive_n("n", body.get("n"))?;
+    let Some(prompt) = body.get("prompt").filter(|p| !p.is_null()) else {
+        return Err(ApiError::invalid_field("prompt", "is required"));
+    };
+    let (batch, text) = prompt_shape("prompt", prompt, true)?;
+    Ok(Prompt { batch, text, n })
+}
+
+/// `/v1/responses`: `input`, a string or a list of input items (one sample, no batch).
+fn responses_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let text = match body.get("input") {
+        Some(Value::String(s)) => truncate(s),
+        Some(Value::Array(items)) => input_items_text(items),
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid_field("input", "is required"));
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "input",
+                "must be a string or a list of input items",
+            ));
+        }
+    };
+    Ok(Prompt {
+        batch: None,
+        text,
+        n: 1,
+    })
+}
+
+/// The routing text of `/v1/responses` input items: their string contents and text parts.
+fn input_items_text(items: &[Value]) -> Arc<str> {
+    let mut t = String::new();
+    for it in items {
+        match it.get("content") {
+            Some(Value::String(s)) => t.push_str(s),
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    if let Some(s) = p.get("text").and_then(Value::as_str) {
+                        t.push_str(s);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    truncate(&t)
+}
+
+/// `/generate`'s `return_logprob`: true for the request, or for any of its prompts.
+fn wants_logprobs(body: &Map<String, Value>) -> bool {
+    match body.get("return_logprob") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Array(each)) => each.iter().any(|v| v.as_bool() == Some(true)),
+        _ => false,
+    }
+}
+
+/// The field whose tokens the Prefill worker processes (see [`estimate_tokens`]).
+fn prompt_field(endpoint: Endpoint, body: &Map<String, Value>) -> Option<&Value> {
+    match endpoint {
         Endpoint::ChatCompletions => body.get("messages"),
         Endpoint::Completions => body.get("prompt"),
         Endpoint::Responses => body.get("input"),
@@ -463,21 +523,7 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
             .get("text")
             .filter(|t| !t.is_null())
             .or_else(|| body.get("input_ids")),
-    };
-    let prompt_tokens = prompt.map_or(1, |p| estimate_tokens(p, n));
-    let object = (keep_tree || replaces_field).then(|| Arc::new(body));
-    Ok(ParsedRequest {
-        endpoint,
-        raw,
-        object,
-        model,
-        stream,
-        text,
-        batch,
-        n,
-        logprobs,
-        prompt_tokens,
-    })
+    }
 }
 
 #[cfg(test)]
