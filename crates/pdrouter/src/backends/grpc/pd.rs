@@ -173,15 +173,19 @@ pub(super) async fn send(
         keep,
     );
     let mut leg: PrefillLeg = leg::spawn(start, job);
-    let decode_start = answer::start(
-        Leg::Decode,
-        &decode,
-        Legs::start(dch, dcalls),
-        deadline,
-        &core.registry,
-    );
-    // A Prefill failure first ends the attempt and drops the Decode calls (Abort).
-    let (stream, _) = leg.beside(decode_start).await?;
+    let stream = {
+        let decode_start = answer::start(
+            Leg::Decode,
+            &decode,
+            Legs::start(dch, dcalls),
+            deadline,
+            &core.registry,
+        );
+        // Pinned here, not moved into `beside`. A Prefill failure first ends the attempt
+        // and drops the Decode calls (Abort).
+        tokio::pin!(decode_start);
+        leg.beside(&mut decode_start).await?.0
+    };
     let src = Source {
         worker: decode,
         stream: stream?,

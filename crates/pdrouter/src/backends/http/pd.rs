@@ -131,8 +131,10 @@ pub(super) async fn send(
         ),
         crate::telemetry::leg_span(Leg::Decode, decode.url()),
     );
+    // Pinned here, not moved into `beside`: the exchange's future is large.
+    tokio::pin!(decode_head);
     // A Prefill failure cancels the Decode leg (dropped on return).
-    let (head, prefill_done) = leg.beside(decode_head).await?;
+    let (head, prefill_done) = leg.beside(&mut decode_head).await?;
     core.registry.record_outcome(&decode, worker_ok(&head));
     let resp = head?;
     let (parts, mut body) = resp.into_parts();
@@ -152,7 +154,16 @@ pub(super) async fn send(
         complete: decode_complete,
         load: decode_load,
     };
-    relay(core, req, ctx, &decode, leg, decoded).await
+    let first_byte = FirstByte {
+        started: ctx.started,
+        metrics: core.metrics.clone(),
+    };
+    if req.logprobs && !req.stream {
+        // Boxed: the rare path's state stays out of every request's future.
+        let timeout = core.cfg.request_timeout;
+        return Box::pin(merged(timeout, &decode, leg, decoded, first_byte)).await;
+    }
+    Ok(relay(req, &decode, leg, decoded, first_byte))
 }
 
 /// Decode's answer as far as it was read before the client's response head.
@@ -165,45 +176,53 @@ struct Decoded {
     load: crate::registry::LoadGuard,
 }
 
-/// The client's answer: Decode's body relayed (with the Prefill's prompt logprobs merged in
-/// when asked for), owning the Decode load and, while it runs, the Prefill leg.
-async fn relay(
-    core: &Core,
-    req: &ParsedRequest,
-    ctx: &RequestCtx,
+/// A non-streaming answer that asked for prompt logprobs: the Prefill phase is over (such an
+/// answer waits for it), so Decode's whole answer is read and the Prefill's prompt logprobs
+/// merged into it.
+async fn merged(
+    timeout: std::time::Duration,
     decode: &Worker,
     mut leg: PrefillLeg,
     decoded: Decoded,
+    first_byte: FirstByte,
 ) -> Result<Response, ApiError> {
+    let Decoded {
+        mut parts,
+        body,
+        read,
+        complete,
+        load,
+    } = decoded;
+    let rest = (!complete).then_some(body);
+    let whole = read_whole(read, rest, timeout, decode).await?;
+    let merged = match leg.take_kept() {
+        Some(lp) => lp.merge_body(whole),
+        None => whole,
+    };
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    let read = VecDeque::from([Frame::data(merged)]);
+    let relay = RelayBody::new(None, read, None, false, load, Some(first_byte));
+    Ok(relay_response(parts, Body::new(relay)))
+}
+
+/// The client's answer: Decode's body relayed frame by frame (through the prompt-logprobs
+/// merger when asked for), owning the Decode load and, while it runs, the Prefill leg.
+fn relay(
+    req: &ParsedRequest,
+    decode: &Worker,
+    leg: PrefillLeg,
+    decoded: Decoded,
+    first_byte: FirstByte,
+) -> Response {
     let Decoded {
         parts,
         body,
         read,
-        complete: decode_complete,
-        load: decode_load,
+        complete,
+        load,
     } = decoded;
     let capture = req.logprobs;
-    let timeout = core.cfg.request_timeout;
-    let first_byte = Some(FirstByte {
-        started: ctx.started,
-        metrics: core.metrics.clone(),
-    });
-    if capture && !req.stream {
-        // The Prefill phase is over (a non-streaming answer waits for it): merge its
-        // prompt logprobs into Decode's whole answer.
-        let rest = (!decode_complete).then_some(body);
-        let whole = read_whole(read, rest, timeout, decode).await?;
-        let merged = match leg.take_kept() {
-            Some(lp) => lp.merge_body(whole),
-            None => whole,
-        };
-        let mut parts = parts;
-        parts.headers.remove(http::header::CONTENT_LENGTH);
-        let read = VecDeque::from([Frame::data(merged)]);
-        let relay = RelayBody::new(None, read, None, false, decode_load, first_byte);
-        return Ok(relay_response(parts, Body::new(relay)));
-    }
-    let (inner, leg) = match (decode_complete, capture) {
+    let (inner, leg) = match (complete, capture) {
         (true, false) => {
             leg.decode_finished();
             (None, None)
@@ -212,11 +231,11 @@ async fn relay(
         (true, true) => (None, Some(leg)),
         (false, _) => (Some(body), Some(leg)),
     };
-    let mut relay = RelayBody::new(inner, read, leg, req.stream, decode_load, first_byte);
+    let mut relay = RelayBody::new(inner, read, leg, req.stream, load, Some(first_byte));
     if capture {
         relay = relay.merging_logprobs(decode.url());
     }
-    Ok(relay_response(parts, Body::new(relay)))
+    relay_response(parts, Body::new(relay))
 }
 
 /// Decode's whole answer: the frames `read` so far, then the rest of `body` (at most

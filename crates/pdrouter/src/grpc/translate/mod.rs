@@ -279,17 +279,7 @@ pub async fn plan_with(
     tokenizer: &Arc<Tokenizer>,
     images: &crate::images::ImageSupport,
 ) -> Result<Plan, ApiError> {
-    // The handler keeps the tree for gRPC workers; a request parsed without it is read again.
-    let body = match req.shared_tree() {
-        Some(o) => o,
-        None => {
-            let body: Value = serde_json::from_slice(&req.raw).map_err(ApiError::malformed_json)?;
-            let Value::Object(o) = body else {
-                return Err(ApiError::malformed_json("expected an object"));
-            };
-            Arc::new(o)
-        }
-    };
+    let body = request_tree(req)?;
     let o = &*body;
     let input = match req.endpoint {
         Endpoint::ChatCompletions => chat::input(&body)?,
@@ -298,7 +288,7 @@ pub async fn plan_with(
         Endpoint::Responses => responses::input(o)?,
     };
     let Input {
-        mut prompts,
+        prompts,
         mut params,
         unset,
         logprobs,
@@ -307,41 +297,10 @@ pub async fn plan_with(
         echo,
     } = input;
     let n = req.n.max(1);
-    if prompts.len() > MAX_PROMPTS {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            format!("at most {MAX_PROMPTS} prompts per request"),
-        ));
-    }
-    if prompts.len().saturating_mul(n) > MAX_CHOICES {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            format!("prompts × n must be at most {MAX_CHOICES}"),
-        ));
-    }
+    check_fan_out(prompts.len(), n)?;
     params.n = u32::try_from(n).unwrap_or(u32::MAX);
     let listed = req.endpoint == Endpoint::Generate && (req.batch.is_some() || n > 1);
-    let with_images = match prompts.as_mut_slice() {
-        [Source::Images(chat)] => Some(std::mem::take(chat)),
-        _ => None,
-    };
-    let (tokenized, images) = match with_images {
-        Some(chat) => {
-            let (text, ids, imgs) = images.prompt(tokenizer, chat, req.raw.len()).await?;
-            (vec![(text, ids)], Some(Arc::new(imgs)))
-        }
-        None => {
-            let tok = tokenizer.clone();
-            let tokenized = crate::cpu_pool::offload(req.raw.len(), move || {
-                prompts
-                    .into_iter()
-                    .map(|s| tokenize(&tok, s))
-                    .collect::<Result<Vec<_>, ApiError>>()
-            })
-            .await??;
-            (tokenized, None)
-        }
-    };
+    let (tokenized, images) = tokenize_prompts(req, tokenizer, images, prompts).await?;
     if tokenized.iter().any(|(_, ids)| ids.is_empty()) {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -364,23 +323,7 @@ pub async fn plan_with(
         .iter()
         .map(|(_, ids)| u32::try_from(ids.len()).unwrap_or(u32::MAX))
         .collect();
-    let requests = tokenized
-        .into_iter()
-        .map(|(original_text, input_ids)| GenerateRequest {
-            tokenized: Some(TokenizedInput {
-                original_text,
-                input_ids,
-            }),
-            sampling_params: Some(params.clone()),
-            return_logprob: logprobs.output || logprobs.input_from.is_some(),
-            logprob_start_len: logprobs
-                .input_from
-                .map_or(-1, |s| i32::try_from(s).unwrap_or(i32::MAX)),
-            top_logprobs_num: i32::try_from(logprobs.top).unwrap_or(0),
-            stream: true,
-            ..Default::default()
-        })
-        .collect();
+    let requests = generate_requests(tokenized, &params, &logprobs);
     Ok(Plan {
         requests,
         endpoint: req.endpoint,
@@ -398,6 +341,95 @@ pub async fn plan_with(
         echo,
         images,
     })
+}
+
+/// The request's JSON object: the tree the handler kept for gRPC workers, or the body read
+/// again when it was parsed without it.
+fn request_tree(req: &ParsedRequest) -> Result<Arc<serde_json::Map<String, Value>>, ApiError> {
+    if let Some(o) = req.shared_tree() {
+        return Ok(o);
+    }
+    let body: Value = serde_json::from_slice(&req.raw).map_err(ApiError::malformed_json)?;
+    let Value::Object(o) = body else {
+        return Err(ApiError::malformed_json("expected an object"));
+    };
+    Ok(Arc::new(o))
+}
+
+/// Refuses more prompts, or prompts × samples, than one request may fan out to.
+fn check_fan_out(prompts: usize, n: usize) -> Result<(), ApiError> {
+    if prompts > MAX_PROMPTS {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("at most {MAX_PROMPTS} prompts per request"),
+        ));
+    }
+    if prompts.saturating_mul(n) > MAX_CHOICES {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("prompts × n must be at most {MAX_CHOICES}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Each prompt's text and ids: a chat with images through the image path, the rest on the
+/// CPU pool (large prompts off the async workers).
+async fn tokenize_prompts(
+    req: &ParsedRequest,
+    tokenizer: &Arc<Tokenizer>,
+    images: &crate::images::ImageSupport,
+    mut prompts: Vec<Source>,
+) -> Result<
+    (
+        Vec<(String, Vec<u32>)>,
+        Option<Arc<crate::images::PromptImages>>,
+    ),
+    ApiError,
+> {
+    let with_images = match prompts.as_mut_slice() {
+        [Source::Images(chat)] => Some(std::mem::take(chat)),
+        _ => None,
+    };
+    if let Some(chat) = with_images {
+        let (text, ids, imgs) = images.prompt(tokenizer, chat, req.raw.len()).await?;
+        return Ok((vec![(text, ids)], Some(Arc::new(imgs))));
+    }
+    let tok = tokenizer.clone();
+    let tokenized = crate::cpu_pool::offload(req.raw.len(), move || {
+        prompts
+            .into_iter()
+            .map(|s| tokenize(&tok, s))
+            .collect::<Result<Vec<_>, ApiError>>()
+    })
+    .await??;
+    Ok((tokenized, None))
+}
+
+/// One streaming `GenerateRequest` per tokenized prompt, each with the request's sampling
+/// parameters and logprob asks.
+fn generate_requests(
+    tokenized: Vec<(String, Vec<u32>)>,
+    params: &SamplingParams,
+    logprobs: &LogprobAsk,
+) -> Vec<GenerateRequest> {
+    tokenized
+        .into_iter()
+        .map(|(original_text, input_ids)| GenerateRequest {
+            tokenized: Some(TokenizedInput {
+                original_text,
+                input_ids,
+            }),
+            sampling_params: Some(params.clone()),
+            return_logprob: logprobs.output || logprobs.input_from.is_some(),
+            logprob_start_len: logprobs
+                .input_from
+                .map_or(-1, |s| i32::try_from(s).unwrap_or(i32::MAX)),
+            top_logprobs_num: i32::try_from(logprobs.top).unwrap_or(0),
+            stream: true,
+            ..Default::default()
+        })
+        .collect()
 }
 
 pub(crate) fn usage_json(u: Usage) -> Value {
