@@ -183,10 +183,15 @@ impl LegJob {
 
 /// Spawns the Prefill leg: `start` sends the request and yields its answer, which the task
 /// then drains (see the module docs for when it releases what it holds).
-pub(crate) fn spawn<A: PrefillAnswer>(
-    start: impl Future<Output = Result<A, ApiError>> + Send + 'static,
-    job: LegJob,
-) -> PrefillLeg<A::Kept> {
+///
+/// `start` is a closure called inside the task, not a future: an unstarted future is as large
+/// as its whole state machine, and the task would hold it twice (captured, then awaited).
+pub(crate) fn spawn<A, F, Fut>(start: F, job: LegJob) -> PrefillLeg<A::Kept>
+where
+    A: PrefillAnswer,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<A, ApiError>> + Send,
+{
     let (decode_done, decode_done_rx) = oneshot::channel();
     let (outcome_tx, outcome) = oneshot::channel();
     let span = crate::telemetry::leg_span(Leg::Prefill, job.worker.url());
@@ -207,7 +212,7 @@ pub(crate) fn spawn<A: PrefillAnswer>(
             keep,
         };
         let ended = run(
-            start,
+            start(),
             worker.url(),
             deadline,
             holds,

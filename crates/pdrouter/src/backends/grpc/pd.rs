@@ -154,7 +154,7 @@ pub(super) async fn send(
     let start = {
         let worker = prefill.clone();
         let prompts = plan.requests.len();
-        async move {
+        move || async move {
             let streams = Legs::start(channel(&worker, Leg::Prefill)?, pcalls)
                 .await
                 .map_err(|s| status_error(Leg::Prefill, worker.url(), &s))?;

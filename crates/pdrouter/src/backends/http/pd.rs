@@ -97,7 +97,7 @@ pub(super) async fn send(
         let client = client.clone();
         let worker = prefill.clone();
         let ctx = ctx.clone();
-        async move {
+        move || async move {
             let head = exchange(
                 &client,
                 &worker,

@@ -81,7 +81,7 @@ impl Fixture {
         oneshot::Sender<Result<Option<u32>, ApiError>>,
     ) {
         let (tx, rx) = oneshot::channel();
-        let start = async move { Ok(Scripted { end: Some(rx) }) };
+        let start = move || async move { Ok(Scripted { end: Some(rx) }) };
         (spawn(start, self.job(keep)), tx)
     }
 
@@ -169,7 +169,8 @@ async fn a_kept_answer_missing_after_the_grace_is_an_error() {
 async fn a_retryable_failure_counts_against_the_worker() {
     let f = fixture();
     let url = f.worker.url().to_owned();
-    let start = async move { Err::<Scripted, _>(ApiError::upstream_broken(Leg::Prefill, &url)) };
+    let start =
+        move || async move { Err::<Scripted, _>(ApiError::upstream_broken(Leg::Prefill, &url)) };
     let mut leg = spawn(start, f.job(false));
     assert!(leg.outcome().await.is_err());
     settle().await;
@@ -181,7 +182,7 @@ async fn a_retryable_failure_counts_against_the_worker() {
 async fn a_client_error_does_not_count_against_the_worker() {
     let f = fixture();
     let url = f.worker.url().to_owned();
-    let start = async move {
+    let start = move || async move {
         Err::<Scripted, _>(ApiError::upstream_status(
             Leg::Prefill,
             &url,
