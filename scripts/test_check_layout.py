@@ -355,6 +355,21 @@ class Cycles(unittest.TestCase):
             keys = [ln for ln in f.read().splitlines() if not ln.startswith("#")]
         self.assertEqual(keys, ["size crates/demo/src/big.rs", "fn crates/demo/src/big.rs S::run"])
 
+    def test_an_inline_test_module_counts_toward_the_file_size(self):
+        code = "pub fn f() {}\n" * 700
+        tests = "#[cfg(test)]\nmod tests {\n" + "    fn t() {}\n" * 150 + "}\n"
+        make_tree(
+            self.root,
+            {
+                LIB: "mod big;\nmod small;\n",
+                "crates/demo/src/big.rs": code + tests,
+                "crates/demo/src/small.rs": code,
+            },
+        )
+        ws = cl.Workspace(self.root)
+        ws.load()
+        self.assertEqual([rel for rel, _, _ in ws.big_files()], ["crates/demo/src/big.rs"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use pdrouter_admission::{Admission, AdmissionConfig, Observer, ShareConfig, Sharer};
+mod store;
+
+use pdrouter_admission::{Admission, AdmissionConfig, Observer, Sharer};
 use pdrouter_policy::{Policy, PolicyKind, PolicySettings};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admission_store::redis::RedisLeases;
 use crate::config::{Config, Mode, WorkerSpec};
 use crate::dispatch::Dispatcher;
 use crate::http::{AppState, app};
@@ -276,60 +277,6 @@ fn log_tokenizer_use(cfg: &Config) {
     }
 }
 
-/// The sharer of `--admission-store` over the registry's Prefill slots, and the Redis lease
-/// client for this replica it exchanges through.
-fn start_sharer(
-    store: &crate::config::StoreSettings,
-    admission: &Admission,
-    limits: crate::config::AdmissionSettings,
-    registry: &Arc<Registry>,
-    metrics: &Arc<Metrics>,
-) -> Result<(Arc<Sharer>, Arc<RedisLeases>), StartError> {
-    let share = ShareConfig {
-        limit: limits.max_inflight_per_worker,
-        token_limit: limits.max_inflight_tokens_per_worker,
-        interval: store.interval,
-        lease_ttl: store.lease_ttl,
-        fallback: store.fallback,
-    };
-    let replica = crate::admission_store::replica_id();
-    let leases = Arc::new(
-        RedisLeases::new(
-            &store.url,
-            &store.group,
-            replica.clone(),
-            store.lease_ttl,
-            share.call_timeout(),
-        )
-        .map_err(StartError::Store)?,
-    );
-    tracing::info!(
-        store = %store.url,
-        group = %store.group,
-        %replica,
-        interval_ms = store.interval.as_millis() as u64,
-        lease_ttl_ms = store.lease_ttl.as_millis() as u64,
-        fallback = store.fallback.as_str(),
-        "sharing Prefill limits through the admission store"
-    );
-    let reg = Arc::clone(registry);
-    let slots = Box::new(move || {
-        reg.snapshot()
-            .all()
-            .iter()
-            .filter_map(|w| w.slot().cloned())
-            .collect()
-    });
-    let sharer = Sharer::new(
-        admission.clone(),
-        leases.clone(),
-        share,
-        slots,
-        crate::admission_store::Reporter::new(metrics.clone()),
-    );
-    Ok((sharer, leases))
-}
-
 /// Starts the router described by `cfg` (already validated).
 pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let parts = Parts::new(cfg);
@@ -338,7 +285,7 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let tokenizer = load_tokenizer(&parts).await?;
     let images = image_support(&parts.cfg, tokenizer.as_deref())?;
     let mut background = Vec::new();
-    let sharer = share_through_store(&parts, &mut background).await?;
+    let sharer = store::share_through_store(&parts, &mut background).await?;
     spawn_policy_ticks(&parts, &mut background);
     log_tokenizer_use(&parts.cfg);
     let dispatcher = new_dispatcher(&parts, tokenizer, images);
@@ -554,46 +501,6 @@ async fn load_tokenizer(
     Ok(Some(Arc::new(t)))
 }
 
-/// With `--admission-store` (and admission on), starts sharing the Prefill limits: one
-/// exchange now, then the sharer's own ticks, other replicas' pushes and new workers' nudges.
-async fn share_through_store(
-    parts: &Parts,
-    background: &mut Vec<JoinHandle<()>>,
-) -> Result<Option<Arc<Sharer>>, StartError> {
-    let (Some(store), Some(adm), Some(limits)) = (
-        &parts.cfg.admission_store,
-        &parts.admission,
-        parts.cfg.admission,
-    ) else {
-        return Ok(None);
-    };
-    let (sharer, leases) = start_sharer(store, adm, limits, &parts.registry, &parts.metrics)?;
-    // One exchange before serving, so a reachable store's shares are in force from the
-    // first request (bounded by the exchange timeout).
-    sharer.tick().await;
-    background.push(sharer.spawn());
-    // Other replicas' pushes: exchange early when a share should move. A lost or
-    // refused subscription is retried once per lease TTL (polls cover meanwhile).
-    let weak = Arc::downgrade(&sharer);
-    background.push(
-        leases.listen(store.lease_ttl, store.lease_ttl, move |push| {
-            if let Some(s) = weak.upgrade() {
-                s.pushed(push);
-            }
-        }),
-    );
-    // A new worker's slot admits nothing until its first share: ask for it at once.
-    let weak = Arc::downgrade(&sharer);
-    parts.registry.subscribe(Arc::new(move |e: &Event| {
-        if matches!(e, Event::Registered(_) | Event::Replaced { .. })
-            && let Some(s) = weak.upgrade()
-        {
-            s.nudge();
-        }
-    }));
-    Ok(Some(sharer))
-}
-
 /// The policies' background work: every `--eviction-interval-secs`, eviction (and manual's
 /// clock); with bucket policies, their periodic adjustment.
 fn spawn_policy_ticks(parts: &Parts, background: &mut Vec<JoinHandle<()>>) {
@@ -753,138 +660,4 @@ async fn listen(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use pdrouter_admission::Rejection;
-    use pdrouter_policy::{CacheAwareConfig, PolicyKind};
-
-    use super::*;
-    use crate::config::{BreakerConfig, WorkerType};
-    use crate::select::{Candidates, Wanted};
-
-    fn series(metrics: &Metrics, name: &str) -> Option<f64> {
-        metrics
-            .encode()
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-    }
-
-    /// The race that used to strand waiters: something reads the breaker at its half-open
-    /// instant before the registry's timer runs. Here a metrics scrape, the state `GET /workers`
-    /// shows and a new request's selection all look first; the transition must still be
-    /// published once, by the timer, and the slot go to the request that was already waiting.
-    #[tokio::test(start_paused = true)]
-    async fn half_open_seen_first_by_readers_is_still_published_once_and_goes_to_the_waiter() {
-        let metrics = Metrics::new();
-        let admission = Admission::new(
-            AdmissionConfig {
-                max_inflight_per_worker: 1,
-                max_inflight_tokens_per_worker: None,
-                queue_size: 4,
-                queue_timeout: Duration::from_secs(600),
-                priorities: None,
-            },
-            metrics.clone() as Arc<dyn Observer>,
-        );
-        let timeout = Duration::from_secs(10);
-        let breaker = BreakerConfig {
-            enabled: true,
-            failure_threshold: 1,
-            success_threshold: 1,
-            timeout,
-            window: Duration::from_secs(120),
-        };
-        let registry = Registry::new(breaker, Some(admission.clone()));
-        let policy = Arc::new(Policy::new(
-            PolicyKind::RoundRobin,
-            CacheAwareConfig::default(),
-        ));
-        wire_events(
-            &registry,
-            &metrics,
-            Some(&admission),
-            std::slice::from_ref(&policy),
-        );
-        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let s = seen.clone();
-        registry.subscribe(Arc::new(move |e: &Event| {
-            if let Event::BreakerChanged { to, .. } = e {
-                s.lock().push(to.as_str());
-            }
-        }));
-        let spec = WorkerSpec {
-            url: "http://p:1".into(),
-            worker_type: WorkerType::Prefill,
-            bootstrap_port: None,
-            api_key: None,
-        };
-        let w = registry
-            .register(&spec, None, WorkerStatus::Ready)
-            .unwrap()
-            .remove(0);
-        let selector = || {
-            Candidates::new(
-                registry.clone(),
-                policy.clone(),
-                WorkerType::Prefill,
-                Wanted {
-                    text: Arc::from("hi"),
-                    routing_key: None,
-                    target: None,
-                    model: None,
-                    prefix_tokens: None,
-                },
-            )
-        };
-        let gauge = "smg_worker_cb_state{worker=\"http://p:1\"}";
-        let half_opens = "smg_worker_cb_transitions_total{worker=\"http://p:1\",to=\"half_open\"}";
-
-        // Half a tick off the timer wheel's millisecond grid, so the half-open instant comes
-        // strictly before the tick its timer fires on: the window in which readers look first.
-        tokio::time::advance(Duration::from_micros(500)).await;
-        let first = admission.acquire(selector()).await.unwrap();
-        let adm = admission.clone();
-        let sel = selector();
-        let waiter = tokio::spawn(async move { adm.acquire(sel).await });
-        while admission.queued() == 0 {
-            tokio::task::yield_now().await;
-        }
-        registry.record_outcome(&w, false);
-        assert_eq!(series(&metrics, gauge), Some(1.0));
-        drop(first);
-        assert_eq!(admission.queued(), 1, "open: the freed slot is not usable");
-
-        tokio::time::advance(timeout).await;
-        assert_eq!(*seen.lock(), ["open"], "the timer has not run yet");
-        assert_eq!(series(&metrics, gauge), Some(1.0));
-        assert_eq!(w.breaker().state(), BreakerState::Open);
-        assert_eq!(
-            admission.acquire(selector()).await.err().map(|r| r.reason),
-            Some(Rejection::Unavailable),
-            "an arrival at the due instant does not get the slot"
-        );
-        assert_eq!(*seen.lock(), ["open"], "reading changed nothing");
-
-        tokio::time::advance(Duration::from_millis(1)).await;
-        let admitted = waiter.await.unwrap().expect("the waiter gets the slot");
-        assert!(Arc::ptr_eq(&admitted.choice, &w));
-        assert_eq!(*seen.lock(), ["open", "half_open"]);
-        assert_eq!(series(&metrics, gauge), Some(2.0));
-        assert_eq!(series(&metrics, half_opens), Some(1.0));
-        assert_eq!(w.breaker().state(), BreakerState::HalfOpen);
-
-        // A later arrival queues behind the admitted waiter; nothing is left held afterwards.
-        let adm = admission.clone();
-        let sel = selector();
-        let later = tokio::spawn(async move { adm.acquire(sel).await });
-        while admission.queued() == 0 {
-            tokio::task::yield_now().await;
-        }
-        drop(admitted);
-        drop(later.await.unwrap().expect("admitted once the slot frees"));
-        assert_eq!(admission.inflight_total(), 0);
-        assert_eq!(admission.queued(), 0);
-        assert_eq!(*seen.lock(), ["open", "half_open"]);
-    }
-}
+mod tests;
