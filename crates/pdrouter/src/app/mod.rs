@@ -561,7 +561,11 @@ fn new_dispatcher(
             policy: parts.policies.policy.clone(),
             prefill_policy: parts.policies.prefill.clone(),
             decode_policy: parts.policies.decode.clone(),
-            prefix_tokenizer: tokenizer.as_ref().map(|t| t.tokenizer.clone()),
+            // gRPC requests carry their token ids in the plan instead.
+            prefix_tokenizer: tokenizer
+                .as_ref()
+                .filter(|_| !parts.cfg.mode.is_grpc())
+                .map(|t| t.tokenizer.clone()),
         },
         http: crate::backends::http::HttpBackend {
             client: parts.client.clone(),

@@ -103,7 +103,8 @@ pub struct Core {
     pub(crate) policy: Arc<Policy>,
     pub(crate) prefill_policy: Arc<Policy>,
     pub(crate) decode_policy: Arc<Policy>,
-    /// The tokenizer prefix_hash keys HTTP requests with, when the router has one.
+    /// The tokenizer prefix_hash keys http:// workers' requests with, when the router has one
+    /// (`None` in the gRPC modes: their requests carry their ids in the plan).
     pub(crate) prefix_tokenizer: Option<Arc<pdrouter_tokenizer::Tokenizer>>,
 }
 

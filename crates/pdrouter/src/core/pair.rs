@@ -1,6 +1,6 @@
-//! One attempt: picking a request's workers, the Prefill worker through admission (when it is on), then
-//! the Decode worker and its load, or, in regular mode, one worker and its load; then the
-//! backend's legs.
+//! One attempt: picking a request's workers — the Prefill worker through admission (when it
+//! is on), then the Decode worker and its load, or, in regular mode, one worker and its load —
+//! then the backend's legs.
 //!
 //! Invariants: Decode load is taken only after the Prefill reservation succeeded, so a
 //! waiting or rejected request never inflates Decode load; a Decode worker speaks its
@@ -50,12 +50,8 @@ impl Core {
     ) -> Result<B::Answer, ApiError> {
         let units = req.sub_requests() as u64;
         let prefill_sel = || {
-            Candidates::new(
-                self.registry.clone(),
-                self.prefill_policy.clone(),
-                WorkerType::Prefill,
-                self.wanted(req, ctx, &self.prefill_policy),
-            )
+            let wanted = self.wanted(req, ctx, &self.prefill_policy);
+            self.candidates(WorkerType::Prefill, &self.prefill_policy, wanted)
         };
         // The selector is built as a temporary moved straight into `acquire`: a named local
         // would keep a dead copy of it in this future for the whole wait.
@@ -85,21 +81,18 @@ impl Core {
             None => (prefill_sel().pick()?, None),
         };
         let prefill_load = LoadGuard::new(prefill.clone(), units);
-        let decode = Candidates::new(
-            self.registry.clone(),
-            self.decode_policy.clone(),
-            WorkerType::Decode,
-            Wanted {
-                target: None,
-                // Without a named model, Decode serves what the chosen Prefill serves.
-                model: self
-                    .routed_model(req)
-                    .or_else(|| prefill.model().map(|m| Arc::from(m.id.as_str()))),
-                ..self.wanted(req, ctx, &self.decode_policy)
-            },
-        )
-        .with_runtime(prefill.runtime())
-        .pick()?;
+        let wanted = Wanted {
+            target: None,
+            // Without a named model, Decode serves what the chosen Prefill serves.
+            model: self
+                .routed_model(req)
+                .or_else(|| prefill.model().map(|m| Arc::from(m.id.as_str()))),
+            ..self.wanted(req, ctx, &self.decode_policy)
+        };
+        let decode = self
+            .candidates(WorkerType::Decode, &self.decode_policy, wanted)
+            .with_runtime(prefill.runtime())
+            .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
         let pair = Pair {
             prefill,
@@ -122,13 +115,10 @@ impl Core {
         ctx: &RequestCtx,
         prepared: &B::Prepared,
     ) -> Result<B::Answer, ApiError> {
-        let worker = Candidates::new(
-            self.registry.clone(),
-            self.policy.clone(),
-            WorkerType::Regular,
-            self.wanted(req, ctx, &self.policy),
-        )
-        .pick()?;
+        let wanted = self.wanted(req, ctx, &self.policy);
+        let worker = self
+            .candidates(WorkerType::Regular, &self.policy, wanted)
+            .pick()?;
         let load = LoadGuard::new(worker.clone(), req.sub_requests() as u64);
         backend
             .send_one(self, req, ctx, prepared, worker, load)
@@ -160,6 +150,11 @@ impl Core {
         Ok(())
     }
 
+    /// The registered workers of type `t` that `policy` picks among for `wanted`.
+    fn candidates(&self, t: WorkerType, policy: &Arc<Policy>, wanted: Wanted) -> Candidates {
+        Candidates::new(self.registry.clone(), policy.clone(), t, wanted)
+    }
+
     /// What selection with `policy` needs of the request.
     pub(crate) fn wanted(&self, req: &ParsedRequest, ctx: &RequestCtx, policy: &Policy) -> Wanted {
         Wanted {
@@ -177,9 +172,6 @@ impl Core {
     /// http:// workers when the router was given a tokenizer (gRPC requests carry their ids
     /// in the plan instead).
     fn prefix_tokens(&self, req: &ParsedRequest) -> Option<Arc<Vec<u32>>> {
-        if self.cfg.mode.is_grpc() {
-            return None;
-        }
         let tokenizer = self.prefix_tokenizer.as_ref()?;
         let count = self.cfg.prefix_hash.prefix_token_count;
         // A token is rarely longer than 16 characters: encoding that much of the text yields

@@ -158,9 +158,8 @@ pub(super) async fn send(
         started: ctx.started,
         metrics: core.metrics.clone(),
     };
-    if req.logprobs && !req.stream {
+    if capture && !req.stream {
         // Boxed: the rare path's state stays out of every request's future.
-        let timeout = core.cfg.request_timeout;
         return Box::pin(merged(timeout, &decode, leg, decoded, first_byte)).await;
     }
     Ok(relay(req, &decode, leg, decoded, first_byte))
