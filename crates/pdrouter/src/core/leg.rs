@@ -185,47 +185,23 @@ impl LegJob {
 /// then drains (see the module docs for when it releases what it holds).
 ///
 /// `start` is a closure called inside the task, not a future: an unstarted future is as large
-/// as its whole state machine, and the task would hold it twice (captured, then awaited).
+/// as its whole state machine, and the task would hold it twice (captured, then awaited). For
+/// the same reason the task is one `async fn` whose parameters are only small handles: the
+/// spawned future is copied a few times on its way into the task, so every byte of it counts.
 pub(crate) fn spawn<A, F, Fut>(start: F, job: LegJob) -> PrefillLeg<A::Kept>
 where
     A: PrefillAnswer,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<A, ApiError>> + Send,
+    Fut: Future<Output = Result<A, ApiError>> + Send + 'static,
 {
     let (decode_done, decode_done_rx) = oneshot::channel();
     let (outcome_tx, outcome) = oneshot::channel();
     let span = crate::telemetry::leg_span(Leg::Prefill, job.worker.url());
-    let task = async move {
-        let started = Instant::now();
-        let LegJob {
-            worker,
-            holds,
-            deadline,
-            keep,
-            grace,
-            registry,
-            metrics,
-        } = job;
-        let signals = Signals {
-            decode_done: decode_done_rx,
-            outcome: outcome_tx,
-            keep,
-        };
-        let ended = run(
-            start(),
-            worker.url(),
-            deadline,
-            holds,
-            signals,
-            grace,
-            &metrics,
-        )
-        .await;
-        if let Some(result) = ended {
-            metrics.prefill_duration(started.elapsed());
-            registry.record_outcome(&worker, worker_ok(&result));
-        }
+    let signals = Signals {
+        decode_done: decode_done_rx,
+        outcome: outcome_tx,
     };
+    let task = run(start, job, signals);
     PrefillLeg {
         handle: Some(tokio::spawn(tracing::Instrument::instrument(task, span))),
         outcome: Some(outcome),
@@ -238,68 +214,74 @@ where
 struct Signals<K> {
     decode_done: oneshot::Receiver<()>,
     outcome: oneshot::Sender<Outcome<K>>,
-    keep: bool,
 }
 
-/// Runs the leg before `deadline`; returns its own result, `None` when it was aborted after
-/// Decode was done (the grace ran out).
-async fn run<A: PrefillAnswer>(
-    start: impl Future<Output = Result<A, ApiError>>,
-    url: &str,
-    deadline: Instant,
-    holds: PrefillHolds,
-    signals: Signals<A::Kept>,
-    grace: std::time::Duration,
-    metrics: &Metrics,
-) -> Option<Result<(), ApiError>> {
+/// The leg task: runs the leg before its deadline, then counts how it went (not when it was
+/// aborted after Decode was done: the grace ran out).
+///
+/// One `async fn` on purpose: every nested one would store its own copy of `start`.
+async fn run<A, F, Fut>(start: F, job: LegJob, signals: Signals<A::Kept>)
+where
+    A: PrefillAnswer,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<A, ApiError>>,
+{
+    let started = Instant::now();
     let Signals {
         mut decode_done,
         outcome,
-        keep,
     } = signals;
+    let (url, deadline, keep) = (job.worker.url(), job.deadline, job.keep);
     let timed_out = || ApiError::upstream_timeout(Leg::Prefill, url);
-    let head = tokio::time::timeout_at(deadline, start)
+    // `start()` is made inside the timeout, so its state exists once in the task.
+    let head = tokio::time::timeout_at(deadline, start())
         .await
         .unwrap_or_else(|_| Err(timed_out()));
-    let mut answer = match head {
-        Ok(a) => a,
+    let holds = job.holds;
+    let ended = match head {
         Err(e) => {
             tracing::warn!(code = e.code, "Prefill leg failed to start");
             holds.release(&Err::<(), _>(e.clone()));
             let _ = outcome.send(Err(e.clone()));
-            return Some(Err(e));
+            Some(Err(e))
+        }
+        Ok(mut answer) => {
+            let drain = async {
+                tokio::time::timeout_at(deadline, answer.drain(keep))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()))
+            };
+            tokio::pin!(drain);
+            tokio::select! {
+                // Decode first: a leg that outlived Decode is counted however soon it ends.
+                biased;
+                // A dropped sender (the request is being torn down) disables this branch.
+                Ok(()) = &mut decode_done => {
+                    // Decode has the whole answer: the Prefill is over for the request.
+                    holds.release(&Ok::<(), ApiError>(()));
+                    let mut outcome = Some(outcome);
+                    if !keep && let Some(tx) = outcome.take() {
+                        let _ = tx.send(Ok(None));
+                    }
+                    let r = drain_after_decode(&mut drain, job.grace, &job.metrics).await;
+                    let status = r.as_ref().map(status_of);
+                    if let Some(tx) = outcome {
+                        let _ = tx.send(r.unwrap_or_else(|| Err(timed_out())));
+                    }
+                    status
+                }
+                r = &mut drain => {
+                    holds.release(&r);
+                    let status = status_of(&r);
+                    let _ = outcome.send(r);
+                    Some(status)
+                }
+            }
         }
     };
-    let drain = async {
-        tokio::time::timeout_at(deadline, answer.drain(keep))
-            .await
-            .unwrap_or_else(|_| Err(timed_out()))
-    };
-    tokio::pin!(drain);
-    tokio::select! {
-        // Decode first: a leg that outlived Decode is counted however soon it ends.
-        biased;
-        // A dropped sender (the request is being torn down) disables this branch.
-        Ok(()) = &mut decode_done => {
-            // Decode has the whole answer: the Prefill is over for the request.
-            holds.release(&Ok::<(), ApiError>(()));
-            let mut outcome = Some(outcome);
-            if !keep && let Some(tx) = outcome.take() {
-                let _ = tx.send(Ok(None));
-            }
-            let r = drain_after_decode(&mut drain, grace, metrics).await;
-            let status = r.as_ref().map(status_of);
-            if let Some(tx) = outcome {
-                let _ = tx.send(r.unwrap_or_else(|| Err(timed_out())));
-            }
-            status
-        }
-        r = &mut drain => {
-            holds.release(&r);
-            let status = status_of(&r);
-            let _ = outcome.send(r);
-            Some(status)
-        }
+    if let Some(result) = ended {
+        job.metrics.prefill_duration(started.elapsed());
+        job.registry.record_outcome(&job.worker, worker_ok(&result));
     }
 }
 

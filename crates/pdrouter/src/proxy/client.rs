@@ -51,10 +51,11 @@ impl UpstreamError {
     }
 }
 
-/// Shared client (cheap to clone).
+/// Shared client (cheap to clone: one reference count, where hyper's client clones several
+/// and is a few hundred bytes that every task holding a clone would carry).
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    inner: std::sync::Arc<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>,
 }
 
 /// Trust roots for `https://` workers: the system store (which honours `SSL_CERT_FILE` and
@@ -100,7 +101,9 @@ impl UpstreamClient {
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(1024)
             .build(connector);
-        Self { inner }
+        Self {
+            inner: std::sync::Arc::new(inner),
+        }
     }
 
     /// Sends a request and waits for the response head (at most `timeout`).
