@@ -360,6 +360,18 @@ impl ApiError {
         }
     }
 
+    /// The worker's answer lacks what the router must read from it (`what`), or is not JSON.
+    pub fn upstream_unreadable(leg: Leg, url: &str, what: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            Self::bad_response_code(leg),
+            format!(
+                "{} worker {url} sent an answer without a readable {what}",
+                leg.as_str()
+            ),
+        )
+    }
+
     /// The worker sent a body longer than the router reads whole (`limit` bytes).
     pub fn upstream_too_large(leg: Leg, url: &str, limit: usize) -> Self {
         Self::new(

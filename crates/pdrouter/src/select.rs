@@ -58,6 +58,8 @@ pub struct Candidates {
     /// Only gRPC workers of this runtime (a Decode paired with its Prefill); `None`: any.
     /// Kept out of [`Wanted`]: it fits this struct's padding, and queued waiters hold one.
     runtime: Option<crate::grpc::runtime::Runtime>,
+    /// Only HTTP workers of this engine (a Decode paired with its Prefill); `None`: any.
+    engine: Option<crate::config::HttpEngine>,
     priority: Priority,
 }
 
@@ -77,6 +79,7 @@ impl Candidates {
             order: Vec::new(),
             prompt_tokens: 1,
             runtime: None,
+            engine: None,
             priority: Priority::Default,
         }
     }
@@ -84,6 +87,12 @@ impl Candidates {
     /// Only workers of `runtime`, when given.
     pub fn with_runtime(mut self, runtime: Option<crate::grpc::runtime::Runtime>) -> Self {
         self.runtime = runtime;
+        self
+    }
+
+    /// Only HTTP workers of `engine`, when given (a PD pair speaks one engine's handoff).
+    pub fn with_engine(mut self, engine: Option<crate::config::HttpEngine>) -> Self {
+        self.engine = engine;
         self
     }
 
@@ -140,13 +149,14 @@ impl Candidates {
         // Borrow from the snapshot; only the workers the policy ranks are cloned out.
         let mut any_routable = false;
         let model = self.wanted.model.as_deref();
-        let runtime = self.runtime;
+        let (runtime, engine) = (self.runtime, self.engine);
         let with_room: Vec<&Arc<Worker>> = pool
             .iter()
             .filter(|w| {
                 w.is_routable()
                     && model.is_none_or(|m| w.serves(m))
                     && runtime.is_none_or(|r| w.runtime() == Some(r))
+                    && engine.is_none_or(|e| w.http_engine() == Some(e))
             })
             .inspect(|_| any_routable = true)
             .filter(|w| has_room(w))
@@ -221,7 +231,11 @@ impl Selector for Candidates {
             .map_or(String::from("any"), |i| i.to_string());
         // The model goes last and marked, so no model name can make two keys collide.
         let model = self.wanted.model.as_deref().map(|m| format!("model={m}"));
-        let runtime = self.runtime.map_or("any-runtime", |r| r.name());
+        let runtime = match (self.runtime, self.engine) {
+            (Some(r), _) => r.name(),
+            (None, Some(e)) => e.name(),
+            (None, None) => "any-runtime",
+        };
         let class = format!(
             "{} {target} {runtime} {}",
             self.worker_type.as_str(),

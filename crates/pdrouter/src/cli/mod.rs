@@ -248,6 +248,8 @@ impl LaunchArgs {
             startup_wait: workers.startup_wait,
             model_aliases: workers.model_aliases,
             grpc_runtime: workers.runtime,
+            http_engine: workers.http_engine,
+            kv_connector: workers.kv_connector,
             images: self.images.resolve(),
         };
         config.validate()?;

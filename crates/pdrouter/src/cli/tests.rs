@@ -151,12 +151,37 @@ fn runtime_hint_names_a_known_runtime_of_grpc_workers() {
     let c = parse(&["--worker-urls", "grpc://h:1"]).unwrap();
     assert_eq!(c.grpc_runtime, None);
     let e = parse(&["--worker-urls", "grpc://h:1", "--runtime", "vllm"]).unwrap_err();
-    assert!(e.contains("vllm"), "{e}");
+    assert!(e.contains("vLLM workers are driven over HTTP"), "{e}");
+    let e = parse(&["--worker-urls", "grpc://h:1", "--runtime", "trtllm"]).unwrap_err();
+    assert!(e.contains("trtllm"), "{e}");
     let e = parse(&["--worker-urls", "http://h:1", "--runtime", "tokenspeed"]).unwrap_err();
     assert!(
         e.contains("--runtime tokenspeed applies to grpc:// workers"),
         "{e}"
     );
+}
+
+#[test]
+fn runtime_names_the_engine_of_http_workers_and_the_connector_is_checked() {
+    use crate::config::{HttpEngine, KvConnector};
+    let pd = [
+        "--pd-disaggregation",
+        "--prefill",
+        "http://p:1",
+        "--decode",
+        "http://d:1",
+    ];
+    let c = parse(&[&pd[..], &["--runtime", "vllm"]].concat()).unwrap();
+    assert_eq!(c.http_engine, Some(HttpEngine::Vllm));
+    assert_eq!(c.kv_connector, KvConnector::Nixl);
+    let c = parse(&[&pd[..], &["--runtime", "sglang"]].concat()).unwrap();
+    assert_eq!(c.http_engine, Some(HttpEngine::Sglang));
+    let c = parse(&pd).unwrap();
+    assert_eq!(c.http_engine, None, "detected per worker");
+    let c = parse(&[&pd[..], &["--kv-connector", "nixl"]].concat()).unwrap();
+    assert_eq!(c.kv_connector, KvConnector::Nixl);
+    let e = parse(&[&pd[..], &["--kv-connector", "p2p"]].concat()).unwrap_err();
+    assert!(e.contains("p2p") && e.contains("nixl"), "{e}");
 }
 
 #[test]
@@ -426,6 +451,7 @@ fn every_numeric_flag_states_its_range_in_its_help() {
         "tokenizer_path",
         "model_path",
         "runtime",
+        "kv_connector",
         "chat_template",
         "request_id_headers",
         "cors_allowed_origins",

@@ -8,7 +8,8 @@ use clap::Args;
 
 use crate::config::{
     ConfigError, DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS,
-    Mode, Runtime, StartupWait, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url,
+    HttpEngine, KvConnector, Mode, Runtime, StartupWait, WorkerSpec, WorkerType, is_grpc_url,
+    parse_worker_url,
 };
 
 /// `launch` flags under "Workers".
@@ -59,11 +60,18 @@ pub struct WorkerArgs {
     /// MODEL (repeatable; exact, case-sensitive match).
     #[arg(long, value_name = "ALIAS=MODEL", action = clap::ArgAction::Append, help_heading = "Workers")]
     pub model_alias: Vec<String>,
-    /// Runtime of the grpc:// workers, asked first when learning each worker's runtime:
-    /// sglang or tokenspeed. Without it the router asks SGLang's service, then TokenSpeed's;
-    /// either way each worker's runtime is what its HealthCheck answers.
-    #[arg(long, visible_alias = "backend", value_name = "RUNTIME", value_parser = ["sglang", "tokenspeed"], help_heading = "Workers")]
+    /// Runtime of the workers. grpc:// workers: sglang or tokenspeed, asked first when
+    /// learning each worker's runtime (without it the router asks SGLang's service, then
+    /// TokenSpeed's; either way each worker's runtime is what its HealthCheck answers).
+    /// http(s):// workers: sglang or vllm, taken as said; without it each worker's engine is
+    /// detected (vLLM when its /v1/models says owned_by "vllm", or it serves /version but not
+    /// /get_server_info).
+    #[arg(long, visible_alias = "backend", value_name = "RUNTIME", value_parser = ["sglang", "tokenspeed", "vllm"], help_heading = "Workers")]
     pub runtime: Option<String>,
+    /// How vLLM PD pairs move the KV cache: nixl (vLLM's NixlConnector; the Prefill answer's
+    /// kv_transfer_params are relayed to Decode).
+    #[arg(long, value_name = "CONNECTOR", value_parser = ["nixl"], default_value = "nixl", help_heading = "Workers")]
+    pub kv_connector: String,
 }
 
 /// The workers' part of [`Config`](crate::config::Config).
@@ -75,6 +83,8 @@ pub(super) struct Workers {
     pub(super) startup_wait: Option<StartupWait>,
     pub(super) model_aliases: Vec<(String, String)>,
     pub(super) runtime: Option<Runtime>,
+    pub(super) http_engine: Option<HttpEngine>,
+    pub(super) kv_connector: KvConnector,
 }
 
 impl WorkerArgs {
@@ -90,8 +100,12 @@ impl WorkerArgs {
             dp_aware: self.dp_aware,
             startup_wait: self.startup_wait(),
             model_aliases: self.model_aliases()?,
-            // clap admits only the runtimes' names.
+            // clap admits only the runtimes' names; which of them apply is checked with the
+            // workers' transport (`Config::validate`).
             runtime: self.runtime.as_deref().and_then(Runtime::parse),
+            http_engine: self.runtime.as_deref().and_then(HttpEngine::parse),
+            // clap admits only the connectors' names.
+            kv_connector: KvConnector::Nixl,
         })
     }
 

@@ -54,8 +54,8 @@ pub use store::{
 };
 pub use telemetry::LogSettings;
 pub use workers::{
-    DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, Mode, Runtime,
-    StartupWait, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url,
+    DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HttpEngine,
+    KvConnector, Mode, Runtime, StartupWait, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url,
 };
 
 /// A startup rule that the configuration breaks; the message names the flag and what to fix.
@@ -153,6 +153,10 @@ pub struct Config {
     pub model_aliases: Vec<(String, String)>,
     /// `--runtime`: the runtime asked first when learning a gRPC worker's runtime.
     pub grpc_runtime: Option<Runtime>,
+    /// `--runtime sglang|vllm` with http(s):// workers: their engine, not detected.
+    pub http_engine: Option<HttpEngine>,
+    /// `--kv-connector`: how vLLM PD pairs move the KV.
+    pub kv_connector: KvConnector,
     /// Limits on image inputs.
     pub images: ImageConfig,
 }
@@ -214,6 +218,8 @@ impl Config {
             startup_wait: None,
             model_aliases: Vec::new(),
             grpc_runtime: None,
+            http_engine: None,
+            kv_connector: KvConnector::default(),
             images: ImageConfig::default(),
         }
     }

@@ -157,6 +157,52 @@ impl Runtime {
     }
 }
 
+/// The engine behind an `http(s)://` worker, which decides how a PD pair over HTTP hands over
+/// the KV: SGLang's engines take both legs at once with a bootstrap ticket, vLLM's a Prefill
+/// leg first whose transfer params go to the Decode leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HttpEngine {
+    /// SGLang's HTTP server (the default until a worker says otherwise).
+    Sglang,
+    /// vLLM's OpenAI-compatible server.
+    Vllm,
+}
+
+impl HttpEngine {
+    /// The name used by `--runtime`, `/workers` and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            HttpEngine::Sglang => "sglang",
+            HttpEngine::Vllm => "vllm",
+        }
+    }
+
+    /// The engine named `s` (as [`HttpEngine::name`] spells it).
+    pub fn parse(s: &str) -> Option<Self> {
+        [HttpEngine::Sglang, HttpEngine::Vllm]
+            .into_iter()
+            .find(|e| e.name() == s)
+    }
+}
+
+/// How vLLM workers move the KV cache between a PD pair (`--kv-connector`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvConnector {
+    /// vLLM's NixlConnector: the Prefill answer's `kv_transfer_params` tell Decode where
+    /// to read the blocks.
+    #[default]
+    Nixl,
+}
+
+impl KvConnector {
+    /// The name used by `--kv-connector` and `/workers`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvConnector::Nixl => "nixl",
+        }
+    }
+}
+
 impl std::fmt::Display for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -15,14 +15,21 @@ use super::AppState;
 use super::handlers::read_body;
 use pdrouter_admission::Sharer;
 
-use crate::config::{Mode, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url};
+use crate::config::{
+    HttpEngine, KvConnector, Mode, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url,
+};
 use crate::error::ApiError;
 use crate::proxy::forward::bearer;
 use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus, health};
 
 /// A worker as `/workers` shows it: SMG's fields (`is_healthy`, `models`, `connection_mode`,
 /// `dp_*`) and pdrouter's (status, breaker, admission). Never its key.
-fn describe(w: &Worker, snap: &Snapshot, sharer: Option<&Sharer>) -> Value {
+fn describe(
+    w: &Worker,
+    snap: &Snapshot,
+    sharer: Option<&Sharer>,
+    kv_connector: KvConnector,
+) -> Value {
     let ranks = w.dp_rank().map(|_| {
         snap.all()
             .iter()
@@ -37,8 +44,10 @@ fn describe(w: &Worker, snap: &Snapshot, sharer: Option<&Sharer>) -> Value {
         "models": models,
         "worker_type": w.worker_type().as_str(),
         "connection_mode": if w.grpc().is_some() { "grpc" } else { "http" },
-        // A gRPC worker's runtime once its health checks learned it.
-        "runtime": w.runtime().map(|r| r.name()),
+        // A gRPC worker's runtime once its health checks learned it; an HTTP worker's engine.
+        "runtime": w.runtime().map(|r| r.name()).or(w.http_engine().map(|e| e.name())),
+        // How a vLLM worker's PD pairs move the KV.
+        "kv_connector": (w.http_engine() == Some(HttpEngine::Vllm)).then(|| kv_connector.name()),
         "is_healthy": w.status() == WorkerStatus::Ready,
         "status": w.status().as_str(),
         "load": w.load(),
@@ -282,7 +291,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
     let all = snap.all();
     let workers: Vec<Value> = all
         .iter()
-        .map(|w| describe(w, &snap, state.sharer.as_deref()))
+        .map(|w| describe(w, &snap, state.sharer.as_deref(), state.cfg.kv_connector))
         .collect();
     let count = |t| snap.of_type(t).len();
     let mut models: Vec<String> = all.iter().filter_map(|w| w.model_id()).collect();
@@ -359,6 +368,7 @@ pub(crate) async fn update(
             new,
             &state.registry.snapshot(),
             state.sharer.as_deref(),
+            state.cfg.kv_connector,
         ))
         .into_response())
     }
@@ -373,7 +383,13 @@ pub(crate) async fn get_one(
 ) -> Response {
     let snap = state.registry.snapshot();
     match snap.find(&id) {
-        Some(w) => Json(describe(w, &snap, state.sharer.as_deref())).into_response(),
+        Some(w) => Json(describe(
+            w,
+            &snap,
+            state.sharer.as_deref(),
+            state.cfg.kv_connector,
+        ))
+        .into_response(),
         None => ApiError::no_such("worker", &id).into_response(),
     }
 }

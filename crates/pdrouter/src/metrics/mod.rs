@@ -45,8 +45,8 @@ pub use labels::{
     ResponseLabels, ResultLabel, RouteLabels, TenantLabel, TransitionLabels, WorkerLabel,
 };
 use limiter::LimiterMetrics;
-pub use pd::AfterDecode;
 use pd::PdMetrics;
+pub use pd::{AfterDecode, KvHandoff};
 use requests::RequestMetrics;
 pub use requests::method_label;
 use scheduler::SchedulerMetrics;
@@ -210,6 +210,11 @@ impl Metrics {
     /// A Prefill leg that outlived Decode ended.
     pub fn prefill_after_decode(&self, outcome: AfterDecode) {
         self.pd.prefill_after_decode(outcome);
+    }
+
+    /// A vLLM PD handoff went as `outcome` says.
+    pub fn kv_handoff(&self, outcome: KvHandoff) {
+        self.pd.kv_handoff(outcome);
     }
 
     /// Worker load changed.

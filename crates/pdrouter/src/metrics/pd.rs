@@ -33,6 +33,27 @@ impl AfterDecode {
     }
 }
 
+/// How a sequential KV handoff (vLLM PD) went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvHandoff {
+    /// The Prefill answered with transfer params, relayed to Decode.
+    Relayed,
+    /// The Prefill ended before its one-token cap (no params): Decode computed the prompt.
+    Recomputed,
+    /// The request needed several Decode requests (`n` > 1, several prompts): no Prefill leg.
+    Skipped,
+}
+
+impl KvHandoff {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Relayed => "relayed",
+            Self::Recomputed => "recomputed",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
 /// The PD and EPD families.
 #[derive(Debug)]
 pub(super) struct PdMetrics {
@@ -41,6 +62,7 @@ pub(super) struct PdMetrics {
     encode_requests: Family<WorkerLabel, Counter>,
     encode_failures: Family<WorkerLabel, Counter>,
     prefill_after_decode: Family<OutcomeLabel, Counter>,
+    kv_handoffs: Family<OutcomeLabel, Counter>,
 }
 
 impl PdMetrics {
@@ -51,6 +73,7 @@ impl PdMetrics {
         let encode_requests: Family<WorkerLabel, Counter> = Family::default();
         let encode_failures: Family<WorkerLabel, Counter> = Family::default();
         let prefill_after_decode: Family<OutcomeLabel, Counter> = Family::default();
+        let kv_handoffs: Family<OutcomeLabel, Counter> = Family::default();
         registry.register(
             "smg_pd_ttft_seconds",
             "PD time to first byte of the Decode answer, from request received",
@@ -78,13 +101,30 @@ impl PdMetrics {
              freed then), by how they ended: drained, failed, or aborted after the grace",
             prefill_after_decode.clone(),
         );
+        registry.register(
+            "smg_pd_kv_handoffs",
+            "vLLM PD handoffs, by outcome: relayed (Decode got the Prefill's transfer params), \
+             recomputed (the Prefill ended before its cap; Decode computed the prompt), skipped \
+             (several choices or prompts: Decode alone)",
+            kv_handoffs.clone(),
+        );
         Self {
             ttft,
             prefill_duration,
             encode_requests,
             encode_failures,
             prefill_after_decode,
+            kv_handoffs,
         }
+    }
+
+    /// A vLLM PD handoff went as `outcome` says.
+    pub(super) fn kv_handoff(&self, outcome: KvHandoff) {
+        self.kv_handoffs
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.as_str().to_string(),
+            })
+            .inc();
     }
 
     /// PD time to first byte.

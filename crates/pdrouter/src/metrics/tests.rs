@@ -10,7 +10,7 @@ use pdrouter_admission::{
     Admission, AdmissionConfig, Observer, Priority, PriorityClasses, PriorityOutcome, Rejection,
 };
 
-use super::{AfterDecode, Metrics};
+use super::{AfterDecode, KvHandoff, Metrics};
 use crate::config::{BreakerConfig, WorkerSpec, WorkerType};
 use crate::limiter::LimiterObserver;
 use crate::registry::{BreakerState, Event, Registry, Worker, WorkerStatus};
@@ -95,6 +95,7 @@ fn populated() -> Arc<Metrics> {
     m.encode_sent(&e);
     m.encode_failed(&e);
     m.prefill_after_decode(AfterDecode::Drained);
+    m.kv_handoff(KvHandoff::Recomputed);
 
     m.inflight_changed("http://p:1", 1);
     m.tokens_changed("http://p:1", 40);

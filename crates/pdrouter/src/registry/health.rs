@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
 use super::{Event, Registry, ServedModel, Worker, WorkerStatus};
-use crate::config::{HealthConfig, WorkerSpec, is_grpc_url};
+use crate::config::{HealthConfig, HttpEngine, WorkerSpec, is_grpc_url};
 use crate::proxy::client::{UpstreamClient, UpstreamError};
 
 /// Multiple of the failure threshold after which a worker counts as failed.
@@ -187,14 +187,16 @@ async fn probe_loop(
         let Some(registry) = reg.upgrade() else {
             return;
         };
-        if let Some(next) = counts.record(ok, worker.status(), &cfg) {
-            registry.set_status(&worker, next);
-        }
+        // Learned before the worker turns ready, so that its first requests already go to
+        // the model it serves, spoken to as its engine wants.
         if ok
             && worker.model_id().is_none()
             && let Err(e) = learn_model(&client, &worker, cfg.timeout).await
         {
             tracing::debug!(worker = worker.url(), error = %e, "could not learn the model id");
+        }
+        if let Some(next) = counts.record(ok, worker.status(), &cfg) {
+            registry.set_status(&worker, next);
         }
         worker
             .probed
@@ -308,6 +310,13 @@ pub(crate) async fn learn_model(
         get_json(client, worker, "/get_model_info", timeout, &mut failure).await
     };
     let models = get_json(client, worker, "/v1/models", timeout, &mut failure).await;
+    if worker.engine_unknown() && (server_info.is_some() || models.is_some()) {
+        let engine = match engine_of(server_info.as_ref(), models.as_ref()) {
+            Some(e) => e,
+            None => version_engine(client, worker, timeout).await,
+        };
+        worker.set_http_engine(engine);
+    }
     if let Some(m) = served_model(server_info.as_ref(), model_info.as_ref(), models.as_ref()) {
         worker.set_model(m);
         return Ok(());
@@ -334,6 +343,41 @@ fn sampling_defaults(
         }
     })
     .unwrap_or_default()
+}
+
+/// The engine an HTTP worker's answers show: vLLM when its `/v1/models` says `owned_by:
+/// "vllm"`, SGLang when it serves `/get_server_info`; `None`: ask `/version`.
+fn engine_of(
+    server_info: Option<&serde_json::Value>,
+    models: Option<&serde_json::Value>,
+) -> Option<HttpEngine> {
+    let owned_by_vllm = models
+        .and_then(|m| m.get("data"))
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|cards| {
+            cards
+                .iter()
+                .any(|c| text_field(c, "owned_by") == Some("vllm"))
+        });
+    if owned_by_vllm {
+        Some(HttpEngine::Vllm)
+    } else if server_info.is_some() {
+        Some(HttpEngine::Sglang)
+    } else {
+        None
+    }
+}
+
+/// vLLM when the worker serves `GET /version` with a version string (vLLM's server does,
+/// SGLang's answers `/get_server_info` instead), else SGLang.
+async fn version_engine(client: &UpstreamClient, worker: &Worker, timeout: Duration) -> HttpEngine {
+    let mut failure = None;
+    let v = get_json(client, worker, "/version", timeout, &mut failure).await;
+    if v.as_ref().and_then(|v| text_field(v, "version")).is_some() {
+        HttpEngine::Vllm
+    } else {
+        HttpEngine::Sglang
+    }
 }
 
 fn text_field<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a str> {

@@ -137,6 +137,7 @@ pub struct Registry {
     load_hook: Mutex<Option<LoadHook>>,
     /// The runtime asked first when a gRPC worker's runtime is learned (`--runtime`).
     runtime_hint: Mutex<Option<crate::grpc::runtime::Runtime>>,
+    http_engine: Mutex<Option<crate::config::HttpEngine>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -160,7 +161,14 @@ impl Registry {
             loads: Mutex::new(HashMap::new()),
             load_hook: Mutex::new(None),
             runtime_hint: Mutex::new(None),
+            http_engine: Mutex::new(None),
         })
+    }
+
+    /// The engine of HTTP workers registered afterwards (`--runtime sglang|vllm`), instead
+    /// of detecting it.
+    pub fn set_http_engine(&self, engine: Option<crate::config::HttpEngine>) {
+        *self.http_engine.lock() = engine;
     }
 
     /// Sets the runtime asked first for gRPC workers registered afterwards.
@@ -230,6 +238,7 @@ impl Registry {
             _ => None,
         };
         let id = format!("w{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let given = *self.http_engine.lock();
         Arc::new(Worker {
             id,
             bootstrap_host: worker::host_of(&spec.url),
@@ -247,6 +256,8 @@ impl Registry {
             probed: std::sync::atomic::AtomicBool::new(false),
             load_hook: self.load_hook.lock().clone(),
             grpc,
+            http_engine: std::sync::atomic::AtomicU8::new(given.map_or(0, worker::engine_code)),
+            engine_given: given.is_some(),
         })
     }
 

@@ -144,6 +144,10 @@ pub struct Worker {
     pub(crate) load_hook: Option<LoadHook>,
     /// The gRPC channel of a `grpc://` worker, shared by its DP-rank entries.
     pub(crate) grpc: Option<std::sync::Arc<crate::grpc::client::WorkerChannel>>,
+    /// An HTTP worker's engine: 0 not learned yet (served as SGLang's), 1 SGLang, 2 vLLM.
+    pub(crate) http_engine: AtomicU8,
+    /// The engine was given (`--runtime`), not to be detected.
+    pub(crate) engine_given: bool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -239,6 +243,32 @@ impl Worker {
         })
     }
 
+    /// An HTTP worker's engine (SGLang's until learned otherwise); `None` for a gRPC worker.
+    pub fn http_engine(&self) -> Option<crate::config::HttpEngine> {
+        use crate::config::HttpEngine;
+        if self.grpc.is_some() {
+            return None;
+        }
+        Some(match self.http_engine.load(Ordering::Acquire) {
+            2 => HttpEngine::Vllm,
+            _ => HttpEngine::Sglang,
+        })
+    }
+
+    /// Whether the HTTP worker's engine is still to be learned from what it serves.
+    pub(crate) fn engine_unknown(&self) -> bool {
+        self.grpc.is_none() && self.http_engine.load(Ordering::Acquire) == 0
+    }
+
+    /// Records an HTTP worker's engine (once learned, or as given).
+    pub(crate) fn set_http_engine(&self, engine: crate::config::HttpEngine) {
+        if self.engine_given {
+            return;
+        }
+        self.http_engine
+            .store(engine_code(engine), Ordering::Release);
+    }
+
     /// A gRPC worker's runtime, once its health checks learned it.
     pub fn runtime(&self) -> Option<crate::grpc::runtime::Runtime> {
         self.grpc()
@@ -258,6 +288,14 @@ impl Worker {
         if let Some(hook) = &self.load_hook {
             hook(self);
         }
+    }
+}
+
+/// The stored form of an engine (see [`Worker::http_engine`]).
+pub(crate) fn engine_code(engine: crate::config::HttpEngine) -> u8 {
+    match engine {
+        crate::config::HttpEngine::Sglang => 1,
+        crate::config::HttpEngine::Vllm => 2,
     }
 }
 

@@ -1,6 +1,7 @@
-//! The HTTP backend, for SGLang-style engines: a PD pair gets both legs at once, each body
-//! the client's with one KV bootstrap ticket spliced in ([`bootstrap`]); a regular worker the
-//! client's body. The answer is the worker's body relayed frame by frame ([`relay`]), with the
+//! The HTTP backend. A PD pair of SGLang engines gets both legs at once, each body the
+//! client's with one KV bootstrap ticket spliced in ([`bootstrap`]); a pair of vLLM engines a
+//! Prefill leg first, whose KV transfer params go to the Decode leg ([`vllm`]); a regular
+//! worker the client's body. The answer is the worker's body relayed frame by frame ([`relay`]), with the
 //! Prefill's prompt logprobs put in front of Decode's when asked for ([`logprobs`]).
 
 pub mod bootstrap;
@@ -9,6 +10,7 @@ pub mod logprobs;
 mod one;
 mod pd;
 pub mod relay;
+mod vllm;
 
 use std::sync::Arc;
 
@@ -46,7 +48,11 @@ impl Backend for HttpBackend {
         _: &(),
         pair: Pair,
     ) -> Result<Response, ApiError> {
-        pd::send(&self.client, core, req, ctx, pair).await
+        if pair.prefill.http_engine() == Some(crate::config::HttpEngine::Vllm) {
+            vllm::send(&self.client, core, req, ctx, pair).await
+        } else {
+            pd::send(&self.client, core, req, ctx, pair).await
+        }
     }
 
     async fn send_one(
