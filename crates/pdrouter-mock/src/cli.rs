@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::config::{GrpcRuntime, MockConfig, Role};
+use crate::config::{GrpcRuntime, HttpRuntime, MockConfig, Role};
 use crate::engine::EngineConfig;
 use crate::worker::MockWorker;
 
@@ -90,10 +90,15 @@ pub struct MockArgs {
     /// /room/{room}.
     #[arg(long)]
     pub grpc: bool,
-    /// gRPC: the engine protocol spoken, sglang or tokenspeed (only that
-    /// one's service answers).
-    #[arg(long, value_enum, default_value_t = GrpcRuntime::Sglang, requires = "grpc")]
-    pub runtime: GrpcRuntime,
+    /// The engine imitated: with --grpc, sglang (the default) or tokenspeed
+    /// (only that one's service answers); without it, vllm (vLLM's OpenAI
+    /// server with the NIXL KV connector) instead of SGLang's HTTP server.
+    #[arg(long, value_enum, requires_ifs = [("sglang", "grpc"), ("tokenspeed", "grpc")])]
+    pub runtime: Option<RuntimeArg>,
+    /// vLLM: milliseconds a producer (prefill leg) holds the KV blocks of a
+    /// request no consumer pulled (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+    #[arg(long, default_value_t = 480_000, value_name = "MS")]
+    pub kv_abort_timeout_ms: u64,
     /// Require `Authorization: Bearer KEY` on every route but /mock/* (401
     /// without it).
     #[arg(long, value_name = "KEY")]
@@ -102,6 +107,18 @@ pub struct MockArgs {
     /// such as '{"temperature":0.6,"top_p":0.95}'.
     #[arg(long, value_name = "JSON", requires = "grpc", value_parser = parse_json_object)]
     pub default_sampling_params: Option<String>,
+}
+
+/// The values of `--runtime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeArg {
+    /// gRPC: SGLang's scheduler protocol.
+    Sglang,
+    /// gRPC: TokenSpeed's scheduler protocol.
+    #[value(name = "tokenspeed")]
+    TokenSpeed,
+    /// HTTP: vLLM's OpenAI server with the NIXL KV connector.
+    Vllm,
 }
 
 fn parse_json_object(s: &str) -> Result<String, String> {
@@ -140,6 +157,25 @@ fn parse_fail_rate(s: &str) -> Result<f64, String> {
 }
 
 impl MockArgs {
+    /// Parses `args` (including the program name) like [`Parser::try_parse_from`], then
+    /// refuses the combinations clap cannot express: `--grpc --runtime vllm` (vLLM mode is
+    /// HTTP only).
+    pub fn try_parse_checked<I, T>(args: I) -> Result<MockArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args = MockArgs::try_parse_from(args)?;
+        if args.grpc && args.runtime == Some(RuntimeArg::Vllm) {
+            return Err(<MockArgs as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--runtime vllm is vLLM's HTTP server and cannot be used with --grpc \
+                 (gRPC mode speaks sglang or tokenspeed)",
+            ));
+        }
+        Ok(args)
+    }
+
     /// The worker configuration these flags describe.
     pub fn to_config(&self) -> MockConfig {
         MockConfig {
@@ -160,7 +196,15 @@ impl MockArgs {
                 step_overhead: Duration::from_secs_f64(self.step_overhead_ms / 1000.0),
             }),
             grpc: self.grpc,
-            grpc_runtime: self.runtime,
+            grpc_runtime: match self.runtime {
+                Some(RuntimeArg::TokenSpeed) => GrpcRuntime::TokenSpeed,
+                _ => GrpcRuntime::Sglang,
+            },
+            http_runtime: match self.runtime {
+                Some(RuntimeArg::Vllm) => HttpRuntime::Vllm,
+                _ => HttpRuntime::Sglang,
+            },
+            kv_abort_timeout: Duration::from_millis(self.kv_abort_timeout_ms),
             api_key: self.api_key.clone(),
             default_sampling_params: self.default_sampling_params.clone(),
             encode_wait: Duration::from_millis(self.encode_wait_ms),
@@ -215,7 +259,7 @@ impl From<io::Error> for CliError {
 /// and serves
 /// until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: impl IntoIterator<Item = String>) -> Result<(), CliError> {
-    let args = MockArgs::try_parse_from(args).map_err(CliError::Args)?;
+    let args = MockArgs::try_parse_checked(args).map_err(CliError::Args)?;
     let worker = MockWorker::start(args.to_config()).await?;
     {
         let mut out = io::stdout().lock();
@@ -298,8 +342,31 @@ mod tests {
             GrpcRuntime::TokenSpeed
         );
         assert!(parse(&["--runtime", "tokenspeed"]).is_err(), "needs --grpc");
-        assert!(parse(&["--grpc", "--runtime", "vllm"]).is_err());
+        assert!(parse(&["--runtime", "sglang"]).is_err(), "needs --grpc");
         assert_eq!(parse(&[]).unwrap(), GrpcRuntime::Sglang);
+    }
+
+    #[test]
+    fn runtime_vllm_is_http_only() {
+        let parse = |extra: &[&str]| {
+            let argv = ["pdrouter-mock", "--role", "prefill"]
+                .into_iter()
+                .chain(extra.iter().copied());
+            MockArgs::try_parse_checked(argv).map(|a| a.to_config())
+        };
+        let cfg = parse(&["--runtime", "vllm"]).unwrap();
+        assert_eq!(cfg.http_runtime, HttpRuntime::Vllm);
+        assert!(!cfg.grpc);
+        assert_eq!(cfg.kv_abort_timeout, Duration::from_secs(480));
+        let cfg = parse(&["--runtime", "vllm", "--kv-abort-timeout-ms", "150"]).unwrap();
+        assert_eq!(cfg.kv_abort_timeout, Duration::from_millis(150));
+        let err = parse(&["--grpc", "--runtime", "vllm"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert!(err.to_string().contains("--runtime vllm"), "{err}");
+        let cfg = parse(&[]).unwrap();
+        assert_eq!(cfg.http_runtime, HttpRuntime::Sglang);
+        let cfg = parse(&["--grpc", "--runtime", "tokenspeed"]).unwrap();
+        assert_eq!(cfg.http_runtime, HttpRuntime::Sglang);
     }
 
     #[test]

@@ -126,6 +126,24 @@ pub struct MockConfig {
     /// gRPC TokenSpeed Prefill in EPD: the longest it waits for every image item's embedding
     /// (its room finished at its encode worker) before failing the request.
     pub encode_wait: Duration,
+    /// HTTP mode: which server the worker imitates (SGLang's, or vLLM's OpenAI server with
+    /// the NIXL KV connector; see the crate docs). Ignored in gRPC mode, where
+    /// [`HttpRuntime::Vllm`] is refused at start.
+    pub http_runtime: HttpRuntime,
+    /// vLLM mode: how long a producer (prefill leg) holds the KV blocks of a request that no
+    /// consumer pulled before it frees them (vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`).
+    pub kv_abort_timeout: Duration,
+}
+
+/// The server an HTTP-mode worker imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpRuntime {
+    /// SGLang's HTTP server (`/generate`, `/get_server_info`, bootstrap rooms).
+    #[default]
+    Sglang,
+    /// vLLM's OpenAI server with the NIXL KV connector: `/v1/completions` and
+    /// `/v1/chat/completions` only, prefill/decode told apart by `kv_transfer_params`.
+    Vllm,
 }
 
 /// The engine protocol of a gRPC-mode worker.
@@ -142,8 +160,8 @@ pub enum GrpcRuntime {
 
 impl MockConfig {
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
-    /// dp size 1, model `"mock-model"`, no engine mode, HTTP, no API key, no
-    /// default sampling parameters.
+    /// dp size 1, model `"mock-model"`, no engine mode, HTTP (SGLang's), no API key, no
+    /// default sampling parameters, a KV abort timeout of 480 s.
     pub fn new(role: Role) -> Self {
         MockConfig {
             host: "127.0.0.1".to_owned(),
@@ -161,9 +179,14 @@ impl MockConfig {
             api_key: None,
             default_sampling_params: None,
             encode_wait: DEFAULT_ENCODE_WAIT,
+            http_runtime: HttpRuntime::Sglang,
+            kv_abort_timeout: DEFAULT_KV_ABORT_TIMEOUT,
         }
     }
 }
+
+/// Default of [`MockConfig::kv_abort_timeout`]: vLLM's 480 s.
+pub(crate) const DEFAULT_KV_ABORT_TIMEOUT: Duration = Duration::from_secs(480);
 
 /// Default of [`MockConfig::encode_wait`].
 pub(crate) const DEFAULT_ENCODE_WAIT: Duration = Duration::from_secs(30);

@@ -84,11 +84,12 @@ mod engine;
 mod files;
 mod grpc;
 mod http;
+mod kv;
 mod state;
 mod worker;
 
-pub use cli::{CliError, MockArgs, run_cli};
-pub use config::{GrpcRuntime, MockConfig, ParseRoleError, Role};
+pub use cli::{CliError, MockArgs, RuntimeArg, run_cli};
+pub use config::{GrpcRuntime, HttpRuntime, MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
 pub use files::FileServer;
 pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;

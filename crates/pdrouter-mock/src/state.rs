@@ -1,6 +1,7 @@
 //! Shared runtime state: knobs ([`MockControls`]) and counters ([`MockStats`]).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,8 +11,9 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use crate::bootstrap::Rooms;
-use crate::config::{MockConfig, Role};
+use crate::config::{HttpRuntime, MockConfig, Role};
 use crate::engine::Engine;
+use crate::kv::KvTable;
 
 /// Snapshot of a worker's request counters (the numbers of `GET /mock/stats`).
 ///
@@ -38,6 +40,26 @@ pub struct MockStats {
     /// The headers of the last generation request (names lower-case, every value of a
     /// repeated header in order; values that are not text are lossily decoded).
     pub last_headers: Option<Headers>,
+    /// vLLM mode, producer: requests whose KV blocks are held for a consumer now.
+    pub kv_held_requests: u64,
+    /// vLLM mode, producer: KV blocks held now.
+    pub kv_held_blocks: u64,
+    /// vLLM mode, producer: requests whose blocks were held since start.
+    pub kv_produced_total: u64,
+    /// vLLM mode, producer: pulls served (held blocks handed to a consumer and freed).
+    pub kv_pulled_total: u64,
+    /// vLLM mode, producer: held requests freed unpulled (abort timeout, or replaced by a
+    /// request with the same id).
+    pub kv_expired_total: u64,
+    /// vLLM mode, consumer: requests whose prompt KV was pulled from their producer.
+    pub kv_relayed_total: u64,
+    /// vLLM mode: requests that computed their whole prompt themselves (no
+    /// `kv_transfer_params`, or a failed pull).
+    pub kv_recomputed_total: u64,
+    /// vLLM mode, consumer: pulls that failed (the request was recomputed).
+    pub kv_pull_failed_total: u64,
+    /// vLLM mode, producer: prefills that ended before their token cap (nothing held).
+    pub prefill_early_end_total: u64,
 }
 
 /// Request headers as recorded: name → values in the order received.
@@ -292,6 +314,16 @@ impl MockControls {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            // Filled by `Shared::stats`, which owns the KV table.
+            kv_held_requests: 0,
+            kv_held_blocks: 0,
+            kv_produced_total: 0,
+            kv_pulled_total: 0,
+            kv_expired_total: 0,
+            kv_relayed_total: 0,
+            kv_recomputed_total: 0,
+            kv_pull_failed_total: 0,
+            prefill_early_end_total: 0,
         }
     }
 
@@ -399,12 +431,22 @@ pub(crate) struct Shared {
     pub(crate) rooms: Arc<Rooms>,
     /// Engine mode, if configured.
     pub(crate) engine: Option<Arc<Engine>>,
+    /// HTTP mode: the server imitated.
+    pub(crate) http_runtime: HttpRuntime,
+    /// The worker's bound address (a vLLM producer names it as `remote_host`/`remote_port`).
+    pub(crate) addr: SocketAddr,
+    /// vLLM mode: the KV blocks held for consumers and the transfer counters.
+    pub(crate) kv: KvTable,
 }
 
 impl Shared {
-    pub(crate) fn new(cfg: &MockConfig) -> Self {
+    /// The state of a worker configured by `cfg` and bound on `addr`.
+    pub(crate) fn new(cfg: &MockConfig, addr: SocketAddr) -> Self {
         let rooms = Arc::new(Rooms::default());
         Shared {
+            http_runtime: cfg.http_runtime,
+            addr,
+            kv: KvTable::new(cfg.kv_abort_timeout),
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
@@ -419,6 +461,24 @@ impl Shared {
                 .map(|e| Arc::new(Engine::new(e, Arc::clone(&rooms)))),
             rooms,
         }
+    }
+}
+
+impl Shared {
+    /// The counters of the controls and of the KV table together.
+    pub(crate) fn stats(&self) -> MockStats {
+        let mut st = self.controls.stats();
+        let kv = self.kv.snapshot();
+        st.kv_held_requests = kv.held_requests;
+        st.kv_held_blocks = kv.held_blocks;
+        st.kv_produced_total = kv.produced_total;
+        st.kv_pulled_total = kv.pulled_total;
+        st.kv_expired_total = kv.expired_total;
+        st.kv_relayed_total = kv.relayed_total;
+        st.kv_recomputed_total = kv.recomputed_total;
+        st.kv_pull_failed_total = kv.pull_failed_total;
+        st.prefill_early_end_total = kv.early_end_total;
+        st
     }
 }
 

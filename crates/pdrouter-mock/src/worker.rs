@@ -14,7 +14,8 @@ use tokio::net::{TcpListener, TcpSocket, lookup_host};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::config::{GrpcRuntime, MockConfig, Role};
+use crate::config::{GrpcRuntime, HttpRuntime, MockConfig, Role};
+use crate::kv::Sweeper;
 
 use crate::state::{MockControls, MockStats, Shared};
 use crate::{bootstrap, grpc, http};
@@ -31,6 +32,8 @@ pub struct MockWorker {
     task: JoinHandle<()>,
     bootstrap: Option<Bootstrap>,
     grpc: bool,
+    /// vLLM mode: frees unpulled KV blocks on time; stops when the worker is dropped.
+    _kv_sweeper: Option<Sweeper>,
 }
 
 /// The KV bootstrap listener of an engine-mode prefill worker.
@@ -52,16 +55,24 @@ impl MockWorker {
                  (--grpc --runtime tokenspeed)",
             ));
         }
+        let vllm = cfg.http_runtime == HttpRuntime::Vllm;
+        if vllm && cfg.grpc {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "vLLM mode is served over HTTP only (no --grpc with --runtime vllm)",
+            ));
+        }
         let listener = bind(&cfg.host, cfg.port).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::new(&cfg));
+        let shared = Arc::new(Shared::new(&cfg, addr));
         let (app, protocol) = if cfg.grpc {
             (grpc::router(Arc::clone(&shared))?, Protocol::Auto)
         } else {
             (http::router(Arc::clone(&shared)), Protocol::Http1)
         };
+        // vLLM has no bootstrap server: its consumers pull from the producer's own port.
         let bootstrap = match (&cfg.engine, cfg.role) {
-            (Some(ecfg), Role::Prefill) => {
+            (Some(ecfg), Role::Prefill) if !vllm => {
                 let listener = bind(&cfg.host, ecfg.bootstrap_port).await?;
                 let addr = listener.local_addr()?;
                 let app = bootstrap::bootstrap_router(Arc::clone(&shared.rooms));
@@ -79,7 +90,8 @@ impl MockWorker {
             Some(Arc::clone(&shared)),
             stop_rx,
         ));
-        tracing::debug!(%addr, role = %cfg.role, grpc = cfg.grpc, "mock worker started");
+        let kv_sweeper = vllm.then(|| shared.kv.spawn_sweeper());
+        tracing::debug!(%addr, role = %cfg.role, grpc = cfg.grpc, vllm, "mock worker started");
         Ok(MockWorker {
             addr,
             shared,
@@ -87,6 +99,7 @@ impl MockWorker {
             task,
             bootstrap,
             grpc: cfg.grpc,
+            _kv_sweeper: kv_sweeper,
         })
     }
 
@@ -120,7 +133,7 @@ impl MockWorker {
 
     /// Current counters (the numbers of `GET /mock/stats`).
     pub fn stats(&self) -> MockStats {
-        self.shared.controls.stats()
+        self.shared.stats()
     }
 
     /// Runtime knobs.

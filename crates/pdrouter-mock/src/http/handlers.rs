@@ -20,10 +20,10 @@ use crate::config::Role;
 use crate::state::{InflightGuard, MockStats, Shared};
 
 /// Largest accepted request body.
-const BODY_LIMIT: usize = 64 * 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 64 * 1024 * 1024;
 
 /// What a worker in garbage mode answers to generation requests.
-const GARBAGE: &[u8] = b"<<mock garbage>> this is }{ not JSON \x01\x02";
+pub(crate) const GARBAGE: &[u8] = b"<<mock garbage>> this is }{ not JSON \x01\x02";
 
 type AppState = State<Arc<Shared>>;
 
@@ -62,7 +62,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 
 /// With `--api-key`, every route but the test hooks under `/mock/` answers 401 unless the
 /// request carries exactly one `Authorization: Bearer KEY`.
-async fn require_key(
+pub(crate) async fn require_key(
     State(s): AppState,
     req: axum::extract::Request,
     next: axum::middleware::Next,

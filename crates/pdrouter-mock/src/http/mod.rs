@@ -1,9 +1,24 @@
-//! HTTP front-end: SGLang's HTTP and OpenAI-style API over the engine model.
+//! HTTP front-end: SGLang's HTTP and OpenAI-style API over the engine model, or vLLM's
+//! OpenAI server with the NIXL KV connector (`vllm`, `kv_params`, `nixl`).
 
 mod body;
 pub(crate) mod handlers;
+mod kv_params;
+mod nixl;
 mod output;
 mod render;
 mod request;
+mod vllm;
 
-pub(crate) use handlers::router;
+use std::sync::Arc;
+
+use crate::config::HttpRuntime;
+use crate::state::Shared;
+
+/// The routes of the server the worker imitates.
+pub(crate) fn router(shared: Arc<Shared>) -> axum::Router {
+    match shared.http_runtime {
+        HttpRuntime::Sglang => handlers::router(shared),
+        HttpRuntime::Vllm => vllm::router(shared),
+    }
+}

@@ -45,13 +45,16 @@ pub(crate) struct Plan {
     include_usage: bool,
     /// `/generate` reports logprobs in `meta_info`.
     logprobs: bool,
+    /// vLLM mode: the prompt tokens served from cache, reported in
+    /// `usage.prompt_tokens_details` (absent when `None`).
+    cached_tokens: Option<u64>,
 }
 
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -169,16 +172,47 @@ impl Plan {
             batch,
             include_usage,
             logprobs: api == Api::Generate && output::wants_logprobs(req),
+            cached_tokens: None,
         })
+    }
+
+    /// Names the answer after the request id the client gave (vLLM: `cmpl-ID`,
+    /// `chatcmpl-ID`).
+    pub(crate) fn set_request_id(&mut self, rid: &str) {
+        self.id = match self.api {
+            Api::Generate => rid.to_owned(),
+            Api::Chat => format!("chatcmpl-{rid}"),
+            Api::Completion => format!("cmpl-{rid}"),
+            Api::Responses => format!("resp_{rid}"),
+        };
+    }
+
+    /// Reports `tokens` prompt tokens as cached in the usage.
+    pub(crate) fn set_cached_tokens(&mut self, tokens: u64) {
+        self.cached_tokens = Some(tokens);
+    }
+
+    /// Prompt tokens of the whole request (every prompt of a batch).
+    pub(crate) fn prompt_tokens(&self) -> u64 {
+        self.usage_prompt_tokens
+    }
+
+    /// Whether generation stopped at the request's token cap (not at a stop or EOS).
+    pub(crate) fn capped(&self) -> bool {
+        self.out.finish == output::Finish::Length
     }
 
     fn usage(&self) -> Value {
         let completion = u64::from(self.tokens) * self.samples.len() as u64;
-        json!({
+        let mut usage = json!({
             "prompt_tokens": self.usage_prompt_tokens,
             "completion_tokens": completion,
             "total_tokens": self.usage_prompt_tokens + completion,
-        })
+        });
+        if let Some(cached) = self.cached_tokens {
+            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+        }
+        usage
     }
 
     /// A `/generate` result object after `done` tokens.
@@ -300,9 +334,14 @@ impl Plan {
 
     /// The complete non-streaming JSON body.
     pub(crate) fn full_body(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.full_value()).unwrap_or_default()
+    }
+
+    /// The complete non-streaming answer, as JSON to add fields to.
+    pub(crate) fn full_value(&self) -> Value {
         let text = self.out.text(self.tokens as usize);
         let finish = self.out.finish.openai();
-        let v = match self.api {
+        match self.api {
             Api::Generate => {
                 if self.batch {
                     Value::Array(
@@ -341,8 +380,7 @@ impl Plan {
                 "usage": self.usage(),
             }),
             Api::Responses => self.response_object(Some(&text)),
-        };
-        serde_json::to_vec(&v).unwrap_or_default()
+        }
     }
 
     /// The whole answer as one SSE data chunk (per output for `/generate`)

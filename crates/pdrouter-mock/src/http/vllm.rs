@@ -1,0 +1,405 @@
+//! vLLM mode's HTTP server: vLLM's OpenAI server (0.11) with the NIXL KV connector, over the
+//! same generation model as the SGLang routes.
+//!
+//! Routes: `GET /health` (200 with an empty body; 503 when made unhealthy), `GET /version`,
+//! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, and the test hooks
+//! `GET /mock/stats` (with the KV counters), `POST /mock/controls` and the NIXL pull
+//! ([`super::nixl`]). Anything else, SGLang's routes included, is 404 `{"detail":"Not Found"}`.
+//!
+//! A generation request is one of three legs ([`KvLeg`]):
+//! - **produce** (`do_remote_decode`): checked strictly, prefilled (the delay, or the engine),
+//!   one token answered with a top-level `kv_transfer_params` naming the blocks now held for
+//!   the consumer ([`crate::kv`]); a prefill that ends early ([`super::kv_params::EOS_MARKER`])
+//!   answers `kv_transfer_params: null` and holds nothing;
+//! - **consume** (`do_remote_prefill`): pulls the blocks first; `cached_tokens` is what moved,
+//!   0 (recomputed) when the pull failed;
+//! - **plain**: computed whole (`cached_tokens` 0).
+//!
+//! Invariants: blocks are held only once the producer's answer is ready, so a request that
+//! fails or whose client goes away first holds nothing; a generation answer echoes the
+//! request's `X-Request-Id` and is named after it; a generation whose handler or answer
+//! stream is dropped before its end (client gone) counts one `aborts_total`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
+use serde_json::{Value, json};
+
+use super::body::{self, JSON};
+use super::handlers::{self, BODY_LIMIT, GARBAGE};
+use super::kv_params::{self, KvLeg, RemotePrefill};
+use super::nixl;
+use super::render::{Plan, now_secs, random_hex};
+use super::request::{Api, prompt_words, requested_tokens};
+use crate::config::Role;
+use crate::kv;
+use crate::state::{InflightGuard, Shared};
+
+/// The version `GET /version` reports.
+const VERSION: &str = "0.11.0";
+
+/// The context length `GET /v1/models` reports.
+const MAX_MODEL_LEN: u64 = 32_768;
+
+const REQUEST_ID: &str = "x-request-id";
+
+type AppState = State<Arc<Shared>>;
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/health", get(handlers::health))
+        .route("/version", get(version))
+        .route("/v1/models", get(models))
+        .route("/mock/stats", get(stats))
+        .route("/mock/controls", post(handlers::set_controls))
+        .route(nixl::PULL_PATH, post(nixl::serve_pull))
+        .route(
+            "/v1/completions",
+            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Completion, h, b)),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Chat, h, b)),
+        )
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            handlers::require_key,
+        ))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(shared)
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response {
+    body::full(
+        status,
+        JSON,
+        serde_json::to_vec(v).unwrap_or_default(),
+        None,
+    )
+}
+
+async fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" }))
+}
+
+async fn version() -> Response {
+    json_response(StatusCode::OK, &json!({ "version": VERSION }))
+}
+
+async fn models(State(s): AppState) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "object": "list",
+            "data": [{
+                "id": s.model,
+                "object": "model",
+                "created": now_secs(),
+                "owned_by": "vllm",
+                "root": s.model,
+                "parent": null,
+                "max_model_len": MAX_MODEL_LEN,
+            }],
+        }),
+    )
+}
+
+/// `GET /mock/stats`: the common fields, the abort count and the KV counters.
+async fn stats(State(s): AppState) -> Response {
+    let st = s.stats();
+    let mut map = handlers::stats_fields(&s, &st);
+    for (name, n) in [
+        ("aborts_total", st.aborts_total),
+        ("kv_held_requests", st.kv_held_requests),
+        ("kv_held_blocks", st.kv_held_blocks),
+        ("kv_produced_total", st.kv_produced_total),
+        ("kv_pulled_total", st.kv_pulled_total),
+        ("kv_expired_total", st.kv_expired_total),
+        ("kv_relayed_total", st.kv_relayed_total),
+        ("kv_recomputed_total", st.kv_recomputed_total),
+        ("kv_pull_failed_total", st.kv_pull_failed_total),
+        ("prefill_early_end_total", st.prefill_early_end_total),
+    ] {
+        map.insert(name.to_owned(), json!(n));
+    }
+    map.insert("runtime".to_owned(), json!("vllm"));
+    map.insert("engine_id".to_owned(), json!(s.kv.engine_id()));
+    json_response(StatusCode::OK, &Value::Object(map))
+}
+
+/// vLLM's error body: `{"error":{"message","type","code"}}`.
+fn error(status: StatusCode, message: &str, guard: InflightGuard) -> Response {
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "BadRequestError",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
+        _ => "InternalServerError",
+    };
+    let v = json!({ "error": { "message": message, "type": kind, "code": status.as_u16() } });
+    body::full(
+        status,
+        JSON,
+        serde_json::to_vec(&v).unwrap_or_default(),
+        Some(guard),
+    )
+}
+
+/// Counts one abort when dropped armed: a generation that did not reach its end.
+#[derive(Debug)]
+struct AbortWatch {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl AbortWatch {
+    fn new(shared: &Arc<Shared>) -> Self {
+        AbortWatch {
+            shared: Arc::clone(shared),
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbortWatch {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.controls.record_abort();
+        }
+    }
+}
+
+/// `inner`, counting an abort if it is dropped before its end.
+fn watched<S>(inner: S, watch: AbortWatch) -> impl Stream<Item = Result<Bytes, Infallible>> + Send
+where
+    S: Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+{
+    let inner = Box::pin(inner);
+    futures_util::stream::unfold((inner, watch), |(mut inner, mut watch)| async move {
+        match inner.next().await {
+            Some(item) => Some((item, (inner, watch))),
+            None => {
+                watch.disarm();
+                None
+            }
+        }
+    })
+}
+
+/// Both generation routes: the answer, with the request's `X-Request-Id` echoed; a handler
+/// dropped before it answers (client gone) counts an abort.
+async fn generation(State(s): AppState, api: Api, headers: HeaderMap, body: Bytes) -> Response {
+    let mut watch = AbortWatch::new(&s);
+    let echo = headers.get(REQUEST_ID).cloned();
+    let rid = echo
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned);
+    let mut resp = respond(&s, api, &headers, rid, body).await;
+    watch.disarm();
+    if let Some(v) = echo {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}
+
+/// Count, validate, inject faults, then serve the request's leg.
+async fn respond(
+    s: &Arc<Shared>,
+    api: Api,
+    headers: &HeaderMap,
+    rid: Option<String>,
+    body: Bytes,
+) -> Response {
+    let guard = InflightGuard::begin(s);
+    let c = &s.controls;
+    c.record_headers(headers);
+    let parsed = serde_json::from_slice::<Value>(&body);
+    if parsed.is_ok() {
+        c.record_request(body);
+    }
+    let req = match parsed {
+        Ok(Value::Object(req)) => req,
+        Ok(_) => return error(StatusCode::BAD_REQUEST, "body must be a JSON object", guard),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON: {e}"),
+                guard,
+            );
+        }
+    };
+    let leg = match kv_params::leg(&req) {
+        Ok(leg) => leg,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, guard),
+    };
+    if leg == KvLeg::Produce
+        && let Err(msg) = kv_params::check_producer(api, &req)
+    {
+        return error(StatusCode::BAD_REQUEST, &msg, guard);
+    }
+    // An engine-mode producer is held inside the engine instead (a stalled engine).
+    if !(leg == KvLeg::Produce && s.engine.is_some()) {
+        c.wait_while_hung().await;
+    }
+    if c.draw_failure() {
+        let msg = "mock injected failure";
+        return error(StatusCode::INTERNAL_SERVER_ERROR, msg, guard);
+    }
+    if c.garbage() {
+        return body::full(StatusCode::OK, JSON, GARBAGE, Some(guard));
+    }
+    // The marker makes EOS the model's first token, whichever leg computes it.
+    let natural = if kv_params::has_eos_marker(api, &req) {
+        0
+    } else if s.engine.is_some() {
+        requested_tokens(api, &req).unwrap_or_else(|| c.output_tokens())
+    } else {
+        c.output_tokens()
+    };
+    let mut plan = match Plan::new(api, &req, Role::Regular, &s.model, natural) {
+        Ok(plan) => plan,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, guard),
+    };
+    let rid = rid.unwrap_or_else(random_hex);
+    plan.set_request_id(&rid);
+    match leg {
+        KvLeg::Produce => {
+            let words = prompt_words(api, &req);
+            drop(req);
+            produce(s, plan, &rid, words, guard).await
+        }
+        KvLeg::Consume(remote) => {
+            drop(req);
+            let cached = consume(s, &remote, plan.prompt_tokens()).await;
+            plan.set_cached_tokens(cached);
+            generate(s, plan, guard).await
+        }
+        KvLeg::Plain => {
+            drop(req);
+            s.kv.record_recomputed(false);
+            plan.set_cached_tokens(0);
+            generate(s, plan, guard).await
+        }
+    }
+}
+
+/// The prefill leg: compute, then hold the prompt's blocks (unless the prefill ended
+/// before its cap) and name them in the answer.
+async fn produce(
+    s: &Shared,
+    mut plan: Plan,
+    rid: &str,
+    words: u64,
+    guard: InflightGuard,
+) -> Response {
+    let delay = s.controls.delay();
+    match &s.engine {
+        Some(engine) => {
+            let hold = s.controls.wait_while_hung();
+            engine.prefill(words, delay, &[], hold).await;
+        }
+        None => sleep(delay).await,
+    }
+    plan.set_cached_tokens(0);
+    let params = if plan.capped() {
+        let blocks = kv::blocks_for(plan.prompt_tokens());
+        let Ok(ids) = s.kv.hold(rid, blocks) else {
+            let msg = format!("KV cache full: {} requests held", kv::MAX_HELD);
+            return error(StatusCode::SERVICE_UNAVAILABLE, &msg, guard);
+        };
+        let (host, port) = advertised(s);
+        kv_params::producer_params(s.kv.engine_id(), rid, &ids, &host, port)
+    } else {
+        s.kv.record_early_end();
+        Value::Null
+    };
+    let mut v = plan.full_value();
+    v["kv_transfer_params"] = params;
+    let resp = body::full(
+        StatusCode::OK,
+        JSON,
+        serde_json::to_vec(&v).unwrap_or_default(),
+        Some(guard),
+    );
+    held_open(s, resp)
+}
+
+/// The host and port a consumer pulls from: the bound address (loopback when bound on
+/// every address, which names no host to connect to).
+fn advertised(s: &Shared) -> (String, u16) {
+    let ip = s.addr.ip();
+    let host = if ip.is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        ip.to_string()
+    };
+    (host, s.addr.port())
+}
+
+/// The decode leg's pull: the prompt tokens the blocks carried, or 0 (recompute) when the
+/// pull failed.
+async fn consume(s: &Shared, remote: &RemotePrefill, prompt_tokens: u64) -> u64 {
+    match nixl::pull(remote).await {
+        Ok(()) => {
+            s.kv.record_relayed();
+            kv::transferred_tokens(prompt_tokens, remote.block_ids.len())
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "KV pull failed; recomputing the prompt");
+            s.kv.record_recomputed(true);
+            0
+        }
+    }
+}
+
+/// Generates `plan` after the delay: token by token as SSE, or the whole body once every
+/// token's interval has passed.
+async fn generate(s: &Arc<Shared>, plan: Plan, guard: InflightGuard) -> Response {
+    let c = &s.controls;
+    let interval = c.token_interval();
+    let delay = c.delay();
+    let resp = if plan.stream {
+        sleep(delay).await;
+        let stream = watched(plan.into_stream(interval, guard), AbortWatch::new(s));
+        body::sse_stream(stream)
+    } else {
+        let gaps = plan.tokens.saturating_sub(1);
+        sleep(delay.saturating_add(interval.saturating_mul(gaps))).await;
+        let mut v = plan.full_value();
+        v["kv_transfer_params"] = Value::Null;
+        body::full(
+            StatusCode::OK,
+            JSON,
+            serde_json::to_vec(&v).unwrap_or_default(),
+            Some(guard),
+        )
+    };
+    held_open(s, resp)
+}
+
+fn held_open(s: &Shared, resp: Response) -> Response {
+    if s.controls.hold_body_open() {
+        body::held_open(resp, s.controls.body_released())
+    } else {
+        resp
+    }
+}
+
+async fn sleep(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
+    }
+}

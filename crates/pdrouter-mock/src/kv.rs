@@ -1,0 +1,406 @@
+//! vLLM mode's KV transfer state: the blocks a producer (prefill leg) holds for the consumer
+//! that will pull them, like vLLM's NIXL connector, and the transfer counters of both sides.
+//!
+//! Invariants:
+//! - A held entry is keyed by its `remote_request_id`; it lives until a pull takes it (with
+//!   the same block ids) or until [`KvTable::timeout`] after it was produced, whichever comes
+//!   first; then its blocks are freed (counted pulled or expired).
+//! - At most [`MAX_HELD`] requests are held: a producer beyond that is refused, never stored.
+//!   The deadline index holds exactly one entry per held request, so both maps stay within
+//!   that bound whatever the request rate.
+//! - Every operation sweeps expired entries first, so an expired entry is never pulled nor
+//!   counted held; one sweeper task per worker ([`KvTable::spawn_sweeper`], aborted when its
+//!   handle drops) frees them on time even when nothing else happens.
+//! - The timeout is the same for every entry, so deadlines grow with insertion order: the
+//!   earliest deadline is the oldest entry's, and a new entry never makes the sweeper's
+//!   current wait too long (it needs waking only when the table was empty).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Prompt tokens per KV block (vLLM's default block size).
+pub(crate) const BLOCK_TOKENS: u64 = 16;
+
+/// Most requests whose blocks are held at once.
+pub(crate) const MAX_HELD: usize = 100_000;
+
+/// Blocks a prompt of `tokens` tokens fills (the last one possibly partly).
+pub(crate) fn blocks_for(tokens: u64) -> u64 {
+    tokens.div_ceil(BLOCK_TOKENS)
+}
+
+/// The prompt tokens a consumer gets from the producer's full blocks: `tokens` rounded down
+/// to a whole block, at most what `blocks` blocks carry.
+pub(crate) fn transferred_tokens(tokens: u64, blocks: usize) -> u64 {
+    (tokens / BLOCK_TOKENS * BLOCK_TOKENS).min(blocks as u64 * BLOCK_TOKENS)
+}
+
+/// A snapshot of the transfer counters (merged into `MockStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KvSnapshot {
+    pub(crate) held_requests: u64,
+    pub(crate) held_blocks: u64,
+    pub(crate) produced_total: u64,
+    pub(crate) pulled_total: u64,
+    pub(crate) expired_total: u64,
+    pub(crate) relayed_total: u64,
+    pub(crate) recomputed_total: u64,
+    pub(crate) pull_failed_total: u64,
+    pub(crate) early_end_total: u64,
+}
+
+/// Why a producer's blocks could not be held.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TableFull;
+
+/// The held blocks of one worker and its transfer counters.
+#[derive(Debug)]
+pub(crate) struct KvTable {
+    core: Arc<Core>,
+}
+
+#[derive(Debug)]
+struct Core {
+    engine_id: String,
+    timeout: Duration,
+    held: Mutex<Held>,
+    /// Wakes the sweeper when an entry arrives in an empty table.
+    arrived: Notify,
+    counters: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    produced: AtomicU64,
+    pulled: AtomicU64,
+    expired: AtomicU64,
+    relayed: AtomicU64,
+    recomputed: AtomicU64,
+    pull_failed: AtomicU64,
+    early_end: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    by_id: HashMap<String, Entry>,
+    /// Insertion sequence number → deadline and request id (one per `by_id` entry).
+    deadlines: BTreeMap<u64, (Instant, String)>,
+    blocks: u64,
+    next_seq: u64,
+    next_block: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    blocks: Vec<u64>,
+}
+
+impl Held {
+    fn remove(&mut self, request_id: &str) -> Option<Entry> {
+        let entry = self.by_id.remove(request_id)?;
+        self.deadlines.remove(&entry.seq);
+        self.blocks -= entry.blocks.len() as u64;
+        Some(entry)
+    }
+
+    /// Frees every entry whose deadline is at or before `now`; returns how many.
+    fn sweep(&mut self, now: Instant) -> u64 {
+        let mut freed = 0;
+        while let Some(entry) = self.deadlines.first_entry() {
+            if entry.get().0 > now {
+                break;
+            }
+            let (_, id) = entry.remove();
+            if let Some(e) = self.by_id.remove(&id) {
+                self.blocks -= e.blocks.len() as u64;
+            }
+            freed += 1;
+        }
+        freed
+    }
+}
+
+/// A random id shaped like a UUID (version 4), the form vLLM's engine ids take.
+fn uuid_like() -> String {
+    let v = rand::random::<u128>() & !(0xf << 76) | (0x4 << 76);
+    let v = v & !(0x3 << 62) | (0x2 << 62);
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+impl KvTable {
+    /// An empty table under a fresh engine id; held blocks expire after `timeout`.
+    pub(crate) fn new(timeout: Duration) -> Self {
+        KvTable {
+            core: Arc::new(Core {
+                engine_id: uuid_like(),
+                timeout,
+                held: Mutex::new(Held::default()),
+                arrived: Notify::new(),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// This worker's engine id (`remote_engine_id` of what it produces).
+    pub(crate) fn engine_id(&self) -> &str {
+        &self.core.engine_id
+    }
+
+    /// How long unpulled blocks are held.
+    #[cfg(test)]
+    pub(crate) fn timeout(&self) -> Duration {
+        self.core.timeout
+    }
+
+    /// Holds `blocks` new blocks for `request_id` (replacing, as expired, an entry it
+    /// already had) and returns their ids; refused when [`MAX_HELD`] requests are held.
+    pub(crate) fn hold(&self, request_id: &str, blocks: u64) -> Result<Vec<u64>, TableFull> {
+        let core = &self.core;
+        let mut held = core.lock_swept();
+        if held.remove(request_id).is_some() {
+            core.counters.expired.fetch_add(1, Ordering::SeqCst);
+        }
+        if held.by_id.len() >= MAX_HELD {
+            return Err(TableFull);
+        }
+        let first = held.next_block;
+        held.next_block += blocks;
+        let ids: Vec<u64> = (first..first + blocks).collect();
+        let seq = held.next_seq;
+        held.next_seq += 1;
+        let deadline = Instant::now() + core.timeout;
+        held.deadlines
+            .insert(seq, (deadline, request_id.to_owned()));
+        held.blocks += blocks;
+        let was_empty = held.by_id.is_empty();
+        held.by_id.insert(
+            request_id.to_owned(),
+            Entry {
+                seq,
+                blocks: ids.clone(),
+            },
+        );
+        drop(held);
+        core.counters.produced.fetch_add(1, Ordering::SeqCst);
+        if was_empty {
+            core.arrived.notify_one();
+        }
+        Ok(ids)
+    }
+
+    /// A consumer's pull: frees and returns `true` when this worker (`engine_id`) holds
+    /// `request_id` with exactly `blocks`; anything else leaves the table as it was.
+    pub(crate) fn take(&self, engine_id: &str, request_id: &str, blocks: &[u64]) -> bool {
+        let core = &self.core;
+        if engine_id != core.engine_id {
+            return false;
+        }
+        let mut held = core.lock_swept();
+        if held
+            .by_id
+            .get(request_id)
+            .is_none_or(|e| e.blocks != blocks)
+        {
+            return false;
+        }
+        held.remove(request_id);
+        drop(held);
+        core.counters.pulled.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// Counts a consumer that got its prompt's KV from its producer.
+    pub(crate) fn record_relayed(&self) {
+        self.core.counters.relayed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts a request that computed its whole prompt itself (`pull_failed`: because its
+    /// pull failed).
+    pub(crate) fn record_recomputed(&self, pull_failed: bool) {
+        let c = &self.core.counters;
+        c.recomputed.fetch_add(1, Ordering::SeqCst);
+        if pull_failed {
+            c.pull_failed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts a producer whose prefill ended before its token cap (nothing held).
+    pub(crate) fn record_early_end(&self) {
+        self.core.counters.early_end.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The counters now (expired entries swept first).
+    pub(crate) fn snapshot(&self) -> KvSnapshot {
+        let core = &self.core;
+        let (held_requests, held_blocks) = {
+            let held = core.lock_swept();
+            (held.by_id.len() as u64, held.blocks)
+        };
+        let c = &core.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::SeqCst);
+        KvSnapshot {
+            held_requests,
+            held_blocks,
+            produced_total: get(&c.produced),
+            pulled_total: get(&c.pulled),
+            expired_total: get(&c.expired),
+            relayed_total: get(&c.relayed),
+            recomputed_total: get(&c.recomputed),
+            pull_failed_total: get(&c.pull_failed),
+            early_end_total: get(&c.early_end),
+        }
+    }
+
+    /// Starts the task that frees expired entries on time; it ends when the returned
+    /// handle is dropped.
+    pub(crate) fn spawn_sweeper(&self) -> Sweeper {
+        let core = Arc::clone(&self.core);
+        Sweeper(tokio::spawn(async move {
+            loop {
+                // A permit left by an arrival before this wait began is kept by `Notify`,
+                // so an entry arriving between the sweep and the wait is not missed.
+                match core.sweep_now() {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => core.arrived.notified().await,
+                }
+            }
+        }))
+    }
+}
+
+impl Core {
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The table, with the entries expired by now freed.
+    fn lock_swept(&self) -> MutexGuard<'_, Held> {
+        let mut held = self.lock();
+        let freed = held.sweep(Instant::now());
+        if freed > 0 {
+            self.counters.expired.fetch_add(freed, Ordering::SeqCst);
+        }
+        held
+    }
+
+    /// Sweeps; returns the earliest deadline left, if any.
+    fn sweep_now(&self) -> Option<Instant> {
+        let held = self.lock_swept();
+        held.deadlines.first_key_value().map(|(_, (at, _))| *at)
+    }
+}
+
+/// The sweeper task of a [`KvTable`]; aborted on drop.
+#[derive(Debug)]
+pub(crate) struct Sweeper(JoinHandle<()>);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_math_rounds_up_to_hold_and_down_to_transfer() {
+        assert_eq!(blocks_for(0), 0);
+        assert_eq!(blocks_for(16), 1);
+        assert_eq!(blocks_for(17), 2);
+        assert_eq!(transferred_tokens(17, 2), 16);
+        assert_eq!(transferred_tokens(15, 1), 0);
+        assert_eq!(transferred_tokens(64, 2), 32, "capped by the blocks sent");
+    }
+
+    #[test]
+    fn engine_ids_look_like_uuids_and_differ() {
+        let a = KvTable::new(Duration::from_secs(1));
+        let b = KvTable::new(Duration::from_secs(1));
+        assert_ne!(a.engine_id(), b.engine_id());
+        let parts: Vec<usize> = a.engine_id().split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12]);
+        assert_eq!(&a.engine_id()[14..15], "4");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_takes_exactly_what_is_held_once() {
+        let t = KvTable::new(Duration::from_secs(480));
+        let ids = t.hold("r1", 3).unwrap();
+        assert_eq!(ids.len(), 3);
+        let other = t.hold("r2", 1).unwrap();
+        assert!(!other.iter().any(|b| ids.contains(b)), "ids are not shared");
+        let engine = t.engine_id().to_owned();
+        assert!(!t.take("other-engine", "r1", &ids));
+        assert!(!t.take(&engine, "r1", &ids[..2]), "block ids must match");
+        assert!(!t.take(&engine, "nope", &ids));
+        assert_eq!(t.snapshot().held_requests, 2);
+        assert!(t.take(&engine, "r1", &ids));
+        assert!(!t.take(&engine, "r1", &ids), "a second pull finds nothing");
+        let s = t.snapshot();
+        assert_eq!((s.held_requests, s.held_blocks), (1, 1));
+        assert_eq!(
+            (s.produced_total, s.pulled_total, s.expired_total),
+            (2, 1, 0)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unpulled_blocks_expire_on_time_through_the_sweeper() {
+        let t = KvTable::new(Duration::from_secs(480));
+        assert_eq!(t.timeout(), Duration::from_secs(480));
+        let _sweeper = t.spawn_sweeper();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        t.hold("a", 2).unwrap();
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        t.hold("b", 1).unwrap();
+        tokio::time::sleep(Duration::from_secs(379)).await;
+        let held = |t: &KvTable| {
+            let h = t.core.lock();
+            (h.by_id.len(), h.deadlines.len())
+        };
+        assert_eq!(held(&t), (2, 2), "not yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Read the table itself: the sweeper, not this read, must have freed `a`.
+        assert_eq!(held(&t), (1, 1));
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert_eq!(held(&t), (0, 0));
+        let s = t.snapshot();
+        assert_eq!((s.expired_total, s.held_blocks), (2, 0));
+        let engine = t.engine_id().to_owned();
+        assert!(!t.take(&engine, "a", &[0, 1]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_table_is_bounded_and_a_reused_id_replaces_its_entry() {
+        let t = KvTable::new(Duration::from_secs(480));
+        t.hold("x", 1).unwrap();
+        t.hold("x", 2).unwrap();
+        let s = t.snapshot();
+        assert_eq!((s.held_requests, s.held_blocks, s.expired_total), (1, 2, 1));
+        for i in 1..MAX_HELD {
+            t.hold(&format!("r{i}"), 0).unwrap();
+        }
+        assert_eq!(t.hold("one-more", 1), Err(TableFull));
+        assert_eq!(t.snapshot().held_requests, MAX_HELD as u64);
+        tokio::time::sleep(Duration::from_secs(481)).await;
+        assert_eq!(t.snapshot().held_requests, 0, "swept on access");
+        assert!(t.hold("one-more", 1).is_ok());
+    }
+}
