@@ -47,7 +47,7 @@ async fn demo_answers_a_chat_request(t: Transport) {
     let args: &'static [&'static str] = match t {
         Transport::Http => &[],
         Transport::Grpc => &["--grpc"],
-        Transport::TokenSpeed => unreachable!("the demo runs SGLang's protocol"),
+        Transport::TokenSpeed | Transport::Vllm => unreachable!("the demo runs SGLang's protocol"),
     };
     let v = demo_answer(args, CHAT).await;
     let text = v["choices"][0]["message"]["content"].as_str().unwrap();

@@ -40,13 +40,18 @@ pub enum Transport {
     Grpc,
     /// gRPC workers speaking TokenSpeed's protocol.
     TokenSpeed,
+    /// HTTP workers imitating vLLM's server (the sequential NIXL handoff).
+    Vllm,
 }
 
 impl Transport {
     /// A mock config of `role` speaking this transport.
     pub fn mock(self, role: Role) -> MockConfig {
         let mut cfg = MockConfig::new(role);
-        cfg.grpc = self != Transport::Http;
+        cfg.grpc = matches!(self, Transport::Grpc | Transport::TokenSpeed);
+        if self == Transport::Vllm {
+            cfg.http_runtime = pdrouter_mock::HttpRuntime::Vllm;
+        }
         if self == Transport::TokenSpeed {
             cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed;
         }
@@ -75,45 +80,52 @@ impl Transport {
     }
 }
 
-/// Runs each named `async fn(Transport)` scenario as two tests, `NAME::http` and
-/// `NAME::grpc`, with the given test attribute.
-macro_rules! both_transports {
-    (#[$attr:meta] $($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[$attr]
-            async fn http() {
-                super::$name(super::Transport::Http).await
-            }
-            #[$attr]
-            async fn grpc() {
-                super::$name(super::Transport::Grpc).await
-            }
-        }
+/// Runs each named `async fn(Transport)` scenario once per listed transport, as the test
+/// `NAME::TEST` with the given test attribute (`[http => Http, ...]`: test name => variant).
+macro_rules! over_transports {
+    ($ts:tt #[$attr:meta] $($name:ident),+ $(,)?) => {$(
+        over_transports!(@one $ts #[$attr] $name);
     )+};
+    (@one [$($test:ident => $variant:ident),+] #[$attr:meta] $name:ident) => {
+        mod $name {$(
+            #[$attr]
+            async fn $test() {
+                super::$name(super::Transport::$variant).await
+            }
+        )+}
+    };
+}
+pub(crate) use over_transports;
+
+/// Each scenario as `NAME::http` and `NAME::grpc`.
+macro_rules! both_transports {
+    ($($rest:tt)*) => {
+        over_transports!([http => Http, grpc => Grpc] $($rest)*);
+    };
 }
 pub(crate) use both_transports;
 
 /// [`both_transports`] plus `NAME::tokenspeed`: the scenario over gRPC workers speaking
 /// TokenSpeed's protocol.
 macro_rules! all_transports {
-    (#[$attr:meta] $($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[$attr]
-            async fn http() {
-                super::$name(super::Transport::Http).await
-            }
-            #[$attr]
-            async fn grpc() {
-                super::$name(super::Transport::Grpc).await
-            }
-            #[$attr]
-            async fn tokenspeed() {
-                super::$name(super::Transport::TokenSpeed).await
-            }
-        }
-    )+};
+    ($($rest:tt)*) => {
+        over_transports!([http => Http, grpc => Grpc, tokenspeed => TokenSpeed] $($rest)*);
+    };
 }
 pub(crate) use all_transports;
+
+/// [`all_transports`] plus `NAME::vllm`: the scenario over HTTP workers imitating vLLM's
+/// server, where the Decode leg starts only once the Prefill answered.
+#[allow(unused_macros)]
+macro_rules! every_engine {
+    ($($rest:tt)*) => {
+        over_transports!(
+            [http => Http, grpc => Grpc, tokenspeed => TokenSpeed, vllm => Vllm] $($rest)*
+        );
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use every_engine;
 
 /// The prompt text a mock received last: the chat message's content over HTTP, the text the
 /// router tokenized over gRPC (the rendered chat, which contains it).
