@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::{Resp, TIMEOUT, connect, get, post, start_request, wait_until};
 use http_body_util::{BodyExt as _, Full};
 use hyper::{Method, Request, StatusCode};
-use pdrouter_mock::{HttpRuntime, MockConfig, MockStats, MockWorker, Role};
+use pdrouter_mock::{EngineConfig, HttpRuntime, MockConfig, MockStats, MockWorker, Role};
 use serde_json::{Value, json};
 
 fn vllm(role: Role) -> MockConfig {
@@ -120,7 +120,12 @@ async fn routes_are_vllms() {
         )
     );
     assert!(m["created"].is_u64() && m["max_model_len"].is_u64(), "{m}");
-    for path in ["/get_server_info", "/get_model_info", "/health_generate"] {
+    for path in [
+        "/get_server_info",
+        "/get_model_info",
+        "/health_generate",
+        "/room/1",
+    ] {
         let r = get(w.addr(), path).await;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(r.json(), json!({"detail": "Not Found"}), "{path}");
@@ -488,4 +493,71 @@ async fn vllm_mode_is_refused_over_grpc() {
     cfg.grpc = true;
     let err = MockWorker::start(cfg).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+#[tokio::test]
+async fn engine_mode_queues_producers_and_keeps_no_bootstrap_server() {
+    let mut cfg = vllm(Role::Prefill);
+    let mut engine = EngineConfig::new();
+    engine.max_running = 1;
+    cfg.engine = Some(engine);
+    let p = start(cfg).await;
+    assert_eq!(p.bootstrap_addr(), None, "vLLM has no bootstrap server");
+    p.controls().set_hang(true);
+    let addr = p.addr();
+    let sends: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|rid| {
+            tokio::spawn(async move {
+                let body = prefill_body(&prompt(16));
+                post_with(addr, "/v1/completions", &body, &[("x-request-id", rid)]).await
+            })
+        })
+        .collect();
+    wait_until("one running, one queued", || async {
+        let st = get(addr, "/mock/stats").await.json();
+        p.controls().hung() == 1 && st["engine_queue_len"] == 1
+    })
+    .await;
+    p.controls().set_hang(false);
+    for send in sends {
+        let r = tokio::time::timeout(TIMEOUT, send).await.unwrap().unwrap();
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(
+            r.json()["kv_transfer_params"]["remote_block_ids"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+    assert_eq!(held(&p.stats()), (2, 2));
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_api_key_guards_generation_but_not_the_pull() {
+    let mut cfg = vllm(Role::Prefill);
+    cfg.api_key = Some("k".into());
+    let p = start(cfg).await;
+    let body = prefill_body(&prompt(16));
+    let r = post(p.addr(), "/v1/completions", &body).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let r = post_with(
+        p.addr(),
+        "/v1/completions",
+        &body,
+        &[("authorization", "Bearer k")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let kv = r.json()["kv_transfer_params"].clone();
+    let pull = json!({
+        "remote_engine_id": kv["remote_engine_id"],
+        "remote_request_id": kv["remote_request_id"],
+        "remote_block_ids": kv["remote_block_ids"],
+    });
+    let r = post(p.addr(), "/mock/nixl/pull", &pull).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    p.shutdown().await;
 }
