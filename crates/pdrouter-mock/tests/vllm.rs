@@ -133,6 +133,9 @@ async fn routes_are_vllms() {
     let r = post(w.addr(), "/generate", &json!({"text": "x"})).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.json(), json!({"detail": "Not Found"}));
+    let r = get(w.addr(), "/v1/completions").await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.json(), json!({"detail": "Method Not Allowed"}));
     assert_eq!(w.stats().requests_total, 0, "not a generation route");
     w.shutdown().await;
 }
