@@ -30,6 +30,10 @@ pub(crate) const BLOCK_TOKENS: u64 = 16;
 /// Most requests whose blocks are held at once.
 pub(crate) const MAX_HELD: usize = 100_000;
 
+/// Longest hold honoured: a longer timeout (`--kv-abort-timeout-ms` takes any `u64`) is cut
+/// to it, so a deadline always fits in an `Instant`.
+const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Blocks a prompt of `tokens` tokens fills (the last one possibly partly).
 pub(crate) fn blocks_for(tokens: u64) -> u64 {
     tokens.div_ceil(BLOCK_TOKENS)
@@ -143,12 +147,13 @@ fn uuid_like() -> String {
 }
 
 impl KvTable {
-    /// An empty table under a fresh engine id; held blocks expire after `timeout`.
+    /// An empty table under a fresh engine id; held blocks expire after `timeout` (at most
+    /// [`MAX_TIMEOUT`]).
     pub(crate) fn new(timeout: Duration) -> Self {
         KvTable {
             core: Arc::new(Core {
                 engine_id: uuid_like(),
-                timeout,
+                timeout: timeout.min(MAX_TIMEOUT),
                 held: Mutex::new(Held::default()),
                 arrived: Notify::new(),
                 counters: Counters::default(),
@@ -337,6 +342,14 @@ mod tests {
         let parts: Vec<usize> = a.engine_id().split('-').map(str::len).collect();
         assert_eq!(parts, [8, 4, 4, 4, 12]);
         assert_eq!(&a.engine_id()[14..15], "4");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endless_timeout_is_cut_to_one_that_fits() {
+        let t = KvTable::new(Duration::from_millis(u64::MAX));
+        assert_eq!(t.timeout(), MAX_TIMEOUT);
+        t.hold("r", 1).unwrap();
+        assert_eq!(t.snapshot().held_requests, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -67,6 +67,25 @@
 //! (`--runtime tokenspeed`) the worker speaks TokenSpeed's scheduler protocol
 //! instead, over the same engine model, and only that service answers.
 //!
+//! With [`MockConfig::http_runtime`] [`HttpRuntime::Vllm`] (`--runtime vllm`, HTTP only) the
+//! worker imitates vLLM's OpenAI server (0.11) with the NIXL KV connector instead: `GET
+//! /health` (empty body), `GET /version`, `GET /v1/models` (`owned_by: "vllm"`), `POST
+//! /v1/completions` and `POST /v1/chat/completions` (`X-Request-Id` echoed, answers named
+//! `cmpl-ID` / `chatcmpl-ID`, `usage.prompt_tokens_details.cached_tokens`); every SGLang
+//! route answers 404 `{"detail":"Not Found"}` and no `bootstrap_room` is needed, whatever
+//! the role. A body with `kv_transfer_params.do_remote_decode` is a prefill leg: it must not
+//! stream and must cap its output at exactly one token (400 otherwise); its answer carries a
+//! top-level `kv_transfer_params` naming this worker (`remote_engine_id`, `remote_host`,
+//! `remote_port`), the request and one block per 16 prompt tokens, which the worker holds
+//! until a decode leg pulls them or [`MockConfig::kv_abort_timeout`]
+//! (`--kv-abort-timeout-ms`, 480 s) passes. A prompt containing `[[eos]]` ends the prefill
+//! early instead (`finish_reason: "stop"`, no token, `kv_transfer_params: null`, nothing
+//! held). A body with `do_remote_prefill` is a decode leg: it first pulls those blocks
+//! (`POST /mock/nixl/pull` on the producer's port) and reports the whole blocks that moved
+//! as cached tokens, or recomputes (0 cached) when the pull fails. `/mock/stats` adds
+//! `aborts_total` (clients gone mid-answer) and the `kv_*` and `prefill_early_end_total`
+//! counters of [`MockStats`].
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use pdrouter_mock::{MockConfig, MockWorker, Role};

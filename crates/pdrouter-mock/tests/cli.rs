@@ -203,3 +203,51 @@ async fn engine_flags_need_engine_mode() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--engine"), "{err}");
 }
+
+#[tokio::test]
+async fn binary_runs_vllm_mode_over_http_and_refuses_it_over_grpc() {
+    let (mut child, line) = spawn_listening(&[
+        "--role",
+        "prefill",
+        "--runtime",
+        "vllm",
+        "--kv-abort-timeout-ms",
+        "60000",
+    ])
+    .await;
+    let (addr, role) = line.split_once(' ').unwrap();
+    assert_eq!(role, "role=prefill", "no bootstrap port in vLLM mode");
+    let addr: SocketAddr = addr.parse().unwrap();
+    assert_eq!(
+        get(addr, "/version").await.json(),
+        json!({"version": "0.11.0"})
+    );
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "abcd", "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": true}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["kv_transfer_params"]["remote_port"], addr.port());
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    for args in [
+        vec!["--role", "decode", "--grpc", "--runtime", "vllm"],
+        vec!["--role", "decode", "--runtime", "tokenspeed"],
+    ] {
+        let out = Command::new(BIN).args(&args).output().await.unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["--role", "decode", "--grpc", "--runtime", "vllm"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--runtime vllm"), "{err}");
+}

@@ -4,7 +4,8 @@
 //! Routes: `GET /health` (200 with an empty body; 503 when made unhealthy), `GET /version`,
 //! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, and the test hooks
 //! `GET /mock/stats` (with the KV counters), `POST /mock/controls` and the NIXL pull
-//! ([`super::nixl`]). Anything else, SGLang's routes included, is 404 `{"detail":"Not Found"}`.
+//! ([`super::nixl`]). Anything else, SGLang's routes included, is 404 `{"detail":"Not Found"}`
+//! (405 `{"detail":"Method Not Allowed"}` for a known path).
 //!
 //! A generation request is one of three legs ([`KvLeg`]):
 //! - **produce** (`do_remote_decode`): checked strictly, prefilled (the delay, or the engine),
@@ -70,6 +71,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Chat, h, b)),
         )
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
             handlers::require_key,
@@ -89,6 +91,11 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
 
 async fn not_found() -> Response {
     json_response(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" }))
+}
+
+async fn method_not_allowed() -> Response {
+    let detail = json!({ "detail": "Method Not Allowed" });
+    json_response(StatusCode::METHOD_NOT_ALLOWED, &detail)
 }
 
 async fn version() -> Response {
