@@ -137,6 +137,8 @@ impl Mocks {
                     (i == 0).then_some(8998)
                 },
                 api_key: None,
+                engine: None,
+                kv_connector: None,
             })
             .collect();
         workers.push(WorkerSpec {
@@ -144,6 +146,8 @@ impl Mocks {
             worker_type: WorkerType::Decode,
             bootstrap_port: None,
             api_key: None,
+            engine: None,
+            kv_connector: None,
         });
         if let Some(e) = &self.encode {
             workers.push(WorkerSpec {
@@ -152,6 +156,8 @@ impl Mocks {
                 // The Prefill mock waits for each image's room on the Encode mock's own port.
                 bootstrap_port: Some(e.addr().port()),
                 api_key: None,
+                engine: None,
+                kv_connector: None,
             });
         }
         workers

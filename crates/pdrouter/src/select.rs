@@ -58,8 +58,10 @@ pub struct Candidates {
     /// Only gRPC workers of this runtime (a Decode paired with its Prefill); `None`: any.
     /// Kept out of [`Wanted`]: it fits this struct's padding, and queued waiters hold one.
     runtime: Option<crate::grpc::runtime::Runtime>,
-    /// Only HTTP workers of this engine (a Decode paired with its Prefill); `None`: any.
+    /// Only HTTP workers of this engine and KV connector (a Decode paired with its Prefill);
+    /// `None`: any.
     engine: Option<crate::config::HttpEngine>,
+    connector: Option<crate::config::KvConnector>,
     priority: Priority,
 }
 
@@ -80,6 +82,7 @@ impl Candidates {
             prompt_tokens: 1,
             runtime: None,
             engine: None,
+            connector: None,
             priority: Priority::Default,
         }
     }
@@ -90,9 +93,15 @@ impl Candidates {
         self
     }
 
-    /// Only HTTP workers of `engine`, when given (a PD pair speaks one engine's handoff).
-    pub fn with_engine(mut self, engine: Option<crate::config::HttpEngine>) -> Self {
+    /// Only HTTP workers of `engine` and `connector`, when given (a PD pair speaks one
+    /// engine's handoff).
+    pub fn with_engine(
+        mut self,
+        engine: Option<crate::config::HttpEngine>,
+        connector: Option<crate::config::KvConnector>,
+    ) -> Self {
         self.engine = engine;
+        self.connector = connector;
         self
     }
 
@@ -149,7 +158,7 @@ impl Candidates {
         // Borrow from the snapshot; only the workers the policy ranks are cloned out.
         let mut any_routable = false;
         let model = self.wanted.model.as_deref();
-        let (runtime, engine) = (self.runtime, self.engine);
+        let (runtime, engine, connector) = (self.runtime, self.engine, self.connector);
         let with_room: Vec<&Arc<Worker>> = pool
             .iter()
             .filter(|w| {
@@ -157,6 +166,7 @@ impl Candidates {
                     && model.is_none_or(|m| w.serves(m))
                     && runtime.is_none_or(|r| w.runtime() == Some(r))
                     && engine.is_none_or(|e| w.http_engine() == Some(e))
+                    && connector.is_none_or(|c| w.kv_connector() == Some(c))
             })
             .inspect(|_| any_routable = true)
             .filter(|w| has_room(w))

@@ -47,6 +47,8 @@ proptest! {
                     worker_type: t,
                     bootstrap_port: None,
                     api_key: None,
+                    engine: None,
+                    kv_connector: None,
                 };
                 let w = reg.register(&spec, None, status(*st)).unwrap().remove(0);
                 if *broken {

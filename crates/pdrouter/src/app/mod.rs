@@ -314,7 +314,7 @@ impl Parts {
         let sizer = new_sizer(&cfg, admission.as_ref(), &metrics);
         let registry = Registry::new(cfg.breaker, admission.clone());
         registry.set_runtime_hint(cfg.grpc_runtime);
-        registry.set_http_engine(cfg.http_engine);
+        registry.set_http_engine(cfg.http_engine, cfg.kv_connector);
         let policies = Policies::new(&cfg);
         wire_events(&registry, &metrics, admission.as_ref(), &policies.all());
         if let Some(sizer) = &sizer {

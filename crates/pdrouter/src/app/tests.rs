@@ -65,6 +65,8 @@ async fn half_open_seen_first_by_readers_is_still_published_once_and_goes_to_the
         worker_type: WorkerType::Prefill,
         bootstrap_port: None,
         api_key: None,
+        engine: None,
+        kv_connector: None,
     };
     let w = registry
         .register(&spec, None, WorkerStatus::Ready)

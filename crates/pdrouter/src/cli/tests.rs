@@ -178,8 +178,14 @@ fn runtime_names_the_engine_of_http_workers_and_the_connector_is_checked() {
     assert_eq!(c.http_engine, Some(HttpEngine::Sglang));
     let c = parse(&pd).unwrap();
     assert_eq!(c.http_engine, None, "detected per worker");
-    let c = parse(&[&pd[..], &["--kv-connector", "nixl"]].concat()).unwrap();
-    assert_eq!(c.kv_connector, KvConnector::Nixl);
+    for (name, want) in [
+        ("nixl", KvConnector::Nixl),
+        ("mooncake", KvConnector::Mooncake),
+        ("lmcache", KvConnector::Lmcache),
+    ] {
+        let c = parse(&[&pd[..], &["--kv-connector", name]].concat()).unwrap();
+        assert_eq!(c.kv_connector, want);
+    }
     let e = parse(&[&pd[..], &["--kv-connector", "p2p"]].concat()).unwrap_err();
     assert!(e.contains("p2p") && e.contains("nixl"), "{e}");
 }

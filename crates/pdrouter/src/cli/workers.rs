@@ -68,9 +68,12 @@ pub struct WorkerArgs {
     /// /get_server_info).
     #[arg(long, visible_alias = "backend", value_name = "RUNTIME", value_parser = ["sglang", "tokenspeed", "vllm"], help_heading = "Workers")]
     pub runtime: Option<String>,
-    /// How vLLM PD pairs move the KV cache: nixl (vLLM's NixlConnector; the Prefill answer's
-    /// kv_transfer_params are relayed to Decode).
-    #[arg(long, value_name = "CONNECTOR", value_parser = ["nixl"], default_value = "nixl", help_heading = "Workers")]
+    /// How vLLM PD pairs move the KV cache: nixl (NixlConnector: the Prefill leg first, its
+    /// answer's kv_transfer_params relayed to Decode), mooncake (MooncakeConnector: both legs
+    /// at once with one transfer id; Decode is told the Prefill's bootstrap address, from
+    /// --prefill URL PORT, 8998 when none), or lmcache (the Prefill leg first, capped at one
+    /// token; Decode gets the same prompt).
+    #[arg(long, value_name = "CONNECTOR", value_parser = ["nixl", "mooncake", "lmcache"], default_value = "nixl", help_heading = "Workers")]
     pub kv_connector: String,
 }
 
@@ -105,7 +108,7 @@ impl WorkerArgs {
             runtime: self.runtime.as_deref().and_then(Runtime::parse),
             http_engine: self.runtime.as_deref().and_then(HttpEngine::parse),
             // clap admits only the connectors' names.
-            kv_connector: KvConnector::Nixl,
+            kv_connector: KvConnector::parse(&self.kv_connector).unwrap_or_default(),
         })
     }
 
@@ -213,6 +216,8 @@ fn worker(flag: &str, raw: &str, t: WorkerType) -> Result<WorkerSpec, ConfigErro
         worker_type: t,
         bootstrap_port: None,
         api_key: None,
+        engine: None,
+        kv_connector: None,
     })
 }
 

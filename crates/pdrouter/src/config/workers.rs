@@ -77,6 +77,12 @@ pub struct WorkerSpec {
     pub bootstrap_port: Option<u16>,
     /// Bearer key sent to this worker, if it needs one.
     pub api_key: Option<String>,
+    /// An HTTP worker's engine, when given for it (`POST /workers`); else the router's
+    /// `--runtime`, else detected.
+    pub engine: Option<HttpEngine>,
+    /// A vLLM worker's KV connector, when given for it (`POST /workers`); else the router's
+    /// `--kv-connector`.
+    pub kv_connector: Option<KvConnector>,
 }
 
 /// Whether a (normalised) worker URL speaks gRPC.
@@ -189,17 +195,37 @@ impl HttpEngine {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KvConnector {
     /// vLLM's NixlConnector: the Prefill answer's `kv_transfer_params` tell Decode where
-    /// to read the blocks.
+    /// to read the blocks (the legs one after the other).
     #[default]
     Nixl,
+    /// vLLM's MooncakeConnector: both legs at once, one transfer id, Decode told the
+    /// Prefill's bootstrap address and engine id.
+    Mooncake,
+    /// LMCache: the Prefill capped at one token stores the prompt's KV, then Decode is sent
+    /// the same prompt (no params).
+    Lmcache,
 }
 
 impl KvConnector {
+    /// Every connector, as `--kv-connector` and `POST /workers` name them.
+    pub const ALL: [KvConnector; 3] = [
+        KvConnector::Nixl,
+        KvConnector::Mooncake,
+        KvConnector::Lmcache,
+    ];
+
     /// The name used by `--kv-connector` and `/workers`.
     pub fn name(self) -> &'static str {
         match self {
             KvConnector::Nixl => "nixl",
+            KvConnector::Mooncake => "mooncake",
+            KvConnector::Lmcache => "lmcache",
         }
+    }
+
+    /// The connector named `s` (as [`KvConnector::name`] spells it).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
     }
 }
 

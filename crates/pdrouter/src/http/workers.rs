@@ -24,12 +24,7 @@ use crate::registry::{RegisterError, Snapshot, Worker, WorkerStatus, health};
 
 /// A worker as `/workers` shows it: SMG's fields (`is_healthy`, `models`, `connection_mode`,
 /// `dp_*`) and pdrouter's (status, breaker, admission). Never its key.
-fn describe(
-    w: &Worker,
-    snap: &Snapshot,
-    sharer: Option<&Sharer>,
-    kv_connector: KvConnector,
-) -> Value {
+fn describe(w: &Worker, snap: &Snapshot, sharer: Option<&Sharer>) -> Value {
     let ranks = w.dp_rank().map(|_| {
         snap.all()
             .iter()
@@ -47,7 +42,7 @@ fn describe(
         // A gRPC worker's runtime once its health checks learned it; an HTTP worker's engine.
         "runtime": w.runtime().map(|r| r.name()).or(w.http_engine().map(|e| e.name())),
         // How a vLLM worker's PD pairs move the KV.
-        "kv_connector": (w.http_engine() == Some(HttpEngine::Vllm)).then(|| kv_connector.name()),
+        "kv_connector": w.kv_connector().map(|c| c.name()),
         "is_healthy": w.status() == WorkerStatus::Ready,
         "status": w.status().as_str(),
         "load": w.load(),
@@ -146,6 +141,8 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
             "bootstrap_port",
             "api_key",
             "dp_aware",
+            "runtime",
+            "kv_connector",
         ],
     )?;
     let url = match obj.get("url") {
@@ -224,15 +221,52 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ApiError::invalid_field("dp_aware", "must be true or false")),
     };
+    let (engine, kv_connector) = engine_fields(obj, is_grpc_url(&url))?;
     Ok((
         WorkerSpec {
             url,
             worker_type,
             bootstrap_port,
             api_key,
+            engine,
+            kv_connector,
         },
         dp_aware,
     ))
+}
+
+/// `runtime` (an HTTP worker's engine: `sglang` or `vllm`) and `kv_connector` (a vLLM
+/// worker's: `nixl`, `mooncake` or `lmcache`), each a string or null. A gRPC worker's runtime
+/// is what its health checks learn, so `runtime` is refused for one.
+fn engine_fields(
+    obj: &Map<String, Value>,
+    grpc: bool,
+) -> Result<(Option<HttpEngine>, Option<KvConnector>), ApiError> {
+    let engine = match obj.get("runtime") {
+        None | Some(Value::Null) => None,
+        Some(_) if grpc => {
+            return Err(ApiError::invalid_field(
+                "runtime",
+                "applies to http(s):// workers; a grpc:// worker's runtime is what its \
+                 HealthCheck answers",
+            ));
+        }
+        Some(Value::String(s)) => Some(HttpEngine::parse(s).ok_or_else(|| {
+            ApiError::invalid_field("runtime", format!("'{s}' is not one of sglang, vllm"))
+        })?),
+        Some(_) => return Err(ApiError::invalid_field("runtime", "must be a string")),
+    };
+    let connector = match obj.get("kv_connector") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(KvConnector::parse(s).ok_or_else(|| {
+            ApiError::invalid_field(
+                "kv_connector",
+                format!("'{s}' is not one of nixl, mooncake, lmcache"),
+            )
+        })?),
+        Some(_) => return Err(ApiError::invalid_field("kv_connector", "must be a string")),
+    };
+    Ok((engine, connector))
 }
 
 /// `POST /workers`.
@@ -291,7 +325,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Response {
     let all = snap.all();
     let workers: Vec<Value> = all
         .iter()
-        .map(|w| describe(w, &snap, state.sharer.as_deref(), state.cfg.kv_connector))
+        .map(|w| describe(w, &snap, state.sharer.as_deref()))
         .collect();
     let count = |t| snap.of_type(t).len();
     let mut models: Vec<String> = all.iter().filter_map(|w| w.model_id()).collect();
@@ -353,6 +387,9 @@ pub(crate) async fn update(
                 None => current.api_key().map(str::to_string),
                 v => api_key_field(v)?,
             },
+            // What was given for the worker stays; a detected engine is detected again.
+            engine: current.given_engine(),
+            kv_connector: Some(current.connector()),
         };
         let replaced = state.registry.replace(&spec);
         let Some(new) = replaced
@@ -368,7 +405,6 @@ pub(crate) async fn update(
             new,
             &state.registry.snapshot(),
             state.sharer.as_deref(),
-            state.cfg.kv_connector,
         ))
         .into_response())
     }
@@ -383,13 +419,7 @@ pub(crate) async fn get_one(
 ) -> Response {
     let snap = state.registry.snapshot();
     match snap.find(&id) {
-        Some(w) => Json(describe(
-            w,
-            &snap,
-            state.sharer.as_deref(),
-            state.cfg.kv_connector,
-        ))
-        .into_response(),
+        Some(w) => Json(describe(w, &snap, state.sharer.as_deref())).into_response(),
         None => ApiError::no_such("worker", &id).into_response(),
     }
 }

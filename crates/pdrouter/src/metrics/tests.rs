@@ -23,6 +23,8 @@ fn worker(registry: &Registry, url: &str, worker_type: WorkerType) -> Arc<Worker
         worker_type,
         bootstrap_port: None,
         api_key: None,
+        engine: None,
+        kv_connector: None,
     };
     registry
         .register(&spec, None, WorkerStatus::Ready)

@@ -138,6 +138,7 @@ pub struct Registry {
     /// The runtime asked first when a gRPC worker's runtime is learned (`--runtime`).
     runtime_hint: Mutex<Option<crate::grpc::runtime::Runtime>>,
     http_engine: Mutex<Option<crate::config::HttpEngine>>,
+    kv_connector: Mutex<crate::config::KvConnector>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -162,13 +163,20 @@ impl Registry {
             load_hook: Mutex::new(None),
             runtime_hint: Mutex::new(None),
             http_engine: Mutex::new(None),
+            kv_connector: Mutex::new(crate::config::KvConnector::default()),
         })
     }
 
     /// The engine of HTTP workers registered afterwards (`--runtime sglang|vllm`), instead
-    /// of detecting it.
-    pub fn set_http_engine(&self, engine: Option<crate::config::HttpEngine>) {
+    /// of detecting it, and the KV connector of those that are vLLM's (`--kv-connector`);
+    /// a worker's own spec says otherwise where it does.
+    pub fn set_http_engine(
+        &self,
+        engine: Option<crate::config::HttpEngine>,
+        connector: crate::config::KvConnector,
+    ) {
         *self.http_engine.lock() = engine;
+        *self.kv_connector.lock() = connector;
     }
 
     /// Sets the runtime asked first for gRPC workers registered afterwards.
@@ -238,7 +246,8 @@ impl Registry {
             _ => None,
         };
         let id = format!("w{}", self.next_id.fetch_add(1, Ordering::Relaxed));
-        let given = *self.http_engine.lock();
+        let given = spec.engine.or(*self.http_engine.lock());
+        let kv_connector = spec.kv_connector.unwrap_or(*self.kv_connector.lock());
         Arc::new(Worker {
             id,
             bootstrap_host: worker::host_of(&spec.url),
@@ -258,6 +267,8 @@ impl Registry {
             grpc,
             http_engine: std::sync::atomic::AtomicU8::new(given.map_or(0, worker::engine_code)),
             engine_given: given.is_some(),
+            kv_connector,
+            engine_ids: Default::default(),
         })
     }
 
@@ -445,6 +456,8 @@ mod tests {
             worker_type: t,
             bootstrap_port: None,
             api_key: None,
+            engine: None,
+            kv_connector: None,
         }
     }
 

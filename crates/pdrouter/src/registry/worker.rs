@@ -148,6 +148,10 @@ pub struct Worker {
     pub(crate) http_engine: AtomicU8,
     /// The engine was given (`--runtime`), not to be detected.
     pub(crate) engine_given: bool,
+    /// How a vLLM worker's PD pairs move the KV.
+    pub(crate) kv_connector: crate::config::KvConnector,
+    /// A vLLM Mooncake Prefill's engine ids by DP rank, once its bootstrap server said them.
+    pub(crate) engine_ids: ArcSwapOption<Vec<String>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -253,6 +257,31 @@ impl Worker {
             2 => HttpEngine::Vllm,
             _ => HttpEngine::Sglang,
         })
+    }
+
+    /// A vLLM worker's KV connector; `None` for other workers.
+    pub fn kv_connector(&self) -> Option<crate::config::KvConnector> {
+        (self.http_engine() == Some(crate::config::HttpEngine::Vllm)).then_some(self.kv_connector)
+    }
+
+    /// The engine given for this HTTP worker (not detected), if any.
+    pub(crate) fn given_engine(&self) -> Option<crate::config::HttpEngine> {
+        self.engine_given.then(|| self.http_engine()).flatten()
+    }
+
+    /// The KV connector this worker would use as a vLLM worker.
+    pub(crate) fn connector(&self) -> crate::config::KvConnector {
+        self.kv_connector
+    }
+
+    /// A Mooncake Prefill's engine ids by DP rank, once learned.
+    pub(crate) fn engine_ids(&self) -> Option<Arc<Vec<String>>> {
+        self.engine_ids.load_full()
+    }
+
+    /// Records what a Mooncake Prefill's bootstrap server said.
+    pub(crate) fn set_engine_ids(&self, ids: Arc<Vec<String>>) {
+        self.engine_ids.store(Some(ids));
     }
 
     /// Whether the HTTP worker's engine is still to be learned from what it serves.

@@ -28,6 +28,8 @@ pub fn spec(url: &str, t: WorkerType) -> WorkerSpec {
         worker_type: t,
         bootstrap_port: None,
         api_key: None,
+        engine: None,
+        kv_connector: None,
     }
 }
 

@@ -66,7 +66,7 @@ fn bootstrap_fields(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str,
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::{BreakerConfig, WorkerSpec, WorkerType};
     use crate::registry::{Registry, WorkerStatus};
@@ -74,7 +74,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    fn register(
+    /// Registers `url` as a `t` worker (one entry per rank with `ranks`), ready.
+    pub(in crate::backends::http) fn register(
         url: &str,
         t: WorkerType,
         port: Option<u16>,
@@ -92,6 +93,8 @@ mod tests {
             worker_type: t,
             bootstrap_port: port,
             api_key: None,
+            engine: None,
+            kv_connector: None,
         };
         Registry::new(breaker, None)
             .register(&spec, ranks, WorkerStatus::Ready)

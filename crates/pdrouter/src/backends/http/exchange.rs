@@ -40,6 +40,22 @@ pub(crate) async fn exchange(
     ctx: &RequestCtx,
     timeout: std::time::Duration,
 ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+    exchange_with(client, worker, leg, path, body, ctx, timeout, Vec::new()).await
+}
+
+/// [`exchange`], with `extra` headers for this worker only (e.g. the DP rank a vLLM
+/// Prefill runs on).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn exchange_with(
+    client: &UpstreamClient,
+    worker: &Worker,
+    leg: Leg,
+    path: &str,
+    body: Bytes,
+    ctx: &RequestCtx,
+    timeout: std::time::Duration,
+    extra: Vec<(http::HeaderName, http::HeaderValue)>,
+) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
     let mut req = json_post(
         worker.base_url(),
         path,
@@ -51,6 +67,9 @@ pub(crate) async fn exchange(
         f.apply(&mut req, worker.api_key().is_some());
     }
     crate::telemetry::propagate_to_worker(req.headers_mut());
+    for (name, value) in extra {
+        req.headers_mut().insert(name, value);
+    }
     let resp = client
         .send(req, timeout)
         .await

@@ -7,6 +7,7 @@
 pub mod bootstrap;
 pub mod exchange;
 pub mod logprobs;
+mod mooncake;
 mod one;
 mod pd;
 pub mod relay;
@@ -48,10 +49,9 @@ impl Backend for HttpBackend {
         _: &(),
         pair: Pair,
     ) -> Result<Response, ApiError> {
-        if pair.prefill.http_engine() == Some(crate::config::HttpEngine::Vllm) {
-            vllm::send(&self.client, core, req, ctx, pair).await
-        } else {
-            pd::send(&self.client, core, req, ctx, pair).await
+        match pair.prefill.kv_connector() {
+            Some(connector) => vllm::send(&self.client, core, req, ctx, pair, connector).await,
+            None => pd::send(&self.client, core, req, ctx, pair, None).await,
         }
     }
 

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::PrefillLeg;
 use super::bootstrap;
-use super::exchange::{exchange, relay_response};
+use super::exchange::{exchange, exchange_with, relay_response};
 use super::logprobs::{PromptLogprobs, SseMerge};
 use super::relay::{FirstByte, RelayBody};
 use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
@@ -74,13 +74,23 @@ impl PrefillAnswer for HttpPrefill {
     }
 }
 
-/// Sends both legs to `pair` and relays Decode's answer.
+/// What the two legs are sent when it is not SGLang's bootstrap ticket: the bodies, and
+/// headers for the Prefill worker only.
+pub(super) struct Legs {
+    pub(super) prefill: Bytes,
+    pub(super) decode: Bytes,
+    pub(super) prefill_headers: Vec<(http::HeaderName, http::HeaderValue)>,
+}
+
+/// Sends both legs to `pair` (`legs`, else the client's body with one bootstrap ticket) and
+/// relays Decode's answer.
 pub(super) async fn send(
     client: &UpstreamClient,
     core: &Core,
     req: &ParsedRequest,
     ctx: &RequestCtx,
     pair: Pair,
+    legs: Option<Legs>,
 ) -> Result<Response, ApiError> {
     let Pair {
         prefill,
@@ -89,7 +99,13 @@ pub(super) async fn send(
         decode,
         decode_load,
     } = pair;
-    let (prefill_body, decode_body) = bootstrap::bodies(req, &prefill, &decode);
+    let (prefill_body, decode_body, prefill_headers) = match legs {
+        Some(l) => (l.prefill, l.decode, l.prefill_headers),
+        None => {
+            let (p, d) = bootstrap::bodies(req, &prefill, &decode);
+            (p, d, Vec::new())
+        }
+    };
     let capture = req.logprobs;
     let path = req.endpoint.path();
     let timeout = core.cfg.request_timeout;
@@ -98,7 +114,7 @@ pub(super) async fn send(
         let worker = prefill.clone();
         let ctx = ctx.clone();
         move || async move {
-            let head = exchange(
+            let head = exchange_with(
                 &client,
                 &worker,
                 Leg::Prefill,
@@ -106,6 +122,7 @@ pub(super) async fn send(
                 prefill_body,
                 &ctx,
                 timeout,
+                prefill_headers,
             )
             .await?;
             Ok(HttpPrefill {

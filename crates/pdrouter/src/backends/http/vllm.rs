@@ -1,6 +1,8 @@
-//! vLLM engines over HTTP with the NIXL connector: a sequential handoff.
+//! vLLM engines over HTTP. With the NIXL connector, a sequential handoff; with LMCache the
+//! same order without params (the Prefill stores the prompt's KV, Decode finds it by the
+//! prompt); with Mooncake both legs at once ([`super::mooncake`]).
 //!
-//! Order, once the core has picked and admitted the pair:
+//! NIXL, once the core has picked and admitted the pair:
 //! 1. The Prefill leg is the client's body with `stream: false`, no `stream_options`, no
 //!    `min_tokens`, capped at one token (`max_completion_tokens: 1` when the client used that
 //!    key, else `max_tokens: 1`) and marked `kv_transfer_params: {"do_remote_decode": true,
@@ -12,6 +14,9 @@
 //! 3. A Prefill that ended before its cap (`kv_transfer_params: null`, e.g. EOS or a stop
 //!    string first) freed its KV: Decode is sent without params and computes the prompt
 //!    itself; the client is served and the handoff is counted as recomputed.
+//!
+//! LMCache: the Prefill leg as above but without `kv_transfer_params`; once its answer has
+//! been read, the Decode leg is the client's body unchanged.
 //!
 //! Invariants:
 //! - One handoff feeds one Decode request: a request for several choices (`n` > 1) or
@@ -34,6 +39,7 @@ use tokio::time::Instant;
 
 use super::exchange::{exchange, model_fill, relay_response};
 use super::relay::{FirstByte, RelayBody};
+use crate::config::KvConnector;
 use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
 use crate::core::{Core, Pair, RequestCtx, worker_ok};
 use crate::error::{ApiError, Leg};
@@ -49,6 +55,8 @@ const PREFILL_ANSWER_LIMIT: usize = crate::proxy::client::INFO_BODY_LIMIT;
 struct VllmPrefill {
     body: Incoming,
     worker: Arc<Worker>,
+    /// The answer carries `kv_transfer_params` to take (NIXL); else it is only read.
+    params: bool,
 }
 
 impl PrefillAnswer for VllmPrefill {
@@ -69,6 +77,9 @@ impl PrefillAnswer for VllmPrefill {
             }
             Err(_) => return Err(ApiError::upstream_broken(Leg::Prefill, url)),
         };
+        if !self.params {
+            return Ok(Some(Value::Null));
+        }
         Ok(Some(handoff_params(&bytes, url)?))
     }
 }
@@ -100,8 +111,20 @@ fn object_of(req: &ParsedRequest) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// The Prefill leg's body (see the module docs).
-pub(crate) fn prefill_body(mut body: Map<String, Value>) -> Bytes {
+/// The NIXL Prefill leg's body (see the module docs).
+pub(crate) fn prefill_body(body: Map<String, Value>) -> Bytes {
+    let mut body = capped(body);
+    body.insert(
+        "kv_transfer_params".into(),
+        serde_json::json!({"do_remote_decode": true, "do_remote_prefill": false}),
+    );
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// The client's body as every vLLM Prefill leg is sent it: not streamed, capped at one token
+/// (in the spelling the client used), no `min_tokens`, no params of the client's.
+pub(crate) fn capped(mut body: Map<String, Value>) -> Map<String, Value> {
+    body.remove("kv_transfer_params");
     body.insert("stream".into(), Value::Bool(false));
     body.remove("stream_options");
     body.remove("min_tokens");
@@ -112,11 +135,7 @@ pub(crate) fn prefill_body(mut body: Map<String, Value>) -> Bytes {
         "max_tokens"
     };
     body.insert(cap.into(), Value::from(1));
-    body.insert(
-        "kv_transfer_params".into(),
-        serde_json::json!({"do_remote_decode": true, "do_remote_prefill": false}),
-    );
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    body
 }
 
 /// The Decode leg's body: the client's, with the Prefill's params verbatim when it gave any.
@@ -129,13 +148,15 @@ pub(crate) fn decode_body(mut body: Map<String, Value>, params: Value) -> Bytes 
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }
 
-/// Sends the Prefill leg, waits for its params, then sends Decode and relays its answer.
+/// Sends the legs as `connector` wants them and relays Decode's answer: NIXL and LMCache
+/// one after the other (here), Mooncake at once.
 pub(super) async fn send(
     client: &UpstreamClient,
     core: &Core,
     req: &ParsedRequest,
     ctx: &RequestCtx,
     pair: Pair,
+    connector: KvConnector,
 ) -> Result<Response, ApiError> {
     if !matches!(
         req.endpoint,
@@ -160,6 +181,20 @@ pub(super) async fn send(
     }
     let timeout = core.cfg.request_timeout;
     let path = req.endpoint.path();
+    if connector == KvConnector::Mooncake && one_handoff(req) {
+        let ids = super::mooncake::engine_ids(client, &prefill, core.cfg.health.timeout).await?;
+        let legs =
+            super::mooncake::legs(body.clone(), capped(body), &prefill, &ids, &ctx.request_id);
+        let pair = Pair {
+            prefill,
+            permit,
+            prefill_load,
+            decode,
+            decode_load,
+        };
+        return super::pd::send(client, core, req, ctx, pair, Some(legs)).await;
+    }
+    let nixl = connector == KvConnector::Nixl;
     let params = if one_handoff(req) {
         let holds = PrefillHolds::new(permit, prefill_load);
         let deadline = crate::config::deadline_after(Instant::now(), timeout);
@@ -167,13 +202,18 @@ pub(super) async fn send(
             let client = client.clone();
             let worker = prefill.clone();
             let ctx = ctx.clone();
-            let body = prefill_body(body.clone());
+            let body = if nixl {
+                prefill_body(body.clone())
+            } else {
+                Bytes::from(serde_json::to_vec(&capped(body.clone())).unwrap_or_default())
+            };
             move || async move {
                 let head =
                     exchange(&client, &worker, Leg::Prefill, path, body, &ctx, timeout).await?;
                 Ok(VllmPrefill {
                     body: head.into_body(),
                     worker,
+                    params: nixl,
                 })
             }
         };
@@ -181,11 +221,14 @@ pub(super) async fn send(
         // The slot is released by the leg task when the answer has been read.
         leg.outcome().await?;
         let params = leg.take_kept().unwrap_or(Value::Null);
-        core.metrics.kv_handoff(if params.is_null() {
-            KvHandoff::Recomputed
-        } else {
-            KvHandoff::Relayed
-        });
+        // Only NIXL's answer says whether the KV is there to move.
+        if nixl {
+            core.metrics.kv_handoff(if params.is_null() {
+                KvHandoff::Recomputed
+            } else {
+                KvHandoff::Relayed
+            });
+        }
         params
     } else {
         drop((permit, prefill_load));

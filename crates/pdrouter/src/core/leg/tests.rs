@@ -45,6 +45,8 @@ fn fixture() -> Fixture {
         worker_type: WorkerType::Prefill,
         bootstrap_port: None,
         api_key: None,
+        engine: None,
+        kv_connector: None,
     };
     let worker = registry
         .register(&spec, None, WorkerStatus::Ready)
