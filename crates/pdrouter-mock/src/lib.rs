@@ -108,7 +108,7 @@ mod state;
 mod worker;
 
 pub use cli::{CliError, MockArgs, RuntimeArg, run_cli};
-pub use config::{GrpcRuntime, HttpRuntime, MockConfig, ParseRoleError, Role};
+pub use config::{GrpcRuntime, HttpRuntime, KvConnectorKind, MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
 pub use files::FileServer;
 pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;
