@@ -92,7 +92,7 @@ pub struct MockArgs {
     pub grpc: bool,
     /// The engine imitated: with --grpc, sglang (the default) or tokenspeed
     /// (only that one's service answers); without it, vllm (vLLM's OpenAI
-    /// server with the NIXL KV connector) instead of SGLang's HTTP server.
+    /// server with the KV connector of --kv-connector) instead of SGLang's HTTP server.
     #[arg(long, value_enum, requires_ifs = [("sglang", "grpc"), ("tokenspeed", "grpc")])]
     pub runtime: Option<RuntimeArg>,
     /// vLLM: milliseconds a producer (prefill leg) holds the KV blocks of a

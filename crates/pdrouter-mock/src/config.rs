@@ -127,7 +127,7 @@ pub struct MockConfig {
     /// (its room finished at its encode worker) before failing the request.
     pub encode_wait: Duration,
     /// HTTP mode: which server the worker imitates (SGLang's, or vLLM's OpenAI server with
-    /// the NIXL KV connector; see the crate docs). Ignored in gRPC mode, where
+    /// the KV connector of [`MockConfig::kv_connector`]; see the crate docs). Ignored in gRPC mode, where
     /// [`HttpRuntime::Vllm`] is refused at start.
     pub http_runtime: HttpRuntime,
     /// vLLM mode: how long a producer (prefill leg) holds the KV blocks of a request that no
