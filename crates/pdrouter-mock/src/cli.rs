@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::config::{GrpcRuntime, HttpRuntime, MockConfig, Role};
+use crate::config::{GrpcRuntime, HttpRuntime, KvConnectorKind, MockConfig, Role};
 use crate::engine::EngineConfig;
 use crate::worker::MockWorker;
 
@@ -92,13 +92,23 @@ pub struct MockArgs {
     pub grpc: bool,
     /// The engine imitated: with --grpc, sglang (the default) or tokenspeed
     /// (only that one's service answers); without it, vllm (vLLM's OpenAI
-    /// server with the NIXL KV connector) instead of SGLang's HTTP server.
+    /// server with the KV connector of --kv-connector) instead of SGLang's HTTP server.
     #[arg(long, value_enum, requires_ifs = [("sglang", "grpc"), ("tokenspeed", "grpc")])]
     pub runtime: Option<RuntimeArg>,
     /// vLLM: milliseconds a producer (prefill leg) holds the KV blocks of a
     /// request no consumer pulled (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
     #[arg(long, default_value_t = 480_000, value_name = "MS")]
     pub kv_abort_timeout_ms: u64,
+    /// vLLM: the KV connector imitated: nixl (the consumer pulls from the producer's port),
+    /// mooncake (both legs at once; a prefill worker serves a bootstrap server, printed as
+    /// bootstrap_port=P) or lmcache (the producer pushes a one-token request's KV to
+    /// --lmcache-peer).
+    #[arg(long, value_enum, value_name = "C")]
+    pub kv_connector: Option<KvConnectorKind>,
+    /// vLLM with --kv-connector lmcache: base URL (http://host:port) of the consumer a
+    /// one-token request's KV is pushed to.
+    #[arg(long, value_name = "URL")]
+    pub lmcache_peer: Option<String>,
     /// Require `Authorization: Bearer KEY` on every route but /mock/* (401
     /// without it).
     #[arg(long, value_name = "KEY")]
@@ -159,19 +169,41 @@ fn parse_fail_rate(s: &str) -> Result<f64, String> {
 impl MockArgs {
     /// Parses `args` (including the program name) like [`Parser::try_parse_from`], then
     /// refuses the combinations clap cannot express: `--grpc --runtime vllm` (vLLM mode is
-    /// HTTP only).
+    /// HTTP only), `--kv-connector` without `--runtime vllm`, `--lmcache-peer` without
+    /// `--kv-connector lmcache` or not an `http://` URL.
     pub fn try_parse_checked<I, T>(args: I) -> Result<MockArgs, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
         let args = MockArgs::try_parse_from(args)?;
-        if args.grpc && args.runtime == Some(RuntimeArg::Vllm) {
-            return Err(<MockArgs as clap::CommandFactory>::command().error(
+        let fail = |kind, msg: &str| {
+            Err(<MockArgs as clap::CommandFactory>::command().error(kind, msg.to_owned()))
+        };
+        let vllm = args.runtime == Some(RuntimeArg::Vllm);
+        if args.grpc && vllm {
+            return fail(
                 clap::error::ErrorKind::ArgumentConflict,
                 "--runtime vllm is vLLM's HTTP server and cannot be used with --grpc \
                  (gRPC mode speaks sglang or tokenspeed)",
-            ));
+            );
+        }
+        // Flags of the vLLM connectors would be silently ignored elsewhere.
+        let missing = clap::error::ErrorKind::MissingRequiredArgument;
+        if !vllm && args.kv_connector.is_some() {
+            return fail(missing, "--kv-connector needs --runtime vllm");
+        }
+        if let Some(peer) = &args.lmcache_peer {
+            if args.kv_connector != Some(KvConnectorKind::LmCache) {
+                return fail(
+                    missing,
+                    "--lmcache-peer needs --runtime vllm --kv-connector lmcache",
+                );
+            }
+            if !peer.starts_with("http://") {
+                let kind = clap::error::ErrorKind::ValueValidation;
+                return fail(kind, "--lmcache-peer must be an http://host:port URL");
+            }
         }
         Ok(args)
     }
@@ -205,6 +237,8 @@ impl MockArgs {
                 _ => HttpRuntime::Sglang,
             },
             kv_abort_timeout: Duration::from_millis(self.kv_abort_timeout_ms),
+            kv_connector: self.kv_connector.unwrap_or_default(),
+            lmcache_peer: self.lmcache_peer.clone(),
             api_key: self.api_key.clone(),
             default_sampling_params: self.default_sampling_params.clone(),
             encode_wait: Duration::from_millis(self.encode_wait_ms),
@@ -255,7 +289,7 @@ impl From<io::Error> for CliError {
 /// Runs the `pdrouter-mock` command: parses `args` (including the program
 /// name, as in [`std::env::args`]), starts the worker, prints
 /// `pdrouter-mock listening on http://ADDR role=ROLE` (`grpc://ADDR` with
-/// `--grpc`; engine-mode prefill: followed by ` bootstrap_port=P`) to stdout
+/// `--grpc`; engine-mode or Mooncake prefill: followed by ` bootstrap_port=P`) to stdout
 /// and serves
 /// until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: impl IntoIterator<Item = String>) -> Result<(), CliError> {
@@ -408,5 +442,57 @@ mod tests {
             "8",
         ];
         assert!(MockArgs::try_parse_from(plain).is_err(), "needs --engine");
+    }
+
+    #[test]
+    fn kv_connector_and_lmcache_peer_need_vllm() {
+        let parse = |extra: &[&str]| {
+            let argv = ["pdrouter-mock", "--role", "prefill"]
+                .into_iter()
+                .chain(extra.iter().copied());
+            MockArgs::try_parse_checked(argv).map(|a| a.to_config())
+        };
+        let cfg = parse(&["--runtime", "vllm"]).unwrap();
+        assert_eq!(
+            (cfg.kv_connector, cfg.lmcache_peer),
+            (KvConnectorKind::Nixl, None)
+        );
+        for (name, kind) in [
+            ("nixl", KvConnectorKind::Nixl),
+            ("mooncake", KvConnectorKind::Mooncake),
+            ("lmcache", KvConnectorKind::LmCache),
+        ] {
+            let cfg = parse(&["--runtime", "vllm", "--kv-connector", name]).unwrap();
+            assert_eq!(cfg.kv_connector, kind);
+            assert_eq!(kind.as_str(), name);
+        }
+        let peer = ["--runtime", "vllm", "--kv-connector", "lmcache"];
+        let with_peer = |url: &str| {
+            let argv: Vec<&str> = peer
+                .iter()
+                .copied()
+                .chain(["--lmcache-peer", url])
+                .collect();
+            parse(&argv)
+        };
+        let cfg = with_peer("http://127.0.0.1:9").unwrap();
+        assert_eq!(cfg.lmcache_peer.as_deref(), Some("http://127.0.0.1:9"));
+        assert!(with_peer("127.0.0.1:9").is_err(), "a URL");
+        for bad in [
+            vec!["--kv-connector", "mooncake"],
+            vec!["--grpc", "--kv-connector", "nixl"],
+            vec!["--runtime", "vllm", "--kv-connector", "p2p"],
+            vec!["--runtime", "vllm", "--lmcache-peer", "http://h:1"],
+            vec![
+                "--runtime",
+                "vllm",
+                "--kv-connector",
+                "mooncake",
+                "--lmcache-peer",
+                "http://h:1",
+            ],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
     }
 }

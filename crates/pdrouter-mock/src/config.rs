@@ -127,12 +127,43 @@ pub struct MockConfig {
     /// (its room finished at its encode worker) before failing the request.
     pub encode_wait: Duration,
     /// HTTP mode: which server the worker imitates (SGLang's, or vLLM's OpenAI server with
-    /// the NIXL KV connector; see the crate docs). Ignored in gRPC mode, where
+    /// the KV connector of [`MockConfig::kv_connector`]; see the crate docs). Ignored in gRPC mode, where
     /// [`HttpRuntime::Vllm`] is refused at start.
     pub http_runtime: HttpRuntime,
     /// vLLM mode: how long a producer (prefill leg) holds the KV blocks of a request that no
     /// consumer pulled before it frees them (vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`).
     pub kv_abort_timeout: Duration,
+    /// vLLM mode: the KV connector imitated (NIXL, Mooncake or LMCache; see the crate docs).
+    pub kv_connector: KvConnectorKind,
+    /// vLLM mode, LMCache connector: base URL (`http://host:port`) of the consumer this
+    /// worker pushes the KV of every one-token request to; `None` pushes nothing.
+    pub lmcache_peer: Option<String>,
+}
+
+/// The KV connector a vLLM-mode worker imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum KvConnectorKind {
+    /// vLLM's NIXL connector: the consumer pulls the blocks the producer's answer names.
+    #[default]
+    Nixl,
+    /// vLLM's Mooncake connector: both legs at once, rendezvous by `transfer_id` through the
+    /// producer's bootstrap server.
+    Mooncake,
+    /// LMCache's disaggregation: the producer pushes a one-token request's KV to its peer,
+    /// which finds it by prompt.
+    #[value(name = "lmcache")]
+    LmCache,
+}
+
+impl KvConnectorKind {
+    /// The name used on the command line and in `/mock/stats`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvConnectorKind::Nixl => "nixl",
+            KvConnectorKind::Mooncake => "mooncake",
+            KvConnectorKind::LmCache => "lmcache",
+        }
+    }
 }
 
 /// The server an HTTP-mode worker imitates.
@@ -161,7 +192,8 @@ pub enum GrpcRuntime {
 impl MockConfig {
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
     /// dp size 1, model `"mock-model"`, no engine mode, HTTP (SGLang's), no API key, no
-    /// default sampling parameters, a KV abort timeout of 480 s.
+    /// default sampling parameters, a KV abort timeout of 480 s, the NIXL connector, no
+    /// LMCache peer.
     pub fn new(role: Role) -> Self {
         MockConfig {
             host: "127.0.0.1".to_owned(),
@@ -181,6 +213,8 @@ impl MockConfig {
             encode_wait: DEFAULT_ENCODE_WAIT,
             http_runtime: HttpRuntime::Sglang,
             kv_abort_timeout: DEFAULT_KV_ABORT_TIMEOUT,
+            kv_connector: KvConnectorKind::Nixl,
+            lmcache_peer: None,
         }
     }
 }

@@ -1,10 +1,16 @@
 //! vLLM mode's KV transfer state: the blocks a producer (prefill leg) holds for the consumer
-//! that will pull them, like vLLM's NIXL connector, and the transfer counters of both sides.
+//! that will pull them, like vLLM's NIXL and Mooncake connectors, or (LMCache) the entries a
+//! consumer keeps of what its producer pushed, and the transfer counters of both sides.
 //!
 //! Invariants:
-//! - A held entry is keyed by its `remote_request_id`; it lives until a pull takes it (with
-//!   the same block ids) or until [`KvTable::timeout`] after it was produced, whichever comes
-//!   first; then its blocks are freed (counted pulled or expired).
+//! - A held entry is keyed by its `remote_request_id` (NIXL), its `transfer_id` (Mooncake) or
+//!   its prompt key (LMCache) and owned by one engine id (this worker's, or under Mooncake the
+//!   id of the DP rank that computed it, [`KvTable::rank_engine_ids`]); it lives until a pull
+//!   takes it (with the same engine id, and for NIXL the same block ids) or until
+//!   [`KvTable::timeout`] after it was produced, whichever comes first; then its blocks are
+//!   freed (counted pulled or expired).
+//! - A Mooncake pull that finds nothing yet waits for the entry ([`KvTable::wait_take`]),
+//!   woken by every new entry and bounded by its caller, since both legs run at once.
 //! - At most [`MAX_HELD`] requests are held: a producer beyond that is refused, never stored.
 //!   The deadline index holds exactly one entry per held request, so both maps stay within
 //!   that bound whatever the request rate.
@@ -39,6 +45,12 @@ pub(crate) fn blocks_for(tokens: u64) -> u64 {
     tokens.div_ceil(BLOCK_TOKENS)
 }
 
+/// `tokens` rounded down to a whole block: what a consumer gets of a prompt whose every
+/// block moved.
+pub(crate) fn whole_blocks(tokens: u64) -> u64 {
+    tokens / BLOCK_TOKENS * BLOCK_TOKENS
+}
+
 /// The prompt tokens a consumer gets from the producer's full blocks: `tokens` rounded down
 /// to a whole block, at most what `blocks` blocks carry.
 pub(crate) fn transferred_tokens(tokens: u64, blocks: usize) -> u64 {
@@ -57,6 +69,8 @@ pub(crate) struct KvSnapshot {
     pub(crate) recomputed_total: u64,
     pub(crate) pull_failed_total: u64,
     pub(crate) early_end_total: u64,
+    pub(crate) pushed_total: u64,
+    pub(crate) push_failed_total: u64,
 }
 
 /// Why a producer's blocks could not be held.
@@ -71,7 +85,11 @@ pub(crate) struct KvTable {
 
 #[derive(Debug)]
 struct Core {
-    engine_id: String,
+    engine_id: Arc<str>,
+    /// Mooncake: the engine id of each DP rank, `{engine_id}-dp{rank}`.
+    rank_ids: Vec<Arc<str>>,
+    /// Wakes every waiting Mooncake pull when an entry is held.
+    produced: Notify,
     timeout: Duration,
     held: Mutex<Held>,
     /// Wakes the sweeper when an entry arrives in an empty table.
@@ -88,6 +106,8 @@ struct Counters {
     recomputed: AtomicU64,
     pull_failed: AtomicU64,
     early_end: AtomicU64,
+    pushed: AtomicU64,
+    push_failed: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +124,20 @@ struct Held {
 struct Entry {
     seq: u64,
     blocks: Vec<u64>,
+    engine_id: Arc<str>,
+    /// The prompt tokens the blocks carry.
+    tokens: u64,
+}
+
+/// What a pull by key ([`KvTable::take_key`]) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// Held under that engine id: freed; the prompt tokens it carried.
+    Tokens(u64),
+    /// Held under another engine id: left held.
+    WrongEngine,
+    /// Not held (not yet, or no longer).
+    Missing,
 }
 
 impl Held {
@@ -147,12 +181,18 @@ fn uuid_like() -> String {
 }
 
 impl KvTable {
-    /// An empty table under a fresh engine id; held blocks expire after `timeout` (at most
-    /// [`MAX_TIMEOUT`]).
-    pub(crate) fn new(timeout: Duration) -> Self {
+    /// An empty table under a fresh engine id (and one per each of `dp_size` ranks); held
+    /// blocks expire after `timeout` (at most [`MAX_TIMEOUT`]).
+    pub(crate) fn new(timeout: Duration, dp_size: u32) -> Self {
+        let engine_id: Arc<str> = uuid_like().into();
+        let rank_ids = (0..dp_size.max(1))
+            .map(|r| Arc::from(format!("{engine_id}-dp{r}")))
+            .collect();
         KvTable {
             core: Arc::new(Core {
-                engine_id: uuid_like(),
+                engine_id,
+                rank_ids,
+                produced: Notify::new(),
                 timeout: timeout.min(MAX_TIMEOUT),
                 held: Mutex::new(Held::default()),
                 arrived: Notify::new(),
@@ -166,8 +206,12 @@ impl KvTable {
         &self.core.engine_id
     }
 
+    /// Mooncake: the engine ids of every DP rank, in rank order.
+    pub(crate) fn rank_engine_ids(&self) -> impl Iterator<Item = &str> {
+        self.core.rank_ids.iter().map(|id| &**id)
+    }
+
     /// How long unpulled blocks are held.
-    #[cfg(test)]
     pub(crate) fn timeout(&self) -> Duration {
         self.core.timeout
     }
@@ -175,6 +219,37 @@ impl KvTable {
     /// Holds `blocks` new blocks for `request_id` (replacing, as expired, an entry it
     /// already had) and returns their ids; refused when [`MAX_HELD`] requests are held.
     pub(crate) fn hold(&self, request_id: &str, blocks: u64) -> Result<Vec<u64>, TableFull> {
+        let engine = Arc::clone(&self.core.engine_id);
+        self.insert(request_id, engine, blocks, blocks * BLOCK_TOKENS)
+    }
+
+    /// Mooncake: holds the blocks of a `tokens`-token prompt for `transfer_id`, computed by
+    /// DP rank `rank` (which must exist), and wakes the pulls waiting for it.
+    pub(crate) fn hold_for_rank(
+        &self,
+        rank: u32,
+        transfer_id: &str,
+        tokens: u64,
+    ) -> Result<(), TableFull> {
+        let engine = Arc::clone(&self.core.rank_ids[rank as usize]);
+        self.insert(transfer_id, engine, blocks_for(tokens), tokens)?;
+        Ok(())
+    }
+
+    /// LMCache consumer: keeps the `tokens`-token KV pushed for `prompt_key`.
+    pub(crate) fn store_pushed(&self, prompt_key: &str, tokens: u64) -> Result<(), TableFull> {
+        let engine = Arc::clone(&self.core.engine_id);
+        self.insert(prompt_key, engine, blocks_for(tokens), tokens)?;
+        Ok(())
+    }
+
+    fn insert(
+        &self,
+        request_id: &str,
+        engine_id: Arc<str>,
+        blocks: u64,
+        tokens: u64,
+    ) -> Result<Vec<u64>, TableFull> {
         let core = &self.core;
         let mut held = core.lock_swept();
         if held.remove(request_id).is_some() {
@@ -198,6 +273,8 @@ impl KvTable {
             Entry {
                 seq,
                 blocks: ids.clone(),
+                engine_id,
+                tokens,
             },
         );
         drop(held);
@@ -205,14 +282,52 @@ impl KvTable {
         if was_empty {
             core.arrived.notify_one();
         }
+        core.produced.notify_waiters();
         Ok(ids)
+    }
+
+    /// A pull by key alone (Mooncake's `transfer_id`, LMCache's prompt key): frees the entry
+    /// when it is held under `engine_id` (`None`: whichever).
+    pub(crate) fn take_key(&self, engine_id: Option<&str>, key: &str) -> Taken {
+        let core = &self.core;
+        let mut held = core.lock_swept();
+        match held.by_id.get(key) {
+            None => return Taken::Missing,
+            Some(e) if engine_id.is_some_and(|id| id != &*e.engine_id) => {
+                return Taken::WrongEngine;
+            }
+            Some(_) => {}
+        }
+        let tokens = held.remove(key).map_or(0, |e| e.tokens);
+        drop(held);
+        core.counters.pulled.fetch_add(1, Ordering::SeqCst);
+        Taken::Tokens(tokens)
+    }
+
+    /// Mooncake: [`KvTable::take_key`], waiting up to `bound` for the entry to be held when
+    /// it is not yet (its producer may still be computing).
+    pub(crate) async fn wait_take(&self, engine_id: &str, key: &str, bound: Duration) -> Taken {
+        let deadline = Instant::now() + bound.min(MAX_TIMEOUT);
+        loop {
+            // Registered before the look-up, so an entry held in between still wakes it.
+            let produced = self.core.produced.notified();
+            tokio::pin!(produced);
+            produced.as_mut().enable();
+            match self.take_key(Some(engine_id), key) {
+                Taken::Missing => {}
+                found => return found,
+            }
+            if tokio::time::timeout_at(deadline, produced).await.is_err() {
+                return Taken::Missing;
+            }
+        }
     }
 
     /// A consumer's pull: frees and returns `true` when this worker (`engine_id`) holds
     /// `request_id` with exactly `blocks`; anything else leaves the table as it was.
     pub(crate) fn take(&self, engine_id: &str, request_id: &str, blocks: &[u64]) -> bool {
         let core = &self.core;
-        if engine_id != core.engine_id {
+        if engine_id != &*core.engine_id {
             return false;
         }
         let mut held = core.lock_swept();
@@ -227,6 +342,13 @@ impl KvTable {
         drop(held);
         core.counters.pulled.fetch_add(1, Ordering::SeqCst);
         true
+    }
+
+    /// LMCache producer: counts a push its peer accepted (`ok`) or that failed.
+    pub(crate) fn record_push(&self, ok: bool) {
+        let c = &self.core.counters;
+        let counter = if ok { &c.pushed } else { &c.push_failed };
+        counter.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Counts a consumer that got its prompt's KV from its producer.
@@ -268,6 +390,8 @@ impl KvTable {
             recomputed_total: get(&c.recomputed),
             pull_failed_total: get(&c.pull_failed),
             early_end_total: get(&c.early_end),
+            pushed_total: get(&c.pushed),
+            push_failed_total: get(&c.push_failed),
         }
     }
 
@@ -332,12 +456,13 @@ mod tests {
         assert_eq!(transferred_tokens(17, 2), 16);
         assert_eq!(transferred_tokens(15, 1), 0);
         assert_eq!(transferred_tokens(64, 2), 32, "capped by the blocks sent");
+        assert_eq!((whole_blocks(15), whole_blocks(33)), (0, 32));
     }
 
     #[test]
     fn engine_ids_look_like_uuids_and_differ() {
-        let a = KvTable::new(Duration::from_secs(1));
-        let b = KvTable::new(Duration::from_secs(1));
+        let a = KvTable::new(Duration::from_secs(1), 1);
+        let b = KvTable::new(Duration::from_secs(1), 1);
         assert_ne!(a.engine_id(), b.engine_id());
         let parts: Vec<usize> = a.engine_id().split('-').map(str::len).collect();
         assert_eq!(parts, [8, 4, 4, 4, 12]);
@@ -346,7 +471,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_endless_timeout_is_cut_to_one_that_fits() {
-        let t = KvTable::new(Duration::from_millis(u64::MAX));
+        let t = KvTable::new(Duration::from_millis(u64::MAX), 1);
         assert_eq!(t.timeout(), MAX_TIMEOUT);
         t.hold("r", 1).unwrap();
         assert_eq!(t.snapshot().held_requests, 1);
@@ -354,7 +479,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pull_takes_exactly_what_is_held_once() {
-        let t = KvTable::new(Duration::from_secs(480));
+        let t = KvTable::new(Duration::from_secs(480), 1);
         let ids = t.hold("r1", 3).unwrap();
         assert_eq!(ids.len(), 3);
         let other = t.hold("r2", 1).unwrap();
@@ -376,7 +501,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn unpulled_blocks_expire_on_time_through_the_sweeper() {
-        let t = KvTable::new(Duration::from_secs(480));
+        let t = KvTable::new(Duration::from_secs(480), 1);
         assert_eq!(t.timeout(), Duration::from_secs(480));
         let _sweeper = t.spawn_sweeper();
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -402,7 +527,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_table_is_bounded_and_a_reused_id_replaces_its_entry() {
-        let t = KvTable::new(Duration::from_secs(480));
+        let t = KvTable::new(Duration::from_secs(480), 1);
         t.hold("x", 1).unwrap();
         t.hold("x", 2).unwrap();
         let s = t.snapshot();
@@ -415,5 +540,34 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(481)).await;
         assert_eq!(t.snapshot().held_requests, 0, "swept on access");
         assert!(t.hold("one-more", 1).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mooncake_pull_waits_for_its_producer_and_checks_the_rank() {
+        let t = Arc::new(KvTable::new(Duration::from_secs(480), 2));
+        let ids: Vec<String> = t.rank_engine_ids().map(str::to_owned).collect();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1]);
+        assert_eq!(ids[1], format!("{}-dp1", t.engine_id()));
+        let waiter = {
+            let (t, id) = (Arc::clone(&t), ids[1].clone());
+            tokio::spawn(async move { t.wait_take(&id, "x", Duration::from_secs(30)).await })
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!waiter.is_finished(), "waits for the producer");
+        t.hold_for_rank(1, "x", 40).unwrap();
+        assert_eq!(waiter.await.unwrap(), Taken::Tokens(40));
+        t.hold_for_rank(0, "y", 16).unwrap();
+        let wrong = t.wait_take(&ids[1], "y", Duration::from_secs(30)).await;
+        assert_eq!(wrong, Taken::WrongEngine, "answered at once, left held");
+        assert_eq!(t.snapshot().held_requests, 1);
+        let start = Instant::now();
+        let none = t.wait_take(&ids[0], "x", Duration::from_secs(3)).await;
+        assert_eq!(
+            (none, start.elapsed()),
+            (Taken::Missing, Duration::from_secs(3))
+        );
+        assert_eq!(t.take_key(None, "y"), Taken::Tokens(16));
+        assert_eq!(t.snapshot().pulled_total, 2);
     }
 }

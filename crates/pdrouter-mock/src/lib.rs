@@ -86,6 +86,29 @@
 //! `aborts_total` (clients gone mid-answer) and the `kv_*` and `prefill_early_end_total`
 //! counters of [`MockStats`].
 //!
+//! [`MockConfig::kv_connector`] (`--kv-connector`, vLLM mode only) picks the KV connector
+//! imitated; the above is [`KvConnectorKind::Nixl`], the default. With
+//! [`KvConnectorKind::Mooncake`] the router sends both legs at once, tied by a
+//! `transfer_id` in their `kv_transfer_params`: a Prefill worker serves a bootstrap server on
+//! its own port ([`MockWorker::bootstrap_addr`]; the engine's `--bootstrap-port` if given,
+//! else a free one) answering `GET /query` with `{"RANK": {"engine_id": ID}}` for each of
+//! its `--dp-size` ranks; a producer leg (`do_remote_decode`, `transfer_id`; as strict as
+//! NIXL's) computes on the rank its `X-data-parallel-rank` header names (default 0, 400
+//! beyond `dp_size`), then holds the prompt's blocks under the transfer id for that rank's
+//! engine id and answers one token (`kv_transfer_params: null`). A consumer leg
+//! (`do_remote_prefill`, `remote_bootstrap_addr`, `remote_engine_id`, `transfer_id`) pulls
+//! them with `POST {remote_bootstrap_addr}/mock/mooncake/pull`, which waits (at most 30 s, or
+//! the abort timeout when shorter) for a producer that has not finished yet: cached tokens
+//! are the prompt's whole blocks when it got them, 0 (recompute) on a wrong engine id, a
+//! wait run out, or a transfer already pulled or expired. With [`KvConnectorKind::LmCache`]
+//! the router sends plain legs one after the other (Prefill capped at one token, then
+//! Decode); a worker with [`MockConfig::lmcache_peer`] (`--lmcache-peer URL`) pushes a
+//! one-token request's prompt KV to that consumer (`POST /mock/lmcache/push`, keyed by a
+//! hash of the prompt or the messages' roles and contents) before answering, and any
+//! LMCache worker reports a request whose prompt was pushed to it as cached (whole blocks,
+//! used once, kept at most the abort timeout). `/mock/stats` adds `kv_connector`, Mooncake's
+//! `engine_ids`, and the push counters `kv_pushed_total` / `kv_push_failed_total`.
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use pdrouter_mock::{MockConfig, MockWorker, Role};
@@ -108,7 +131,7 @@ mod state;
 mod worker;
 
 pub use cli::{CliError, MockArgs, RuntimeArg, run_cli};
-pub use config::{GrpcRuntime, HttpRuntime, MockConfig, ParseRoleError, Role};
+pub use config::{GrpcRuntime, HttpRuntime, KvConnectorKind, MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;
 pub use files::FileServer;
 pub use grpc::OUTPUT_TEXT as GRPC_OUTPUT_TEXT;

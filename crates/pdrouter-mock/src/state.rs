@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use crate::bootstrap::Rooms;
-use crate::config::{HttpRuntime, MockConfig, Role};
+use crate::config::{HttpRuntime, KvConnectorKind, MockConfig, Role};
 use crate::engine::Engine;
 use crate::kv::KvTable;
 
@@ -40,13 +40,16 @@ pub struct MockStats {
     /// The headers of the last generation request (names lower-case, every value of a
     /// repeated header in order; values that are not text are lossily decoded).
     pub last_headers: Option<Headers>,
-    /// vLLM mode, producer: requests whose KV blocks are held for a consumer now.
+    /// vLLM mode, producer: requests whose KV blocks are held for a consumer now (LMCache:
+    /// on the consumer, pushed entries not yet used).
     pub kv_held_requests: u64,
     /// vLLM mode, producer: KV blocks held now.
     pub kv_held_blocks: u64,
-    /// vLLM mode, producer: requests whose blocks were held since start.
+    /// vLLM mode, producer: requests whose blocks were held since start (LMCache: pushes the
+    /// consumer stored).
     pub kv_produced_total: u64,
-    /// vLLM mode, producer: pulls served (held blocks handed to a consumer and freed).
+    /// vLLM mode, producer: pulls served (held blocks handed to a consumer and freed; LMCache:
+    /// pushed entries a consumer request used).
     pub kv_pulled_total: u64,
     /// vLLM mode, producer: held requests freed unpulled (abort timeout, or replaced by a
     /// request with the same id).
@@ -60,6 +63,10 @@ pub struct MockStats {
     pub kv_pull_failed_total: u64,
     /// vLLM mode, producer: prefills that ended before their token cap (nothing held).
     pub prefill_early_end_total: u64,
+    /// vLLM mode, LMCache producer: prompt KV pushes its peer accepted.
+    pub kv_pushed_total: u64,
+    /// vLLM mode, LMCache producer: pushes that failed (the answer still succeeded).
+    pub kv_push_failed_total: u64,
 }
 
 /// Request headers as recorded: name → values in the order received.
@@ -324,6 +331,8 @@ impl MockControls {
             kv_recomputed_total: 0,
             kv_pull_failed_total: 0,
             prefill_early_end_total: 0,
+            kv_pushed_total: 0,
+            kv_push_failed_total: 0,
         }
     }
 
@@ -437,6 +446,10 @@ pub(crate) struct Shared {
     pub(crate) addr: SocketAddr,
     /// vLLM mode: the KV blocks held for consumers and the transfer counters.
     pub(crate) kv: KvTable,
+    /// vLLM mode: the KV connector imitated.
+    pub(crate) kv_connector: KvConnectorKind,
+    /// vLLM mode, LMCache: the consumer this worker pushes to, if any.
+    pub(crate) lmcache_peer: Option<String>,
 }
 
 impl Shared {
@@ -446,7 +459,9 @@ impl Shared {
         Shared {
             http_runtime: cfg.http_runtime,
             addr,
-            kv: KvTable::new(cfg.kv_abort_timeout),
+            kv: KvTable::new(cfg.kv_abort_timeout, cfg.dp_size),
+            kv_connector: cfg.kv_connector,
+            lmcache_peer: cfg.lmcache_peer.clone(),
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
@@ -478,6 +493,8 @@ impl Shared {
         st.kv_recomputed_total = kv.recomputed_total;
         st.kv_pull_failed_total = kv.pull_failed_total;
         st.prefill_early_end_total = kv.early_end_total;
+        st.kv_pushed_total = kv.pushed_total;
+        st.kv_push_failed_total = kv.push_failed_total;
         st
     }
 }

@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpSocket, lookup_host};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::config::{GrpcRuntime, HttpRuntime, MockConfig, Role};
+use crate::config::{GrpcRuntime, HttpRuntime, KvConnectorKind, MockConfig, Role};
 use crate::kv::Sweeper;
 
 use crate::state::{MockControls, MockStats, Shared};
@@ -70,17 +70,28 @@ impl MockWorker {
         } else {
             (http::router(Arc::clone(&shared)), Protocol::Http1)
         };
-        // vLLM has no bootstrap server: its consumers pull from the producer's own port.
-        let bootstrap = match (&cfg.engine, cfg.role) {
-            (Some(ecfg), Role::Prefill) if !vllm => {
-                let listener = bind(&cfg.host, ecfg.bootstrap_port).await?;
+        // vLLM's NIXL and LMCache consumers reach the producer's own port; only Mooncake's
+        // producer has a bootstrap server (on the engine's bootstrap port, else a free one).
+        let mooncake = vllm && cfg.kv_connector == KvConnectorKind::Mooncake;
+        let bootstrap_port = cfg.engine.as_ref().map_or(0, |e| e.bootstrap_port);
+        let bootstrap_app = match (cfg.role, &cfg.engine) {
+            (Role::Prefill, _) if mooncake => {
+                Some(http::mooncake_bootstrap_router(Arc::clone(&shared)))
+            }
+            (Role::Prefill, Some(_)) if !vllm => {
+                Some(bootstrap::bootstrap_router(Arc::clone(&shared.rooms)))
+            }
+            _ => None,
+        };
+        let bootstrap = match bootstrap_app {
+            Some(app) => {
+                let listener = bind(&cfg.host, bootstrap_port).await?;
                 let addr = listener.local_addr()?;
-                let app = bootstrap::bootstrap_router(Arc::clone(&shared.rooms));
                 let (stop, stop_rx) = oneshot::channel();
                 let task = tokio::spawn(serve(listener, app, Protocol::Http1, None, stop_rx));
                 Some(Bootstrap { addr, stop, task })
             }
-            _ => None,
+            None => None,
         };
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(serve(
@@ -120,8 +131,9 @@ impl MockWorker {
         self.grpc
     }
 
-    /// Address of the KV bootstrap endpoint (`GET /room/{room}`); only an
-    /// engine-mode prefill worker has one.
+    /// Address of the KV bootstrap endpoint: `GET /room/{room}` of an engine-mode prefill
+    /// worker, or `GET /query` and the pull of a vLLM-mode Mooncake prefill worker; no other
+    /// worker has one.
     pub fn bootstrap_addr(&self) -> Option<SocketAddr> {
         self.bootstrap.as_ref().map(|b| b.addr)
     }

@@ -251,3 +251,53 @@ async fn binary_runs_vllm_mode_over_http_and_refuses_it_over_grpc() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--runtime vllm"), "{err}");
 }
+
+#[tokio::test]
+async fn binary_serves_the_mooncake_bootstrap_and_checks_connector_flags() {
+    let (mut child, line) = spawn_listening(&[
+        "--role",
+        "prefill",
+        "--runtime",
+        "vllm",
+        "--kv-connector",
+        "mooncake",
+        "--dp-size",
+        "2",
+    ])
+    .await;
+    let parts: Vec<&str> = line.split(' ').collect();
+    assert_eq!(parts[1], "role=prefill");
+    let port: u16 = parts
+        .get(2)
+        .and_then(|p| p.strip_prefix("bootstrap_port="))
+        .unwrap_or_else(|| panic!("no bootstrap port in {line:?}"))
+        .parse()
+        .unwrap();
+    let addr: SocketAddr = parts[0].parse().unwrap();
+    let query = get(SocketAddr::new(addr.ip(), port), "/query").await.json();
+    assert_eq!(query.as_object().map(|m| m.len()), Some(2), "{query}");
+    assert_eq!(
+        get(addr, "/mock/stats").await.json()["kv_connector"],
+        "mooncake"
+    );
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    for (args, says) in [
+        (vec!["--kv-connector", "lmcache"], "--runtime vllm"),
+        (
+            vec!["--runtime", "vllm", "--lmcache-peer", "http://127.0.0.1:1"],
+            "--kv-connector lmcache",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["--role", "prefill"])
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -1,7 +1,8 @@
 //! What a vLLM-mode generation request asks of the KV connector, read from its body: its
 //! `kv_transfer_params` ([`KvLeg`]: none, produce for a remote decode, or consume a remote
-//! prefill), whether a producer request is one the mock accepts, and the prompt marker that
-//! makes a prefill end early. Nothing here holds, pulls or answers.
+//! prefill), in the fields of the configured connector (NIXL's, Mooncake's; LMCache's legs
+//! carry none), whether a producer request is one the mock accepts, and the prompt marker
+//! that makes a prefill end early. Nothing here holds, pulls or answers.
 //!
 //! The mock is stricter than vLLM where a looser router would hide a bug: a producer request
 //! must not stream, must have no `stream_options` and must cap its output at exactly one
@@ -10,20 +11,44 @@
 use serde_json::{Map, Value, json};
 
 use super::request::Api;
+use crate::config::KvConnectorKind;
 
 /// A prompt containing this text makes the model's first token EOS: a prefill ends before
 /// its token cap (finish `stop`, no tokens, nothing held), as a real prompt sometimes does.
 pub(crate) const EOS_MARKER: &str = "[[eos]]";
 
-/// The part a request plays in a disaggregated (NIXL) deployment.
+/// The part a request plays in a disaggregated deployment.
 #[derive(Debug, PartialEq)]
 pub(crate) enum KvLeg {
-    /// No transfer: an ordinary request, computed whole.
+    /// No transfer: an ordinary request, computed whole (LMCache: every request).
     Plain,
-    /// `do_remote_decode`: the prefill leg, whose KV a consumer will pull.
+    /// NIXL `do_remote_decode`: the prefill leg, whose KV a consumer will pull.
     Produce,
-    /// `do_remote_prefill`: the decode leg, pulling its prompt's KV from a producer first.
+    /// NIXL `do_remote_prefill`: the decode leg, pulling its prompt's KV from a producer first.
     Consume(RemotePrefill),
+    /// Mooncake `do_remote_decode`: the prefill leg, holding its KV under `transfer_id` for
+    /// the engine id of DP rank `rank` (0 as parsed; the server sets it from the request's
+    /// header).
+    ProduceTransfer { transfer_id: String, rank: u32 },
+    /// Mooncake `do_remote_prefill`: the decode leg, pulling through the producer's bootstrap
+    /// server (waiting for it, since both legs run at once).
+    Fetch(MooncakeSource),
+}
+
+impl KvLeg {
+    /// Whether this is a prefill leg (checked strictly, answered with one token).
+    pub(crate) fn produces(&self) -> bool {
+        matches!(self, KvLeg::Produce | KvLeg::ProduceTransfer { .. })
+    }
+}
+
+/// Where a Mooncake consumer's prompt KV is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MooncakeSource {
+    /// The producer's bootstrap server, `http://host:port` (no trailing `/`).
+    pub(crate) bootstrap_addr: String,
+    pub(crate) engine_id: String,
+    pub(crate) transfer_id: String,
 }
 
 /// Where a consumer's prompt KV is held.
@@ -54,7 +79,81 @@ fn field<'a, T>(
 }
 
 fn required<T>(v: Option<T>, name: &str) -> Result<T, String> {
-    v.ok_or_else(|| format!("{PARAMS}.{name} is required with do_remote_prefill"))
+    required_with(v, name, "do_remote_prefill")
+}
+
+fn required_with<T>(v: Option<T>, name: &str, with: &str) -> Result<T, String> {
+    v.ok_or_else(|| format!("{PARAMS}.{name} is required with {with}"))
+}
+
+/// The params object: `None` when absent or null.
+fn params(req: &Map<String, Value>) -> Result<Option<&Map<String, Value>>, String> {
+    match req.get(PARAMS) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(p)) => Ok(Some(p)),
+        Some(_) => Err(format!("{PARAMS} must be an object")),
+    }
+}
+
+fn flags(p: &Map<String, Value>) -> Result<(bool, bool), String> {
+    let flag = |name| field(p, name, "a boolean", Value::as_bool).map(|b| b.unwrap_or(false));
+    let (decode, prefill) = (flag("do_remote_decode")?, flag("do_remote_prefill")?);
+    if decode && prefill {
+        return Err(format!(
+            "{PARAMS}: do_remote_decode and do_remote_prefill cannot both be true"
+        ));
+    }
+    Ok((decode, prefill))
+}
+
+/// Reads the request's leg in the fields of `connector` (absent or null params: plain).
+pub(crate) fn leg_for(
+    connector: KvConnectorKind,
+    req: &Map<String, Value>,
+) -> Result<KvLeg, String> {
+    match connector {
+        KvConnectorKind::Nixl => leg(req),
+        KvConnectorKind::Mooncake => mooncake_leg(req),
+        // LMCache's router sends plain requests: params are a router bug worth a 400.
+        KvConnectorKind::LmCache => match params(req)? {
+            None => Ok(KvLeg::Plain),
+            Some(_) => Err(format!("{PARAMS} is not used with the LMCache connector")),
+        },
+    }
+}
+
+/// Mooncake's params: `transfer_id` on both legs; the consumer's `remote_bootstrap_addr`
+/// (an `http://host:port` URL) and `remote_engine_id`.
+fn mooncake_leg(req: &Map<String, Value>) -> Result<KvLeg, String> {
+    let Some(p) = params(req)? else {
+        return Ok(KvLeg::Plain);
+    };
+    let (decode, prefill) = flags(p)?;
+    let text = "a string";
+    let transfer_id = field(p, "transfer_id", text, Value::as_str)?;
+    let engine_id = field(p, "remote_engine_id", text, Value::as_str)?;
+    let url = "an http://host:port URL";
+    let addr = field(p, "remote_bootstrap_addr", url, |v| {
+        let s = v.as_str()?.trim_end_matches('/');
+        let rest = s.strip_prefix("http://")?;
+        let ok = !rest.is_empty() && !rest.contains('/') && s.parse::<axum::http::Uri>().is_ok();
+        ok.then_some(s)
+    })?;
+    if decode {
+        let id = required_with(transfer_id, "transfer_id", "do_remote_decode")?;
+        return Ok(KvLeg::ProduceTransfer {
+            transfer_id: id.to_owned(),
+            rank: 0,
+        });
+    }
+    if !prefill {
+        return Ok(KvLeg::Plain);
+    }
+    Ok(KvLeg::Fetch(MooncakeSource {
+        bootstrap_addr: required(addr, "remote_bootstrap_addr")?.to_owned(),
+        engine_id: required(engine_id, "remote_engine_id")?.to_owned(),
+        transfer_id: required(transfer_id, "transfer_id")?.to_owned(),
+    }))
 }
 
 fn block_ids(v: &Value) -> Option<Vec<u64>> {
@@ -63,15 +162,11 @@ fn block_ids(v: &Value) -> Option<Vec<u64>> {
 
 /// Reads `kv_transfer_params` (absent or null: [`KvLeg::Plain`]). Every known field is
 /// type-checked when given; a consumer needs all of its remote fields.
-pub(crate) fn leg(req: &Map<String, Value>) -> Result<KvLeg, String> {
-    let p = match req.get(PARAMS) {
-        None | Some(Value::Null) => return Ok(KvLeg::Plain),
-        Some(Value::Object(p)) => p,
-        Some(_) => return Err(format!("{PARAMS} must be an object")),
+fn leg(req: &Map<String, Value>) -> Result<KvLeg, String> {
+    let Some(p) = params(req)? else {
+        return Ok(KvLeg::Plain);
     };
-    let flag = |name| field(p, name, "a boolean", Value::as_bool).map(|b| b.unwrap_or(false));
-    let decode = flag("do_remote_decode")?;
-    let prefill = flag("do_remote_prefill")?;
+    let (decode, prefill) = flags(p)?;
     let text = "a string";
     let engine_id = field(p, "remote_engine_id", text, Value::as_str)?;
     let request_id = field(p, "remote_request_id", text, Value::as_str)?;
@@ -84,10 +179,7 @@ pub(crate) fn leg(req: &Map<String, Value>) -> Result<KvLeg, String> {
         v.as_u64().filter(|&n| n > 0)
     })?;
     match (decode, prefill) {
-        (true, true) => Err(format!(
-            "{PARAMS}: do_remote_decode and do_remote_prefill cannot both be true"
-        )),
-        (true, false) => Ok(KvLeg::Produce),
+        (true, _) => Ok(KvLeg::Produce),
         (false, true) => Ok(KvLeg::Consume(RemotePrefill {
             engine_id: required(engine_id, "remote_engine_id")?.to_owned(),
             request_id: required(request_id, "remote_request_id")?.to_owned(),
@@ -285,5 +377,45 @@ mod tests {
             Api::Chat,
             json!({"messages": [{"role": "user", "content": "hi"}]})
         ));
+    }
+
+    #[test]
+    fn mooncake_legs_read_transfer_ids_and_check_the_bootstrap_url() {
+        let mc = |v: Value| leg_for(KvConnectorKind::Mooncake, &obj(v));
+        let produce = json!({"kv_transfer_params": {
+            "do_remote_decode": true, "do_remote_prefill": false, "transfer_id": "t1"}});
+        let want = KvLeg::ProduceTransfer {
+            transfer_id: "t1".into(),
+            rank: 0,
+        };
+        assert_eq!(mc(produce), Ok(want));
+        let consume = json!({"kv_transfer_params": {
+            "do_remote_decode": false, "do_remote_prefill": true, "transfer_id": "t1",
+            "remote_engine_id": "e", "remote_bootstrap_addr": "http://127.0.0.1:9/"}});
+        let Ok(KvLeg::Fetch(src)) = mc(consume.clone()) else {
+            panic!("a consumer");
+        };
+        assert_eq!(src.bootstrap_addr, "http://127.0.0.1:9");
+        assert_eq!(mc(json!({})), Ok(KvLeg::Plain));
+        let err = |path: &str, v: Value| {
+            let mut c = consume.clone();
+            c["kv_transfer_params"][path] = v;
+            mc(c).unwrap_err()
+        };
+        assert!(err("transfer_id", json!(7)).contains("transfer_id must be a string"));
+        assert!(err("remote_engine_id", json!([])).contains("remote_engine_id"));
+        for bad in ["127.0.0.1:9", "https://h:1", "http://", "http://h:1/x"] {
+            assert!(err("remote_bootstrap_addr", json!(bad)).contains("remote_bootstrap_addr"));
+        }
+        assert!(err("transfer_id", Value::Null).contains("transfer_id is required"));
+        let no_id = json!({"kv_transfer_params": {"do_remote_decode": true}});
+        assert!(mc(no_id).unwrap_err().contains("transfer_id is required"));
+        let lm = leg_for(KvConnectorKind::LmCache, &obj(consumer()));
+        assert!(lm.unwrap_err().contains("LMCache"));
+        let lm = leg_for(
+            KvConnectorKind::LmCache,
+            &obj(json!({"kv_transfer_params": null})),
+        );
+        assert_eq!(lm, Ok(KvLeg::Plain));
     }
 }

@@ -1,9 +1,12 @@
 //! HTTP front-end: SGLang's HTTP and OpenAI-style API over the engine model, or vLLM's
-//! OpenAI server with the NIXL KV connector (`vllm`, `kv_params`, `nixl`).
+//! OpenAI server with the NIXL, Mooncake or LMCache KV connector (`vllm`, `kv_params`,
+//! `nixl`, `mooncake`, `lmcache`).
 
 mod body;
 pub(crate) mod handlers;
 mod kv_params;
+mod lmcache;
+mod mooncake;
 mod nixl;
 mod output;
 mod render;
@@ -21,4 +24,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> axum::Router {
         HttpRuntime::Sglang => handlers::router(shared),
         HttpRuntime::Vllm => vllm::router(shared),
     }
+}
+
+/// vLLM mode, Mooncake producer: the routes of its bootstrap server.
+pub(crate) fn mooncake_bootstrap_router(shared: Arc<Shared>) -> axum::Router {
+    mooncake::bootstrap_router(shared)
 }

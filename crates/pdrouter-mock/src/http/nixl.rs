@@ -102,12 +102,25 @@ pub(crate) async fn pull(remote: &RemotePrefill) -> Result<(), String> {
         "remote_request_id": remote.request_id,
         "remote_block_ids": remote.block_ids,
     });
+    let uri = format!("http://{authority}{PULL_PATH}");
+    post_json(&uri, &body, PULL_TIMEOUT)
+        .await
+        .map_err(|e| format!("pull from {authority}: {e}"))
+}
+
+/// POSTs `body` to `uri` through the shared client, within `limit`; `Ok` on a 2xx answer
+/// (the other connectors' hand-overs use it too).
+pub(crate) async fn post_json(
+    uri: &str,
+    body: &serde_json::Value,
+    limit: Duration,
+) -> Result<(), String> {
     let req = Request::builder()
         .method(Method::POST)
-        .uri(format!("http://{authority}{PULL_PATH}"))
+        .uri(uri)
         .header(header::CONTENT_TYPE, JSON)
         .body(Full::new(Bytes::from(body.to_string())))
-        .map_err(|e| format!("pull from {authority}: {e}"))?;
+        .map_err(|e| e.to_string())?;
     let exchange = async {
         let resp = client().request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
@@ -119,9 +132,8 @@ pub(crate) async fn pull(remote: &RemotePrefill) -> Result<(), String> {
             Err(status.to_string())
         }
     };
-    match tokio::time::timeout(PULL_TIMEOUT, exchange).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("pull from {authority}: {e}")),
-        Err(_) => Err(format!("pull from {authority}: timed out")),
+    match tokio::time::timeout(limit, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err("timed out".to_owned()),
     }
 }

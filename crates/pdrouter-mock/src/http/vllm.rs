@@ -1,10 +1,10 @@
-//! vLLM mode's HTTP server: vLLM's OpenAI server (0.11) with the NIXL KV connector, over the
-//! same generation model as the SGLang routes.
+//! vLLM mode's HTTP server: vLLM's OpenAI server (0.11) with the NIXL, Mooncake or LMCache
+//! KV connector, over the same generation model as the SGLang routes.
 //!
 //! Routes: `GET /health` (200 with an empty body; 503 when made unhealthy), `GET /version`,
 //! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, and the test hooks
 //! `GET /mock/stats` (with the KV counters), `POST /mock/controls` and the NIXL pull
-//! ([`super::nixl`]). Anything else, SGLang's routes included, is 404 `{"detail":"Not Found"}`
+//! ([`super::nixl`]; LMCache: the push, [`super::lmcache`]). Anything else, SGLang's routes included, is 404 `{"detail":"Not Found"}`
 //! (405 `{"detail":"Method Not Allowed"}` for a known path).
 //!
 //! A generation request is one of three legs ([`KvLeg`]):
@@ -15,6 +15,12 @@
 //! - **consume** (`do_remote_prefill`): pulls the blocks first; `cached_tokens` is what moved,
 //!   0 (recomputed) when the pull failed;
 //! - **plain**: computed whole (`cached_tokens` 0).
+//!
+//! Mooncake's legs ([`super::mooncake`]) are the same two, rendezvous by `transfer_id`: the
+//! producer holds under the engine id of its DP rank (`X-data-parallel-rank`) and answers
+//! `kv_transfer_params: null`; the consumer pulls through the producer's bootstrap server,
+//! waiting for it. LMCache's legs are all plain: a worker first uses what was pushed for the
+//! prompt (cached) and, with a peer, pushes a one-token request's KV there before answering.
 //!
 //! Invariants: blocks are held only once the producer's answer is ready, so a request that
 //! fails or whose client goes away first holds nothing; a generation answer echoes the
@@ -36,12 +42,12 @@ use serde_json::{Value, json};
 
 use super::body::{self, JSON};
 use super::handlers::{self, BODY_LIMIT, GARBAGE};
-use super::kv_params::{self, KvLeg, RemotePrefill};
-use super::nixl;
+use super::kv_params::{self, KvLeg, MooncakeSource, RemotePrefill};
 use super::render::{Plan, now_secs, random_hex};
 use super::request::{Api, prompt_words, requested_tokens};
-use crate::config::Role;
-use crate::kv;
+use super::{lmcache, mooncake, nixl};
+use crate::config::{KvConnectorKind, Role};
+use crate::kv::{self, Taken};
 use crate::state::{InflightGuard, Shared};
 
 /// The version `GET /version` reports.
@@ -52,32 +58,40 @@ const MAX_MODEL_LEN: u64 = 32_768;
 
 const REQUEST_ID: &str = "x-request-id";
 
+/// The header naming the DP rank a request runs on (vLLM's, as its routers send it).
+const DP_RANK: &str = "x-data-parallel-rank";
+
 type AppState = State<Arc<Shared>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let app = Router::new()
         .route("/health", get(handlers::health))
         .route("/version", get(version))
         .route("/v1/models", get(models))
         .route("/mock/stats", get(stats))
         .route("/mock/controls", post(handlers::set_controls))
-        .route(nixl::PULL_PATH, post(nixl::serve_pull))
-        .route(
-            "/v1/completions",
-            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Completion, h, b)),
-        )
-        .route(
-            "/v1/chat/completions",
-            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Chat, h, b)),
-        )
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&shared),
-            handlers::require_key,
-        ))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(shared)
+        .route(nixl::PULL_PATH, post(nixl::serve_pull));
+    let app = if shared.kv_connector == KvConnectorKind::LmCache {
+        app.route(lmcache::PUSH_PATH, post(lmcache::serve_push))
+    } else {
+        app
+    };
+    app.route(
+        "/v1/completions",
+        post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Completion, h, b)),
+    )
+    .route(
+        "/v1/chat/completions",
+        post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Chat, h, b)),
+    )
+    .fallback(not_found)
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&shared),
+        handlers::require_key,
+    ))
+    .layer(DefaultBodyLimit::max(BODY_LIMIT))
+    .with_state(shared)
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Response {
@@ -135,11 +149,18 @@ async fn stats(State(s): AppState) -> Response {
         ("kv_recomputed_total", st.kv_recomputed_total),
         ("kv_pull_failed_total", st.kv_pull_failed_total),
         ("prefill_early_end_total", st.prefill_early_end_total),
+        ("kv_pushed_total", st.kv_pushed_total),
+        ("kv_push_failed_total", st.kv_push_failed_total),
     ] {
         map.insert(name.to_owned(), json!(n));
     }
     map.insert("runtime".to_owned(), json!("vllm"));
     map.insert("engine_id".to_owned(), json!(s.kv.engine_id()));
+    map.insert("kv_connector".to_owned(), json!(s.kv_connector.as_str()));
+    if s.kv_connector == KvConnectorKind::Mooncake {
+        let ids: Vec<&str> = s.kv.rank_engine_ids().collect();
+        map.insert("engine_ids".to_owned(), json!(ids));
+    }
     json_response(StatusCode::OK, &Value::Object(map))
 }
 
@@ -248,17 +269,21 @@ async fn respond(
             );
         }
     };
-    let leg = match kv_params::leg(&req) {
+    let leg = match kv_params::leg_for(s.kv_connector, &req) {
         Ok(leg) => leg,
         Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, guard),
     };
-    if leg == KvLeg::Produce
+    if leg.produces()
         && let Err(msg) = kv_params::check_producer(api, &req)
     {
         return error(StatusCode::BAD_REQUEST, &msg, guard);
     }
+    let mut leg = leg;
+    if let Err(msg) = set_dp_rank(s, &mut leg, headers) {
+        return error(StatusCode::BAD_REQUEST, &msg, guard);
+    }
     // An engine-mode producer is held inside the engine instead (a stalled engine).
-    if !(leg == KvLeg::Produce && s.engine.is_some()) {
+    if !(leg.produces() && s.engine.is_some()) {
         c.wait_while_hung().await;
     }
     if c.draw_failure() {
@@ -282,25 +307,123 @@ async fn respond(
     };
     let rid = rid.unwrap_or_else(random_hex);
     plan.set_request_id(&rid);
+    serve_leg(s, api, req, leg, plan, rid, guard).await
+}
+
+/// Sets the DP rank a Mooncake producer computes on: its `X-data-parallel-rank` header (0
+/// when absent), refused when not a rank of this worker. Other legs have no rank.
+fn set_dp_rank(s: &Shared, leg: &mut KvLeg, headers: &HeaderMap) -> Result<(), String> {
+    let (KvLeg::ProduceTransfer { rank, .. }, Some(v)) = (leg, headers.get(DP_RANK)) else {
+        return Ok(());
+    };
+    let parsed = v.to_str().ok().and_then(|v| v.trim().parse::<u32>().ok());
+    match parsed {
+        Some(r) if r < s.dp_size => {
+            *rank = r;
+            Ok(())
+        }
+        _ => Err(format!(
+            "{DP_RANK} must be a data parallel rank below {} (got {v:?})",
+            s.dp_size
+        )),
+    }
+}
+
+/// Serves a validated request's leg.
+async fn serve_leg(
+    s: &Arc<Shared>,
+    api: Api,
+    req: serde_json::Map<String, Value>,
+    leg: KvLeg,
+    mut plan: Plan,
+    rid: String,
+    guard: InflightGuard,
+) -> Response {
     match leg {
         KvLeg::Produce => {
             let words = prompt_words(api, &req);
             drop(req);
-            produce(s, plan, &rid, words, guard).await
+            produce(s, plan, Holder::Nixl(&rid), words, guard).await
+        }
+        KvLeg::ProduceTransfer { transfer_id, rank } => {
+            let words = prompt_words(api, &req);
+            drop(req);
+            let holder = Holder::Mooncake(rank, &transfer_id);
+            produce(s, plan, holder, words, guard).await
         }
         KvLeg::Consume(remote) => {
             drop(req);
             let cached = consume(s, &remote, plan.prompt_tokens()).await;
             plan.set_cached_tokens(cached);
-            generate(s, plan, guard).await
+            generate(s, plan, s.controls.delay(), guard).await
+        }
+        KvLeg::Fetch(src) => {
+            drop(req);
+            let cached = fetch(s, &src, plan.prompt_tokens()).await;
+            plan.set_cached_tokens(cached);
+            generate(s, plan, s.controls.delay(), guard).await
+        }
+        KvLeg::Plain if s.kv_connector == KvConnectorKind::LmCache => {
+            lmcache_plain(s, api, req, plan, guard).await
         }
         KvLeg::Plain => {
             drop(req);
             s.kv.record_recomputed(false);
             plan.set_cached_tokens(0);
-            generate(s, plan, guard).await
+            generate(s, plan, s.controls.delay(), guard).await
         }
     }
+}
+
+/// Where a producer holds its blocks.
+#[derive(Clone, Copy)]
+enum Holder<'a> {
+    /// NIXL: under the request id, named in the answer.
+    Nixl(&'a str),
+    /// Mooncake: under the transfer id, for the engine id of that DP rank.
+    Mooncake(u32, &'a str),
+}
+
+/// An LMCache request: use what was pushed for the prompt, compute, and with a peer push
+/// a one-token request's KV to it before answering.
+async fn lmcache_plain(
+    s: &Arc<Shared>,
+    api: Api,
+    req: serde_json::Map<String, Value>,
+    mut plan: Plan,
+    guard: InflightGuard,
+) -> Response {
+    let key = lmcache::prompt_key(api, &req);
+    let one_token = requested_tokens(api, &req) == Some(1);
+    drop(req);
+    let prompt = plan.prompt_tokens();
+    let pushed = key.as_deref().map(|k| s.kv.take_key(None, k));
+    let cached = match pushed {
+        Some(Taken::Tokens(tokens)) => {
+            s.kv.record_relayed();
+            kv::whole_blocks(prompt.min(tokens))
+        }
+        _ => {
+            s.kv.record_recomputed(false);
+            0
+        }
+    };
+    plan.set_cached_tokens(cached);
+    let mut delay = s.controls.delay();
+    if let (Some(peer), Some(key), true) = (&s.lmcache_peer, &key, one_token) {
+        // The KV exists once the prompt is computed: push after the prefill, before answering.
+        sleep(delay).await;
+        delay = Duration::ZERO;
+        if !plan.capped() {
+            s.kv.record_early_end();
+        } else if let Err(e) = lmcache::push(peer, key, prompt).await {
+            tracing::debug!(error = %e, "KV push failed; answering anyway");
+            s.kv.record_push(false);
+        } else {
+            s.kv.record_push(true);
+        }
+    }
+    generate(s, plan, delay, guard).await
 }
 
 /// The prefill leg: compute, then hold the prompt's blocks (unless the prefill ended
@@ -308,7 +431,7 @@ async fn respond(
 async fn produce(
     s: &Shared,
     mut plan: Plan,
-    rid: &str,
+    holder: Holder<'_>,
     words: u64,
     guard: InflightGuard,
 ) -> Response {
@@ -322,13 +445,22 @@ async fn produce(
     }
     plan.set_cached_tokens(0);
     let params = if plan.capped() {
-        let blocks = kv::blocks_for(plan.prompt_tokens());
-        let Ok(ids) = s.kv.hold(rid, blocks) else {
+        let tokens = plan.prompt_tokens();
+        let held = match holder {
+            Holder::Nixl(rid) => s.kv.hold(rid, kv::blocks_for(tokens)).map(|ids| {
+                let (host, port) = advertised(s);
+                kv_params::producer_params(s.kv.engine_id(), rid, &ids, &host, port)
+            }),
+            // The Mooncake router ignores the answer's params: the consumer has its own.
+            Holder::Mooncake(rank, id) => {
+                s.kv.hold_for_rank(rank, id, tokens).map(|()| Value::Null)
+            }
+        };
+        let Ok(params) = held else {
             let msg = format!("KV cache full: {} requests held", kv::MAX_HELD);
             return error(StatusCode::SERVICE_UNAVAILABLE, &msg, guard);
         };
-        let (host, port) = advertised(s);
-        kv_params::producer_params(s.kv.engine_id(), rid, &ids, &host, port)
+        params
     } else {
         s.kv.record_early_end();
         Value::Null
@@ -372,12 +504,27 @@ async fn consume(s: &Shared, remote: &RemotePrefill, prompt_tokens: u64) -> u64 
     }
 }
 
-/// Generates `plan` after the delay: token by token as SSE, or the whole body once every
+/// Mooncake's decode leg: the prompt's whole blocks when the pull got them, else 0
+/// (recompute).
+async fn fetch(s: &Shared, src: &MooncakeSource, prompt_tokens: u64) -> u64 {
+    match mooncake::pull(src).await {
+        Ok(()) => {
+            s.kv.record_relayed();
+            kv::whole_blocks(prompt_tokens)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "Mooncake pull failed; recomputing the prompt");
+            s.kv.record_recomputed(true);
+            0
+        }
+    }
+}
+
+/// Generates `plan` after `delay`: token by token as SSE, or the whole body once every
 /// token's interval has passed.
-async fn generate(s: &Arc<Shared>, plan: Plan, guard: InflightGuard) -> Response {
+async fn generate(s: &Arc<Shared>, plan: Plan, delay: Duration, guard: InflightGuard) -> Response {
     let c = &s.controls;
     let interval = c.token_interval();
-    let delay = c.delay();
     let resp = if plan.stream {
         sleep(delay).await;
         let stream = watched(plan.into_stream(interval, guard), AbortWatch::new(s));

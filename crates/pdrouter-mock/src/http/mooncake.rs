@@ -1,0 +1,106 @@
+//! vLLM mode's stand-in for the Mooncake connector's transfer: a Prefill (producer) worker
+//! serves a bootstrap server on its own port ([`bootstrap_router`]), where a router asks
+//! `GET /query` for the engine id of every DP rank and a consumer (decode leg) pulls its
+//! prompt's KV with `POST /mock/mooncake/pull` `{"transfer_id","remote_engine_id"}`.
+//!
+//! The router sends both legs at once, so the consumer may pull before its producer has
+//! computed: the pull waits (at most [`WAIT_LIMIT`], or the abort timeout when shorter) for
+//! the producer to hold that `transfer_id`, then answers 200 and frees it when the engine id
+//! matches the rank that computed it; 404 when it does not (at once, leaving it held), when
+//! the wait runs out, or when the entry was already pulled or expired (after the wait, since
+//! the mock keeps no record of entries gone). Any failure is the consumer's cue to recompute.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::body::{self, JSON};
+use super::kv_params::MooncakeSource;
+use super::nixl;
+use crate::kv::Taken;
+use crate::state::Shared;
+
+/// The path of the pull on the producer's bootstrap server.
+pub(crate) const PULL_PATH: &str = "/mock/mooncake/pull";
+
+/// Longest a pull waits for its producer to finish the transfer.
+pub(crate) const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// The consumer's bound on a whole pull: the producer's wait plus time to answer.
+const PULL_TIMEOUT: Duration = Duration::from_secs(35);
+
+#[derive(Debug, Deserialize)]
+struct PullRequest {
+    transfer_id: String,
+    remote_engine_id: String,
+}
+
+fn answer(status: StatusCode, v: &Value) -> Response {
+    body::full(
+        status,
+        JSON,
+        serde_json::to_vec(v).unwrap_or_default(),
+        None,
+    )
+}
+
+/// The bootstrap server's routes (no API key: it is the engines' side channel).
+pub(crate) fn bootstrap_router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/query", get(query))
+        .route(PULL_PATH, post(serve_pull))
+        .fallback(|| async { answer(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" })) })
+        .with_state(shared)
+}
+
+/// `GET /query`: `{"RANK": {"engine_id": ID}, ...}` for every DP rank.
+async fn query(State(s): State<Arc<Shared>>) -> Response {
+    let ranks: BTreeMap<String, Value> =
+        s.kv.rank_engine_ids()
+            .enumerate()
+            .map(|(r, id)| (r.to_string(), json!({ "engine_id": id })))
+            .collect();
+    answer(StatusCode::OK, &json!(ranks))
+}
+
+/// `POST /mock/mooncake/pull`: waits for the transfer, then hands it over (frees it).
+async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    let req: PullRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let detail = format!("invalid pull: {e}");
+            return answer(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
+        }
+    };
+    let bound = WAIT_LIMIT.min(s.kv.timeout());
+    let (id, engine) = (&req.transfer_id, &req.remote_engine_id);
+    match s.kv.wait_take(engine, id, bound).await {
+        Taken::Tokens(tokens) => answer(StatusCode::OK, &json!({ "tokens": tokens })),
+        Taken::WrongEngine => {
+            let detail = format!("transfer {id:?} is not held by engine {engine:?}");
+            answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+        }
+        Taken::Missing => {
+            let detail = format!("transfer {id:?} not held within {} ms", bound.as_millis());
+            answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+        }
+    }
+}
+
+/// Pulls `src`'s prompt KV from its producer's bootstrap server; `Err` says why not.
+pub(crate) async fn pull(src: &MooncakeSource) -> Result<(), String> {
+    let uri = format!("{}{PULL_PATH}", src.bootstrap_addr);
+    let body = json!({ "transfer_id": src.transfer_id, "remote_engine_id": src.engine_id });
+    nixl::post_json(&uri, &body, PULL_TIMEOUT)
+        .await
+        .map_err(|e| format!("pull from {}: {e}", src.bootstrap_addr))
+}
