@@ -132,27 +132,9 @@ fn only_known(obj: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> 
     }
 }
 
-fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec, bool), ApiError> {
-    only_known(
-        obj,
-        &[
-            "url",
-            "worker_type",
-            "bootstrap_port",
-            "api_key",
-            "dp_aware",
-            "runtime",
-            "kv_connector",
-        ],
-    )?;
-    let url = match obj.get("url") {
-        Some(Value::String(u)) => {
-            parse_worker_url(u).map_err(|e| ApiError::bad_request("invalid_worker_url", e))?
-        }
-        None => return Err(ApiError::invalid_field("url", "is required")),
-        Some(_) => return Err(ApiError::invalid_field("url", "must be a string")),
-    };
-    let worker_type = match obj.get("worker_type") {
+/// `worker_type`: one of regular, prefill, decode, encode; required in PD and EPD mode.
+fn worker_type_field(state: &AppState, obj: &Map<String, Value>) -> Result<WorkerType, ApiError> {
+    Ok(match obj.get("worker_type") {
         None | Some(Value::Null) => match state.cfg.mode {
             Mode::Regular | Mode::RegularGrpc => WorkerType::Regular,
             Mode::PdHttp | Mode::PdGrpc => {
@@ -181,7 +163,30 @@ fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec,
             }
         },
         Some(_) => return Err(ApiError::invalid_field("worker_type", "must be a string")),
+    })
+}
+
+fn parse_spec(state: &AppState, obj: &Map<String, Value>) -> Result<(WorkerSpec, bool), ApiError> {
+    only_known(
+        obj,
+        &[
+            "url",
+            "worker_type",
+            "bootstrap_port",
+            "api_key",
+            "dp_aware",
+            "runtime",
+            "kv_connector",
+        ],
+    )?;
+    let url = match obj.get("url") {
+        Some(Value::String(u)) => {
+            parse_worker_url(u).map_err(|e| ApiError::bad_request("invalid_worker_url", e))?
+        }
+        None => return Err(ApiError::invalid_field("url", "is required")),
+        Some(_) => return Err(ApiError::invalid_field("url", "must be a string")),
     };
+    let worker_type = worker_type_field(state, obj)?;
     let fits = match state.cfg.mode {
         Mode::Regular | Mode::RegularGrpc => worker_type == WorkerType::Regular,
         Mode::PdHttp | Mode::PdGrpc => {

@@ -194,42 +194,9 @@ pub(super) async fn send(
         };
         return super::pd::send(client, core, req, ctx, pair, Some(legs)).await;
     }
-    let nixl = connector == KvConnector::Nixl;
     let params = if one_handoff(req) {
         let holds = PrefillHolds::new(permit, prefill_load);
-        let deadline = crate::config::deadline_after(Instant::now(), timeout);
-        let start = {
-            let client = client.clone();
-            let worker = prefill.clone();
-            let ctx = ctx.clone();
-            let body = if nixl {
-                prefill_body(body.clone())
-            } else {
-                Bytes::from(serde_json::to_vec(&capped(body.clone())).unwrap_or_default())
-            };
-            move || async move {
-                let head =
-                    exchange(&client, &worker, Leg::Prefill, path, body, &ctx, timeout).await?;
-                Ok(VllmPrefill {
-                    body: head.into_body(),
-                    worker,
-                    params: nixl,
-                })
-            }
-        };
-        let mut leg = leg::spawn(start, LegJob::new(core, prefill, holds, deadline, true));
-        // The slot is released by the leg task when the answer has been read.
-        leg.outcome().await?;
-        let params = leg.take_kept().unwrap_or(Value::Null);
-        // Only NIXL's answer says whether the KV is there to move.
-        if nixl {
-            core.metrics.kv_handoff(if params.is_null() {
-                KvHandoff::Recomputed
-            } else {
-                KvHandoff::Relayed
-            });
-        }
-        params
+        prefill_first(client, core, req, ctx, prefill, holds, &body, connector).await?
     } else {
         drop((permit, prefill_load));
         core.metrics.kv_handoff(KvHandoff::Skipped);
@@ -263,6 +230,55 @@ pub(super) async fn send(
         Some(first_byte),
     );
     Ok(relay_response(parts, Body::new(relay)))
+}
+
+/// The sequential Prefill leg (NIXL, LMCache): sent, its answer read whole (the leg task
+/// releases the slot then); returns the transfer params Decode is to get (null: none).
+#[allow(clippy::too_many_arguments)]
+async fn prefill_first(
+    client: &UpstreamClient,
+    core: &Core,
+    req: &ParsedRequest,
+    ctx: &RequestCtx,
+    prefill: Arc<Worker>,
+    holds: PrefillHolds,
+    body: &Map<String, Value>,
+    connector: KvConnector,
+) -> Result<Value, ApiError> {
+    let nixl = connector == KvConnector::Nixl;
+    let timeout = core.cfg.request_timeout;
+    let path = req.endpoint.path();
+    let deadline = crate::config::deadline_after(Instant::now(), timeout);
+    let start = {
+        let client = client.clone();
+        let worker = prefill.clone();
+        let ctx = ctx.clone();
+        let body = if nixl {
+            prefill_body(body.clone())
+        } else {
+            Bytes::from(serde_json::to_vec(&capped(body.clone())).unwrap_or_default())
+        };
+        move || async move {
+            let head = exchange(&client, &worker, Leg::Prefill, path, body, &ctx, timeout).await?;
+            Ok(VllmPrefill {
+                body: head.into_body(),
+                worker,
+                params: nixl,
+            })
+        }
+    };
+    let mut leg = leg::spawn(start, LegJob::new(core, prefill, holds, deadline, true));
+    leg.outcome().await?;
+    let params = leg.take_kept().unwrap_or(Value::Null);
+    // Only NIXL's answer says whether the KV is there to move.
+    if nixl {
+        core.metrics.kv_handoff(if params.is_null() {
+            KvHandoff::Recomputed
+        } else {
+            KvHandoff::Relayed
+        });
+    }
+    Ok(params)
 }
 
 #[cfg(test)]
