@@ -10,7 +10,10 @@
 //!   [`KvTable::timeout`] after it was produced, whichever comes first; then its blocks are
 //!   freed (counted pulled or expired).
 //! - A Mooncake pull that finds nothing yet waits for the entry ([`KvTable::wait_take`]),
-//!   woken by every new entry and bounded by its caller, since both legs run at once.
+//!   woken by every new entry and bounded by its caller, since both legs run at once. A table
+//!   that remembers what is gone ([`KvTable::remember_gone`], Mooncake's) keeps the keys of
+//!   entries pulled or expired for one more timeout (at most [`MAX_HELD`] of them), so a pull
+//!   for one is refused at once instead of waiting; holding the key again forgets it.
 //! - At most [`MAX_HELD`] requests are held: a producer beyond that is refused, never stored.
 //!   The deadline index holds exactly one entry per held request, so both maps stay within
 //!   that bound whatever the request rate.
@@ -21,7 +24,7 @@
 //!   earliest deadline is the oldest entry's, and a new entry never makes the sweeper's
 //!   current wait too long (it needs waking only when the table was empty).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -112,6 +115,8 @@ struct Counters {
 
 #[derive(Debug, Default)]
 struct Held {
+    /// The keys recently freed, when the table remembers them.
+    gone: Option<Gone>,
     by_id: HashMap<String, Entry>,
     /// Insertion sequence number → deadline and request id (one per `by_id` entry).
     deadlines: BTreeMap<u64, (Instant, String)>,
@@ -136,8 +141,45 @@ pub(crate) enum Taken {
     Tokens(u64),
     /// Held under another engine id: left held.
     WrongEngine,
-    /// Not held (not yet, or no longer).
+    /// Not held (not yet, or no longer when the table does not remember).
     Missing,
+    /// Pulled or expired a short while ago (a table that remembers what is gone).
+    Gone,
+}
+
+/// Keys of entries freed recently, each until its own deadline: a bounded FIFO of
+/// `(until, seq, key)`, `by_key` naming the live record of each key.
+#[derive(Debug, Default)]
+struct Gone {
+    by_key: HashMap<String, u64>,
+    order: VecDeque<(Instant, u64, String)>,
+    next: u64,
+}
+
+impl Gone {
+    fn add(&mut self, key: String, until: Instant) {
+        let seq = self.next;
+        self.next += 1;
+        self.by_key.insert(key.clone(), seq);
+        self.order.push_back((until, seq, key));
+        if self.order.len() > MAX_HELD {
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((_, seq, key)) = self.order.pop_front()
+            && self.by_key.get(&key) == Some(&seq)
+        {
+            self.by_key.remove(&key);
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        while self.order.front().is_some_and(|(until, ..)| *until <= now) {
+            self.pop_oldest();
+        }
+    }
 }
 
 impl Held {
@@ -148,18 +190,25 @@ impl Held {
         Some(entry)
     }
 
-    /// Frees every entry whose deadline is at or before `now`; returns how many.
-    fn sweep(&mut self, now: Instant) -> u64 {
+    /// Frees every entry whose deadline is at or before `now` (remembered, if the table
+    /// does, for `keep` after its deadline); returns how many.
+    fn sweep(&mut self, now: Instant, keep: Duration) -> u64 {
         let mut freed = 0;
         while let Some(entry) = self.deadlines.first_entry() {
             if entry.get().0 > now {
                 break;
             }
-            let (_, id) = entry.remove();
+            let (at, id) = entry.remove();
             if let Some(e) = self.by_id.remove(&id) {
                 self.blocks -= e.blocks.len() as u64;
             }
+            if let Some(gone) = &mut self.gone {
+                gone.add(id, at + keep);
+            }
             freed += 1;
+        }
+        if let Some(gone) = &mut self.gone {
+            gone.sweep(now);
         }
         freed
     }
@@ -204,6 +253,12 @@ impl KvTable {
     /// This worker's engine id (`remote_engine_id` of what it produces).
     pub(crate) fn engine_id(&self) -> &str {
         &self.core.engine_id
+    }
+
+    /// This table, remembering the keys of entries pulled or expired (see the module docs).
+    pub(crate) fn remember_gone(self) -> Self {
+        self.core.lock().gone.get_or_insert_default();
+        self
     }
 
     /// Mooncake: the engine ids of every DP rank, in rank order.
@@ -255,6 +310,9 @@ impl KvTable {
         if held.remove(request_id).is_some() {
             core.counters.expired.fetch_add(1, Ordering::SeqCst);
         }
+        if let Some(gone) = &mut held.gone {
+            gone.by_key.remove(request_id);
+        }
         if held.by_id.len() >= MAX_HELD {
             return Err(TableFull);
         }
@@ -292,6 +350,13 @@ impl KvTable {
         let core = &self.core;
         let mut held = core.lock_swept();
         match held.by_id.get(key) {
+            None if held
+                .gone
+                .as_ref()
+                .is_some_and(|g| g.by_key.contains_key(key)) =>
+            {
+                return Taken::Gone;
+            }
             None => return Taken::Missing,
             Some(e) if engine_id.is_some_and(|id| id != &*e.engine_id) => {
                 return Taken::WrongEngine;
@@ -299,6 +364,9 @@ impl KvTable {
             Some(_) => {}
         }
         let tokens = held.remove(key).map_or(0, |e| e.tokens);
+        if let Some(gone) = &mut held.gone {
+            gone.add(key.to_owned(), Instant::now() + core.timeout);
+        }
         drop(held);
         core.counters.pulled.fetch_add(1, Ordering::SeqCst);
         Taken::Tokens(tokens)
@@ -420,7 +488,7 @@ impl Core {
     /// The table, with the entries expired by now freed.
     fn lock_swept(&self) -> MutexGuard<'_, Held> {
         let mut held = self.lock();
-        let freed = held.sweep(Instant::now());
+        let freed = held.sweep(Instant::now(), self.timeout);
         if freed > 0 {
             self.counters.expired.fetch_add(freed, Ordering::SeqCst);
         }
@@ -569,5 +637,41 @@ mod tests {
         );
         assert_eq!(t.take_key(None, "y"), Taken::Tokens(16));
         assert_eq!(t.snapshot().pulled_total, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_remembering_table_refuses_a_gone_key_at_once_for_one_timeout() {
+        let t = KvTable::new(Duration::from_secs(10), 1).remember_gone();
+        let id = t.rank_engine_ids().next().unwrap().to_owned();
+        t.hold_for_rank(0, "pulled", 16).unwrap();
+        t.hold_for_rank(0, "expires", 16).unwrap();
+        assert_eq!(t.take_key(Some(&id), "pulled"), Taken::Tokens(16));
+        assert_eq!(
+            t.wait_take(&id, "pulled", Duration::from_secs(30)).await,
+            Taken::Gone
+        );
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(t.take_key(Some(&id), "expires"), Taken::Gone);
+        assert_eq!(
+            t.take_key(Some(&id), "pulled"),
+            Taken::Missing,
+            "forgotten after a timeout"
+        );
+        t.hold_for_rank(0, "expires", 32).unwrap();
+        assert_eq!(
+            t.take_key(Some(&id), "expires"),
+            Taken::Tokens(32),
+            "held again"
+        );
+        tokio::time::sleep(Duration::from_secs(21)).await;
+        assert_eq!(t.take_key(None, "expires"), Taken::Missing);
+        let plain = KvTable::new(Duration::from_secs(10), 1);
+        plain.hold("r", 1).unwrap();
+        assert_eq!(plain.take_key(None, "r"), Taken::Tokens(16));
+        assert_eq!(
+            plain.take_key(None, "r"),
+            Taken::Missing,
+            "NIXL's table forgets"
+        );
     }
 }

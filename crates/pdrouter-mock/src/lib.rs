@@ -100,7 +100,8 @@
 //! them with `POST {remote_bootstrap_addr}/mock/mooncake/pull`, which waits (at most 30 s, or
 //! the abort timeout when shorter) for a producer that has not finished yet: cached tokens
 //! are the prompt's whole blocks when it got them, 0 (recompute) on a wrong engine id, a
-//! wait run out, or a transfer already pulled or expired. With [`KvConnectorKind::LmCache`]
+//! wait run out, or a transfer already pulled or expired (refused at once: the producer
+//! remembers such transfer ids for one abort timeout). With [`KvConnectorKind::LmCache`]
 //! the router sends plain legs one after the other (Prefill capped at one token, then
 //! Decode); a worker with [`MockConfig::lmcache_peer`] (`--lmcache-peer URL`) pushes a
 //! one-token request's prompt KV to that consumer (`POST /mock/lmcache/push`, keyed by a

@@ -459,7 +459,15 @@ impl Shared {
         Shared {
             http_runtime: cfg.http_runtime,
             addr,
-            kv: KvTable::new(cfg.kv_abort_timeout, cfg.dp_size),
+            kv: {
+                let table = KvTable::new(cfg.kv_abort_timeout, cfg.dp_size);
+                // A Mooncake pull for a transfer gone must not wait for it.
+                if cfg.kv_connector == KvConnectorKind::Mooncake {
+                    table.remember_gone()
+                } else {
+                    table
+                }
+            },
             kv_connector: cfg.kv_connector,
             lmcache_peer: cfg.lmcache_peer.clone(),
             role: cfg.role,

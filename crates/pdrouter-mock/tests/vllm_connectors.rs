@@ -177,10 +177,7 @@ async fn a_mooncake_consumer_arriving_first_waits_for_its_producer() {
 
 #[tokio::test]
 async fn a_mooncake_consumer_after_its_producer_pulls_once() {
-    let mut cfg = vllm(Role::Prefill, KvConnectorKind::Mooncake);
-    // Bounds the second pull's wait for a transfer that is gone.
-    cfg.kv_abort_timeout = Duration::from_millis(1_500);
-    let (p, d) = mooncake_pair(cfg).await;
+    let (p, d) = mooncake_pair(vllm(Role::Prefill, KvConnectorKind::Mooncake)).await;
     let ids = engine_ids(&p).await;
     let text = prompt(20);
     let r = post(p.addr(), "/v1/completions", &mc_producer_body(&text, "t-2")).await;
@@ -190,9 +187,14 @@ async fn a_mooncake_consumer_after_its_producer_pulls_once() {
     let r = post(d.addr(), "/v1/completions", &body).await;
     assert_eq!(cached(&r.json()), 16);
     assert_eq!(p.stats().kv_held_requests, 0);
+    let started = Instant::now();
     let r = post(d.addr(), "/v1/completions", &body).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(cached(&r.json()), 0, "already consumed: recomputed");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused without waiting"
+    );
     let ds = d.stats();
     assert_eq!(
         (
@@ -247,16 +249,18 @@ async fn a_mooncake_pull_needs_the_engine_id_of_the_rank_that_computed() {
 #[tokio::test]
 async fn unpulled_mooncake_transfers_expire() {
     let mut cfg = vllm(Role::Prefill, KvConnectorKind::Mooncake);
-    cfg.kv_abort_timeout = Duration::from_millis(150);
+    // Also the longest a pull would wait for a transfer not yet held.
+    cfg.kv_abort_timeout = Duration::from_millis(1_000);
     let (p, d) = mooncake_pair(cfg).await;
     let ids = engine_ids(&p).await;
     let text = prompt(40);
     let r = post(p.addr(), "/v1/completions", &mc_producer_body(&text, "t-4")).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(p.stats().kv_held_requests, 1);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
     let ps = p.stats();
     assert_eq!((ps.kv_held_requests, ps.kv_expired_total), (0, 1));
+    let started = Instant::now();
     let r = post(
         d.addr(),
         "/v1/completions",
@@ -264,6 +268,10 @@ async fn unpulled_mooncake_transfers_expire() {
     )
     .await;
     assert_eq!(cached(&r.json()), 0);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "expired: refused at once"
+    );
     assert_eq!(d.stats().kv_pull_failed_total, 1);
     p.shutdown().await;
     d.shutdown().await;

@@ -7,8 +7,9 @@
 //! computed: the pull waits (at most [`WAIT_LIMIT`], or the abort timeout when shorter) for
 //! the producer to hold that `transfer_id`, then answers 200 and frees it when the engine id
 //! matches the rank that computed it; 404 when it does not (at once, leaving it held), when
-//! the wait runs out, or when the entry was already pulled or expired (after the wait, since
-//! the mock keeps no record of entries gone). Any failure is the consumer's cue to recompute.
+//! the wait runs out, or (at once, the table remembering what is gone for one abort timeout)
+//! when the entry was already pulled or expired. Any failure is the consumer's cue to
+//! recompute.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -87,6 +88,10 @@ async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         Taken::Tokens(tokens) => answer(StatusCode::OK, &json!({ "tokens": tokens })),
         Taken::WrongEngine => {
             let detail = format!("transfer {id:?} is not held by engine {engine:?}");
+            answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+        }
+        Taken::Gone => {
+            let detail = format!("transfer {id:?} was already pulled or expired");
             answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
         }
         Taken::Missing => {
