@@ -2,7 +2,12 @@
 # Late binding: p99 time-to-first-token with and without router-side Prefill
 # admission, at 85 % of the Prefill fleet's capacity with heavy-tailed prompts.
 #
-#   bench/late_binding.sh [--quick] [--duration SECS] [--no-build] [--out FILE.svg]
+#   bench/late_binding.sh [--quick] [--duration SECS] [--no-build] [--out FILE.svg] [--vllm]
+#
+# --vllm runs the same fleet as vLLM servers with the NIXL connector (`pdrouter-mock
+# --runtime vllm`): the router sends each Prefill leg first, capped at one token, waits for
+# its answer (the slot is released then) and only then sends Decode with the KV transfer
+# params; the load is streaming `/v1/completions` (vLLM serves no `/generate`).
 #
 # Fleet: 4 engine-mode Prefill mocks (`--engine --max-running 1
 # --prefill-tokens-per-sec 16000`: one prompt in prefill per worker,
@@ -31,11 +36,14 @@
 source "$(dirname "$0")/lib.sh"
 
 OUT="$ROOT/bench/late_binding.svg"
-scenario_args 60 25 '2,30p' "$@"
+VLLM=0
+scenario_args 60 25 '2,34p' "$@"
+LOAD_PATH=/generate
+((VLLM)) && LOAD_PATH=/v1/completions
 
 engine_scenario 0.85
 
-LOAD=(--path /generate --stream --max-tokens 4 --rate "$OFFERED" --duration "$DURATION"
+LOAD=(--path "$LOAD_PATH" --stream --max-tokens 4 --rate "$OFFERED" --duration "$DURATION"
     --prompt-dist pareto --prompt-mean-tokens "$MEAN_WORDS" --seed 7 --timeout 120)
 
 engine_case round_robin --policy round_robin

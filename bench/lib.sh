@@ -166,14 +166,25 @@ start_engine_fleet() {
     PREFILL_ARGS=()
     PREFILL_URLS=()
     for ((i = 0; i < n; i++)); do
-        start_mock "prefill$i" prefill --engine --max-running "$running" \
-            --prefill-tokens-per-sec "$rate" --bootstrap-port 0
-        port=$(grep -m1 -o 'bootstrap_port=[0-9]*' "$WORK/prefill$i.out" | cut -d= -f2)
-        [[ -n "$port" ]] || die "prefill$i printed no bootstrap port"
-        PREFILL_ARGS+=(--prefill "$SPAWNED_URL" "$port")
+        if ((${VLLM:-0})); then
+            # vLLM's servers (NIXL): the router sends the Prefill first; no bootstrap port.
+            start_mock "prefill$i" prefill --runtime vllm --engine --max-running "$running" \
+                --prefill-tokens-per-sec "$rate"
+            PREFILL_ARGS+=(--prefill "$SPAWNED_URL" none)
+        else
+            start_mock "prefill$i" prefill --engine --max-running "$running" \
+                --prefill-tokens-per-sec "$rate" --bootstrap-port 0
+            port=$(grep -m1 -o 'bootstrap_port=[0-9]*' "$WORK/prefill$i.out" | cut -d= -f2)
+            [[ -n "$port" ]] || die "prefill$i printed no bootstrap port"
+            PREFILL_ARGS+=(--prefill "$SPAWNED_URL" "$port")
+        fi
         PREFILL_URLS+=("$SPAWNED_URL")
     done
-    start_mock decode decode --engine --token-interval-ms "$interval"
+    if ((${VLLM:-0})); then
+        start_mock decode decode --runtime vllm --token-interval-ms "$interval"
+    else
+        start_mock decode decode --engine --token-interval-ms "$interval"
+    fi
     DECODE_URL=$SPAWNED_URL
 }
 
@@ -208,6 +219,7 @@ scenario_args() {
         --quick) DURATION=$quick ;;
         --duration) DURATION=$2; shift ;;
         --no-build) BUILD=0 ;;
+        --vllm) [[ -v VLLM ]] || die "unknown argument $1"; VLLM=1 ;;
         --out) [[ -v OUT ]] || die "unknown argument $1"; OUT=$2; shift ;;
         -h | --help) sed -n "$help" "$0"; exit 0 ;;
         *) die "unknown argument $1" ;;
@@ -243,7 +255,7 @@ engine_case() {
     start_router "router-$label" --pd-disaggregation "${PREFILL_ARGS[@]}" --decode "$DECODE_URL" \
         --disable-health-check "$@"
     local router=$SPAWNED_URL pid=$SPAWNED_PID
-    wait_ready "$router" --path /generate --max-tokens 1
+    wait_ready "$router" --path "${LOAD_PATH:-/generate}" --max-tokens 1
     reset_engine_stats
     echo "running $label" >&2
     bench --url "$router" "${LOAD[@]}" --label "$label" --csv "$WORK/$label.csv" \

@@ -28,7 +28,9 @@
 # --callgrind runs only this: an HTTP PD router, then a gRPC PD router, each under valgrind's
 # callgrind (needs `valgrind` on PATH), serving 1,000 16-token requests at concurrency 64
 # after 300 to warm up; prints the instructions each router executed per request and their
-# ratio (grpc_vs_http_instructions_per_request_p16=…). Instruction counts barely move with
+# ratio (grpc_vs_http_instructions_per_request_p16=…). Then, for this checkout's router only,
+# SGLang HTTP PD and vLLM PD (NIXL: the Prefill leg first, its params relayed) both on
+# /v1/completions (vllm_vs_sglang_instructions_per_request_p16=…). Instruction counts barely move with
 # the machine's load, so this is the figure to compare changes with; the CPU-time table is
 # the one the target is read from.
 #
@@ -144,17 +146,24 @@ if ((CALLGRIND)); then
     start_mock prefill prefill
     PREFILL=$SPAWNED_URL
     start_grpc_pair g
-    SMALL=(--path /generate --prompt-mean-tokens "$(words_for 16)" --max-tokens 1 --concurrency 64
-        --timeout 60)
+    # vLLM PD (NIXL, the legs one after the other) beside SGLang HTTP PD, both on
+    # /v1/completions (vLLM serves no /generate): the current router only.
+    start_mock vllm-prefill prefill --runtime vllm
+    VLLM_ARGS=(--prefill "$SPAWNED_URL" none)
+    start_mock vllm-decode decode --runtime vllm
+    VLLM_ARGS+=(--decode "$SPAWNED_URL")
+    SMALL=(--prompt-mean-tokens "$(words_for 16)" --max-tokens 1 --concurrency 64 --timeout 60)
     declare -A PER_REQ
-    for run in "${WHO[@]/%/:http}" "${WHO[@]/%/:grpc}"; do
+    for run in "${WHO[@]/%/:http}" "${WHO[@]/%/:grpc}" current:completions current:vllm; do
         who=${run%%:*} transport=${run##*:}
         use_router "$who"
-        if [[ $transport == http ]]; then
-            workers=(--prefill "$PREFILL" --decode "$DECODE")
-        else
-            workers=("${PAIR_ARGS[@]}")
-        fi
+        path=/generate
+        case $transport in
+            http) workers=(--prefill "$PREFILL" --decode "$DECODE") ;;
+            grpc) workers=("${PAIR_ARGS[@]}") ;;
+            completions) workers=(--prefill "$PREFILL" --decode "$DECODE") path=/v1/completions ;;
+            vllm) workers=("${VLLM_ARGS[@]}") path=/v1/completions ;;
+        esac
         # Counting starts at the zeroing below and ends at the dump: the measured requests only.
         TOKIO_WORKER_THREADS=1 spawn "callgrind-$transport" "pdrouter listening on" \
             "${ROUTER_CPU[@]}" valgrind --tool=callgrind \
@@ -165,10 +174,10 @@ if ((CALLGRIND)); then
         ROUTER=$SPAWNED_URL
         ROUTER_PID=$SPAWNED_PID
         echo "router (PD over $transport, under callgrind) $ROUTER" >&2
-        wait_ready "$ROUTER" --path /generate --max-tokens 1
-        bench --url "$ROUTER" "${SMALL[@]}" --requests 300 >/dev/null
+        wait_ready "$ROUTER" --path "$path" --max-tokens 1
+        bench --url "$ROUTER" --path "$path" "${SMALL[@]}" --requests 300 >/dev/null
         callgrind_control -z "$ROUTER_PID" >/dev/null
-        bench --url "$ROUTER" "${SMALL[@]}" --requests 1000 >"$WORK/cg-$transport.txt"
+        bench --url "$ROUTER" --path "$path" "${SMALL[@]}" --requests 1000 >"$WORK/cg-$transport.txt"
         callgrind_control -d "$ROUTER_PID" >/dev/null
         ok=$(kv "$WORK/cg-$transport.txt" ok)
         ((ok == 1000)) || echo "warning: $transport had $((1000 - ok)) unsuccessful requests" >&2
@@ -184,6 +193,9 @@ if ((CALLGRIND)); then
     echo "http_instructions_per_request_p16=${PER_REQ[current-http]}" \
         "grpc_instructions_per_request_p16=${PER_REQ[current-grpc]}" \
         "grpc_vs_http_instructions_per_request_p16=$(calc %.2f "${PER_REQ[current-grpc]} / ${PER_REQ[current-http]}")"
+    echo "sglang_completions_instructions_per_request_p16=${PER_REQ[current-completions]}" \
+        "vllm_instructions_per_request_p16=${PER_REQ[current-vllm]}" \
+        "vllm_vs_sglang_instructions_per_request_p16=$(calc %.2f "${PER_REQ[current-vllm]} / ${PER_REQ[current-completions]}")"
     if [[ -n $BASELINE ]]; then
         echo "vs_baseline: http_instructions_change_pct=$(change "${PER_REQ[current-http]}" "${PER_REQ[baseline-http]}")" \
             "grpc_instructions_change_pct=$(change "${PER_REQ[current-grpc]}" "${PER_REQ[baseline-grpc]}")"

@@ -4,7 +4,8 @@
 //! tokenizes, with the byte-level tokenizer the mocks serve through `GetTokenizer`. With
 //! `--epd` the mocks speak TokenSpeed's protocol, an Encode mock joins them, and the router
 //! serves images for a Qwen2-VL-shaped model over that tokenizer (written to a temporary
-//! directory, removed at exit).
+//! directory, removed at exit). With `--vllm` the mocks imitate vLLM's servers with the NIXL
+//! connector (the router detects them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,20 +31,22 @@ enum Kind {
     Http,
     Grpc,
     Epd,
+    Vllm,
 }
 
 impl Kind {
     fn of(args: &DemoArgs) -> Self {
-        match (args.epd, args.grpc) {
-            (true, _) => Self::Epd,
-            (false, true) => Self::Grpc,
-            (false, false) => Self::Http,
+        match (args.epd, args.grpc, args.vllm) {
+            (true, _, _) => Self::Epd,
+            (false, true, _) => Self::Grpc,
+            (false, false, true) => Self::Vllm,
+            (false, false, false) => Self::Http,
         }
     }
 
     fn mode(self) -> Mode {
         match self {
-            Self::Http => Mode::PdHttp,
+            Self::Http | Self::Vllm => Mode::PdHttp,
             Self::Grpc => Mode::PdGrpc,
             Self::Epd => Mode::EpdGrpc,
         }
@@ -54,13 +57,17 @@ impl Kind {
             Self::Http => "HTTP workers",
             Self::Grpc => "gRPC workers",
             Self::Epd => "EPD, TokenSpeed gRPC workers",
+            Self::Vllm => "vLLM HTTP workers, NIXL handoff",
         }
     }
 }
 
 async fn mock(role: Role, delay_ms: u64, kind: Kind) -> Result<MockWorker, String> {
     let mut cfg = MockConfig::new(role);
-    cfg.grpc = kind != Kind::Http;
+    cfg.grpc = matches!(kind, Kind::Grpc | Kind::Epd);
+    if kind == Kind::Vllm {
+        cfg.http_runtime = pdrouter_mock::HttpRuntime::Vllm;
+    }
     if kind == Kind::Epd {
         cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed;
     }
@@ -122,7 +129,7 @@ impl Mocks {
 
     /// The router's startup workers: these mocks.
     fn specs(&self, kind: Kind) -> Vec<WorkerSpec> {
-        let grpc = kind != Kind::Http;
+        let grpc = matches!(kind, Kind::Grpc | Kind::Epd);
         let mut workers: Vec<WorkerSpec> = self
             .prefills
             .iter()
@@ -131,10 +138,11 @@ impl Mocks {
                 url: p.url(),
                 worker_type: WorkerType::Prefill,
                 // A gRPC Decode mock fetches its KV ticket from the Prefill mock's own port.
-                bootstrap_port: if grpc {
-                    Some(p.addr().port())
-                } else {
-                    (i == 0).then_some(8998)
+                bootstrap_port: match kind {
+                    _ if grpc => Some(p.addr().port()),
+                    // vLLM's NIXL handoff needs no bootstrap port.
+                    Kind::Vllm => None,
+                    _ => (i == 0).then_some(8998),
                 },
                 api_key: None,
                 engine: None,

@@ -38,7 +38,8 @@ fn start_demo(extra: &[&str]) -> (Child, std::net::SocketAddr) {
     (child, addr.expect("the demo's banner"))
 }
 
-both_transports!(
+over_transports!(
+    [http => Http, grpc => Grpc, vllm => Vllm]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     demo_answers_a_chat_request
 );
@@ -47,7 +48,8 @@ async fn demo_answers_a_chat_request(t: Transport) {
     let args: &'static [&'static str] = match t {
         Transport::Http => &[],
         Transport::Grpc => &["--grpc"],
-        Transport::TokenSpeed | Transport::Vllm => unreachable!("the demo runs SGLang's protocol"),
+        Transport::Vllm => &["--vllm"],
+        Transport::TokenSpeed => unreachable!("the demo runs SGLang's or vLLM's protocol"),
     };
     let v = demo_answer(args, CHAT).await;
     let text = v["choices"][0]["message"]["content"].as_str().unwrap();

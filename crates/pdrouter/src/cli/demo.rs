@@ -26,4 +26,8 @@ pub struct DemoArgs {
     /// tokenizer).
     #[arg(long, conflicts_with = "grpc")]
     pub epd: bool,
+    /// Run the mocks as vLLM servers with the NIXL connector: the router sends each Prefill
+    /// leg first, capped at one token, and relays its KV transfer params to Decode.
+    #[arg(long, conflicts_with_all = ["grpc", "epd"])]
+    pub vllm: bool,
 }
