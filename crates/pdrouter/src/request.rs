@@ -37,6 +37,12 @@ impl Endpoint {
 
 /// Largest `n` accepted (parallel samples per prompt).
 pub const MAX_N: u64 = 1024;
+/// Most prompts one request may list (every route and transport).
+pub const MAX_PROMPTS: usize = 256;
+/// Most backend sub-requests (prompts × `n`) one request may fan out to, on every route and
+/// transport: what a request builds per leg (bootstrap arrays, token-id plans) is bounded by
+/// this times a small constant, whatever the client sends.
+pub const MAX_CHOICES: usize = 1024;
 /// Characters of request text kept for cache-aware routing.
 const ROUTING_TEXT_CHARS: usize = 4096;
 
@@ -336,6 +342,7 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
         Endpoint::Completions => completions_prompt(&body)?,
         Endpoint::Responses => responses_prompt(&body)?,
     };
+    check_fan_out(endpoint, &body, batch, n)?;
     let logprobs = endpoint == Endpoint::Generate && wants_logprobs(&body);
     let model = body
         .get("model")
@@ -359,6 +366,40 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
         logprobs,
         prompt_tokens,
     })
+}
+
+/// Refuses more prompts, or prompts × samples, than one request may fan out to (see
+/// [`MAX_CHOICES`]), naming the field to change.
+fn check_fan_out(
+    endpoint: Endpoint,
+    body: &Map<String, Value>,
+    batch: Option<usize>,
+    n: usize,
+) -> Result<(), ApiError> {
+    let prompts = batch.unwrap_or(1);
+    let (list, n_field) = match endpoint {
+        Endpoint::Generate if body.get("text").is_some_and(|t| !t.is_null()) => {
+            ("text", "sampling_params.n")
+        }
+        Endpoint::Generate => ("input_ids", "sampling_params.n"),
+        _ => ("prompt", "n"),
+    };
+    if prompts > MAX_PROMPTS {
+        return Err(ApiError::invalid_field(
+            list,
+            format!("lists {prompts} prompts; at most {MAX_PROMPTS} prompts per request"),
+        ));
+    }
+    if prompts.saturating_mul(n) > MAX_CHOICES {
+        return Err(ApiError::invalid_field(
+            n_field,
+            format!(
+                "asks for {prompts} prompts × {n} samples; prompts × n must be at most \
+                 {MAX_CHOICES}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What an endpoint's prompt field tells the router: the batch size (a list of prompts), the
@@ -542,6 +583,60 @@ mod tests {
 
     fn json(b: &Bytes) -> Value {
         serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn fan_out_is_bounded_on_every_route_before_anything_is_built() {
+        let prompts = |k: usize| vec!["\"\""; k].join(",");
+        let ids = vec!["[1]"; 300].join(",");
+        let cases = [
+            (
+                Endpoint::Generate,
+                format!(
+                    r#"{{"text":[{}],"sampling_params":{{"n":500}}}}"#,
+                    prompts(2000)
+                ),
+                ["'text'", "at most 256 prompts"],
+            ),
+            (
+                Endpoint::Generate,
+                format!(
+                    r#"{{"text":[{}],"sampling_params":{{"n":5}}}}"#,
+                    prompts(256)
+                ),
+                ["'sampling_params.n'", "at most 1024"],
+            ),
+            (
+                Endpoint::Generate,
+                r#"{"input_ids":[[1],[2],[3]],"sampling_params":{"n":400}}"#.to_string(),
+                ["'sampling_params.n'", "3 prompts × 400 samples"],
+            ),
+            (
+                Endpoint::Generate,
+                format!(r#"{{"input_ids":[{ids}]}}"#),
+                ["'input_ids'", "lists 300 prompts"],
+            ),
+            (
+                Endpoint::Completions,
+                format!(r#"{{"prompt":[{}],"n":8}}"#, prompts(200)),
+                ["'n'", "200 prompts × 8 samples"],
+            ),
+        ];
+        for (endpoint, body, wanted) in cases {
+            let e = err(endpoint, &body);
+            assert!(wanted.iter().all(|w| e.contains(w)), "{e}");
+        }
+        // At the bound it is served.
+        let r = ok(
+            Endpoint::Completions,
+            format!(r#"{{"prompt":[{}],"n":4}}"#, prompts(256)).as_bytes(),
+        );
+        assert_eq!(r.sub_requests(), 1024);
+        let r = ok(
+            Endpoint::ChatCompletions,
+            br#"{"messages":[{"role":"user","content":"x"}],"n":1024}"#,
+        );
+        assert_eq!(r.sub_requests(), 1024);
     }
 
     #[test]

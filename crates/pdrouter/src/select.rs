@@ -60,8 +60,7 @@ pub struct Candidates {
     runtime: Option<crate::grpc::runtime::Runtime>,
     /// Only HTTP workers of this engine and KV connector (a Decode paired with its Prefill);
     /// `None`: any.
-    engine: Option<crate::config::HttpEngine>,
-    connector: Option<crate::config::KvConnector>,
+    pairing: Option<crate::config::HttpPairing>,
     priority: Priority,
 }
 
@@ -81,8 +80,7 @@ impl Candidates {
             order: Vec::new(),
             prompt_tokens: 1,
             runtime: None,
-            engine: None,
-            connector: None,
+            pairing: None,
             priority: Priority::Default,
         }
     }
@@ -93,15 +91,9 @@ impl Candidates {
         self
     }
 
-    /// Only HTTP workers of `engine` and `connector`, when given (a PD pair speaks one
-    /// engine's handoff).
-    pub fn with_engine(
-        mut self,
-        engine: Option<crate::config::HttpEngine>,
-        connector: Option<crate::config::KvConnector>,
-    ) -> Self {
-        self.engine = engine;
-        self.connector = connector;
+    /// Only HTTP workers of `pairing`, when given (a PD pair speaks one engine's handoff).
+    pub fn with_pairing(mut self, pairing: Option<crate::config::HttpPairing>) -> Self {
+        self.pairing = pairing;
         self
     }
 
@@ -158,15 +150,14 @@ impl Candidates {
         // Borrow from the snapshot; only the workers the policy ranks are cloned out.
         let mut any_routable = false;
         let model = self.wanted.model.as_deref();
-        let (runtime, engine, connector) = (self.runtime, self.engine, self.connector);
+        let (runtime, pairing) = (self.runtime, self.pairing);
         let with_room: Vec<&Arc<Worker>> = pool
             .iter()
             .filter(|w| {
                 w.is_routable()
                     && model.is_none_or(|m| w.serves(m))
                     && runtime.is_none_or(|r| w.runtime() == Some(r))
-                    && engine.is_none_or(|e| w.http_engine() == Some(e))
-                    && connector.is_none_or(|c| w.kv_connector() == Some(c))
+                    && pairing.is_none_or(|p| w.pairing() == Some(p))
             })
             .inspect(|_| any_routable = true)
             .filter(|w| has_room(w))
@@ -241,9 +232,9 @@ impl Selector for Candidates {
             .map_or(String::from("any"), |i| i.to_string());
         // The model goes last and marked, so no model name can make two keys collide.
         let model = self.wanted.model.as_deref().map(|m| format!("model={m}"));
-        let runtime = match (self.runtime, self.engine) {
+        let runtime = match (self.runtime, self.pairing) {
             (Some(r), _) => r.name(),
-            (None, Some(e)) => e.name(),
+            (None, Some(p)) => p.name(),
             (None, None) => "any-runtime",
         };
         let class = format!(

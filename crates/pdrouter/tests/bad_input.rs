@@ -181,3 +181,28 @@ async fn request_id_is_echoed_or_generated() {
     let reply = get(r.addr(), "/health").await;
     assert!(reply.header("x-request-id").is_some_and(|v| v.len() >= 16));
 }
+
+/// A small body asking for a huge fan-out (2,000 empty prompts × 500 samples in 8 KB) is
+/// refused before anything is built for it: no worker sees it, nothing is held.
+#[tokio::test]
+async fn a_huge_fan_out_in_a_small_body_is_400_before_anything_is_built() {
+    let p = mock(Role::Prefill, 0).await;
+    let d = mock(Role::Decode, 0).await;
+    let r = router(pd_config(&[&p], &[&d])).await;
+    let prompts = vec![r#""""#; 2000].join(",");
+    let body = format!(r#"{{"text":[{prompts}],"sampling_params":{{"n":500}}}}"#);
+    assert!(body.len() < 8 * 1024);
+    let reply = post(r.addr(), "/generate", &body).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply.text().contains("at most 256 prompts"),
+        "{}",
+        reply.text()
+    );
+    let body = r#"{"prompt":["a","b","c","d"],"n":1000}"#;
+    let reply = post(r.addr(), "/v1/completions", body).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("'n'"), "{}", reply.text());
+    assert_eq!(p.stats().requests_total + d.stats().requests_total, 0);
+    assert_eq!(total_load(&r), 0);
+}

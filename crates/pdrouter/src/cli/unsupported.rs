@@ -1,10 +1,10 @@
 //! SMG flags that pdrouter deliberately does not take. Each is refused before clap parses,
 //! with what to do instead, rather than clap's generic "unexpected argument".
 
-const MESH: &str = "pdrouter has no router mesh; run one router, or several independent \
-    replicas behind a load balancer (each with its own limits and queues). Sharing Prefill \
-    admission between replicas through a Redis admission store is planned but not available \
-    yet (README: Flags pdrouter does not take)";
+const MESH: &str = "pdrouter has no router mesh; run one router, or several replicas \
+    behind a load balancer: replicas share their Prefill admission limits through a Redis \
+    admission store with --admission-store redis://HOST:PORT (README: Flags pdrouter does not \
+    take)";
 const DISCOVERY: &str = "pdrouter does not discover workers in Kubernetes; give them with \
     --worker-urls, or --prefill/--decode, and add or remove them at runtime through the \
     /workers API (README: Flags pdrouter does not take)";

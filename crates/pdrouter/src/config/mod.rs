@@ -55,7 +55,8 @@ pub use store::{
 pub use telemetry::LogSettings;
 pub use workers::{
     DEFAULT_WORKER_STARTUP_CHECK_INTERVAL_SECS, DEFAULT_WORKER_STARTUP_TIMEOUT_SECS, HttpEngine,
-    KvConnector, Mode, Runtime, StartupWait, WorkerSpec, WorkerType, is_grpc_url, parse_worker_url,
+    HttpPairing, KvConnector, Mode, Runtime, StartupWait, WorkerSpec, WorkerType, is_grpc_url,
+    parse_worker_url,
 };
 
 /// A startup rule that the configuration breaks; the message names the flag and what to fix.

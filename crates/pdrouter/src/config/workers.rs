@@ -191,6 +191,28 @@ impl HttpEngine {
     }
 }
 
+/// What the two workers of an HTTP PD pair must share: the engine and, for vLLM's, the KV
+/// connector (one byte, so selection state stays small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HttpPairing {
+    /// SGLang's engines (a bootstrap ticket on both legs).
+    Sglang,
+    /// vLLM's engines with this connector.
+    Vllm(KvConnector),
+}
+
+impl HttpPairing {
+    /// The engine's name, then the connector's (`sglang`, `vllm-nixl`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            HttpPairing::Sglang => "sglang",
+            HttpPairing::Vllm(KvConnector::Nixl) => "vllm-nixl",
+            HttpPairing::Vllm(KvConnector::Mooncake) => "vllm-mooncake",
+            HttpPairing::Vllm(KvConnector::Lmcache) => "vllm-lmcache",
+        }
+    }
+}
+
 /// How vLLM workers move the KV cache between a PD pair (`--kv-connector`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KvConnector {

@@ -92,7 +92,7 @@ impl Core {
         let decode = self
             .candidates(WorkerType::Decode, &self.decode_policy, wanted)
             .with_runtime(prefill.runtime())
-            .with_engine(prefill.http_engine(), prefill.kv_connector())
+            .with_pairing(prefill.pairing())
             .pick()?;
         let decode_load = LoadGuard::new(decode.clone(), units);
         let pair = Pair {

@@ -259,6 +259,15 @@ impl Worker {
         })
     }
 
+    /// What an HTTP worker's PD partner must share with it; `None` for a gRPC worker.
+    pub fn pairing(&self) -> Option<crate::config::HttpPairing> {
+        use crate::config::{HttpEngine, HttpPairing};
+        self.http_engine().map(|e| match e {
+            HttpEngine::Sglang => HttpPairing::Sglang,
+            HttpEngine::Vllm => HttpPairing::Vllm(self.kv_connector),
+        })
+    }
+
     /// A vLLM worker's KV connector; `None` for other workers.
     pub fn kv_connector(&self) -> Option<crate::config::KvConnector> {
         (self.http_engine() == Some(crate::config::HttpEngine::Vllm)).then_some(self.kv_connector)

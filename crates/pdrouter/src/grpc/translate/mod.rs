@@ -34,10 +34,7 @@ use super::runtime::Runtime;
 use crate::error::ApiError;
 use crate::request::{Endpoint, ParsedRequest};
 
-/// Most prompts one request may list.
-pub const MAX_PROMPTS: usize = 256;
-/// Most choices (prompts × `n`) one request may ask for.
-pub const MAX_CHOICES: usize = 1024;
+use crate::request::MAX_CHOICES;
 /// Most alternatives per logprob position.
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
@@ -297,7 +294,8 @@ pub async fn plan_with(
         echo,
     } = input;
     let n = req.n.max(1);
-    check_fan_out(prompts.len(), n)?;
+    // Request parsing bounded prompts and prompts × n (`crate::request::MAX_CHOICES`).
+    debug_assert!(prompts.len().saturating_mul(n) <= MAX_CHOICES);
     params.n = u32::try_from(n).unwrap_or(u32::MAX);
     let listed = req.endpoint == Endpoint::Generate && (req.batch.is_some() || n > 1);
     let (tokenized, images) = tokenize_prompts(req, tokenizer, images, prompts).await?;
@@ -354,23 +352,6 @@ fn request_tree(req: &ParsedRequest) -> Result<Arc<serde_json::Map<String, Value
         return Err(ApiError::malformed_json("expected an object"));
     };
     Ok(Arc::new(o))
-}
-
-/// Refuses more prompts, or prompts × samples, than one request may fan out to.
-fn check_fan_out(prompts: usize, n: usize) -> Result<(), ApiError> {
-    if prompts > MAX_PROMPTS {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            format!("at most {MAX_PROMPTS} prompts per request"),
-        ));
-    }
-    if prompts.saturating_mul(n) > MAX_CHOICES {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            format!("prompts × n must be at most {MAX_CHOICES}"),
-        ));
-    }
-    Ok(())
 }
 
 /// Each prompt's text and ids: a chat with images through the image path, the rest on the
