@@ -108,6 +108,46 @@ async fn an_unfinished_body_holds_the_permit_until_the_client_leaves() {
     assert!(eventually(EVENT, || lim.inflight() == 0 && lim.queued() == 0).await);
 }
 
+/// Clients still sending their bodies hold no permit: with one permit and two clients
+/// trickling their bodies, a complete request is answered at once.
+#[tokio::test]
+async fn a_body_still_arriving_holds_no_permit() {
+    use tokio::io::AsyncWriteExt;
+    let w = mock(Role::Regular, 0).await;
+    let mut cfg = regular_config(&[&w]);
+    cfg.limiter = limiter(1, 4, 60);
+    let r = router(cfg).await;
+    let lim = r.limiter().unwrap().clone();
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(r.addr()).await.unwrap();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            CHAT.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        // Half the body: the router now waits for the rest.
+        s.write_all(&CHAT.as_bytes()[..CHAT.len() / 2])
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    let reply = tokio::time::timeout(EVENT, post(r.addr(), "/v1/chat/completions", CHAT))
+        .await
+        .expect("answered while the slow bodies are still arriving");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(lim.queued(), 0);
+    assert!(eventually(EVENT, || lim.inflight() == 0).await);
+    // A slow body that completes is served too, and takes its permit only then.
+    let mut done = slow.pop().unwrap();
+    done.write_all(&CHAT.as_bytes()[CHAT.len() / 2..])
+        .await
+        .unwrap();
+    assert!(eventually(EVENT, || w.stats().requests_total == 2).await);
+    drop((slow, done));
+    assert!(eventually(EVENT, || lim.inflight() == 0 && lim.queued() == 0).await);
+}
+
 /// A request takes its global permit first, then waits for a Prefill slot; everything held
 /// comes back after success, failure and disconnect.
 /// Engine-mode mocks: a hung Prefill keeps its slot and its Decode waits for the KV, so a

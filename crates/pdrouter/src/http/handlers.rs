@@ -188,27 +188,30 @@ async fn answer(
     body: Body,
     ctx: &RequestCtx,
 ) -> Result<Response, ApiError> {
-    // The global permit comes first (before the body is read and before any Prefill slot)
-    // and rides in the response body, so a streamed answer holds it to its last byte.
-    // Boxed: its wait state (timers) lives only during the wait, not in every request's future.
-    let permit = match &state.limiter {
-        Some(limiter) => Some(Box::pin(limiter.acquire(ctx.priority)).await.map_err(|r| {
-            let timeout = limiter.config().timeout_of(ctx.priority);
-            r.into_api_error(timeout.as_secs())
-        })?),
-        None => None,
-    };
+    // The body first (bounded by the request timeout), so a client sending it slowly holds
+    // only its connection, never a global permit others wait for.
     let received =
         collect_body(state.cfg.max_payload_size, state.cfg.request_timeout, body).await?;
     // A small body is a slice of the connection's read buffer; keeping it while the request
-    // waits (e.g. in the admission queue) would pin that buffer for the whole wait. `received`
-    // is moved either way, so no reference into the buffer lives across the await below.
+    // waits (for the global permit, in the admission queue) would pin that buffer for the
+    // whole wait. `received` is moved either way, so no reference into the buffer lives
+    // across the awaits below.
     let raw = if received.len() <= 64 * 1024 {
         let copy = Bytes::copy_from_slice(&received);
         drop(received);
         copy
     } else {
         received
+    };
+    // Then the global permit (before any Prefill slot); it rides in the response body, so a
+    // streamed answer holds it to its last byte. Boxed: its wait state (timers) lives only
+    // during the wait, not in every request's future.
+    let permit = match &state.limiter {
+        Some(limiter) => Some(Box::pin(limiter.acquire(ctx.priority)).await.map_err(|r| {
+            let timeout = limiter.config().timeout_of(ctx.priority);
+            r.into_api_error(timeout.as_secs())
+        })?),
+        None => None,
     };
     let mut parsed = if state.cfg.mode.is_grpc() {
         parse_off_reactor(endpoint, raw).await?
