@@ -511,3 +511,31 @@ async fn outside_epd_images_are_501_naming_their_part() {
         assert_eq!(w.stats().requests_total, 0);
     }
 }
+
+/// An Encode call ends with its request: a client that leaves while its image's Encode hangs
+/// cancels the call, which frees the Encode worker's load at once (it used to run on for the
+/// whole request timeout, holding the pixels).
+#[tokio::test]
+async fn a_client_that_leaves_cancels_its_encode_calls() {
+    let Epd(encoders, p, d, mut cfg, _model) = epd(1, |_| {}).await;
+    cfg.request_timeout = Duration::from_secs(1800);
+    let e = &encoders[0];
+    e.controls().set_hang(true);
+    let r = router(cfg).await;
+    let body = chat(&[data_url(&png(40, 40, 3))], false);
+    let addr = r.addr();
+    let client = tokio::spawn(async move { post(addr, "/v1/chat/completions", &body).await });
+    assert!(
+        eventually(WAIT, || e.controls().hung() == 1).await,
+        "the Encode is held"
+    );
+    assert!(total_load(&r) >= 1);
+    client.abort();
+    let _ = client.await;
+    assert!(
+        eventually(WAIT, || e.stats().inflight == 0).await,
+        "the Encode call was cancelled"
+    );
+    e.controls().set_hang(false);
+    assert_released(&r, &[e, &p, &d]).await;
+}

@@ -2,16 +2,21 @@
 //! `--encode-policy` keyed by the item's content hash, under its own random room, before the
 //! request's Prefill and Decode legs start.
 //!
-//! Invariants: an Encode call is fire-and-forget — its failure is logged and counted
+//! Invariants: an Encode call's failure is logged and counted
 //! (`smg_pd_encode_failures_total{worker}`) and charged to the worker's breaker, never to the
 //! request: the Prefill waits (bounded) for every item's embedding itself, and that wait
 //! decides the request. Encode workers take no admission slot; each call holds one unit of
 //! its worker's load, released when the call ends (the guard lives in the call's task).
 //! Every worker is chosen before any call is sent, so a request refused for want of an Encode
-//! worker sent nothing.
+//! worker sent nothing. The calls end with their attempt: [`EncodeCalls`] is held by the
+//! attempt's Prefill answer, and dropping it (the client gone, the attempt failed or retried,
+//! the Prefill over) cancels every call still running, which releases its load and the
+//! request's pixels at once.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::task::JoinHandle;
 
 use tracing::Instrument as _;
 
@@ -23,17 +28,30 @@ use crate::images::{EncodeTicket, PromptImages};
 use crate::registry::LoadGuard;
 use crate::select::{Candidates, Wanted};
 
+/// An attempt's running Encode calls; dropping it cancels those still running.
+#[derive(Debug, Default)]
+pub(super) struct EncodeCalls(Vec<JoinHandle<()>>);
+
+impl Drop for EncodeCalls {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
 impl GrpcBackend {
     /// Chooses an Encode worker and a room for every item of `images`, starts one `Encode`
     /// per item (each bounded by `timeout`), and returns the tickets the Prefill needs, in
-    /// item order. Fails (503) only when an item finds no Encode worker.
+    /// item order, and the calls (to be held for as long as the attempt's Prefill may wait
+    /// for them). Fails (503) only when an item finds no Encode worker.
     pub(super) fn start_encodes(
         &self,
         core: &Core,
         request_id: &str,
         images: &Arc<PromptImages>,
         timeout: Duration,
-    ) -> Result<Vec<EncodeTicket>, ApiError> {
+    ) -> Result<(Vec<EncodeTicket>, EncodeCalls), ApiError> {
         let mut chosen = Vec::with_capacity(images.items.len());
         for (i, item) in images.items.iter().enumerate() {
             let key: Arc<str> = item.image.hash.hex().into();
@@ -56,6 +74,7 @@ impl GrpcBackend {
             chosen.push((worker, ticket));
         }
         let mut tickets = Vec::with_capacity(chosen.len());
+        let mut calls = EncodeCalls(Vec::with_capacity(chosen.len()));
         for (i, (worker, ticket)) in chosen.into_iter().enumerate() {
             let id = format!("{request_id}-enc{i}-{:x}", ticket.at.room);
             let load = LoadGuard::new(worker.clone(), 1);
@@ -63,7 +82,7 @@ impl GrpcBackend {
             let (registry, metrics) = (core.registry.clone(), core.metrics.clone());
             let (images, room) = (images.clone(), ticket.at.room);
             let span = tracing::debug_span!("encode", worker = %worker.url(), item = i, room);
-            tokio::spawn(
+            let call = tokio::spawn(
                 async move {
                     let _load = load;
                     let outcome = match (worker.grpc(), images.encode_request(id, i, room)) {
@@ -88,8 +107,9 @@ impl GrpcBackend {
                 }
                 .instrument(span),
             );
+            calls.0.push(call);
             tickets.push(ticket);
         }
-        Ok(tickets)
+        Ok((tickets, calls))
     }
 }

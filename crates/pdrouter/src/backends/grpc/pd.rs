@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::answer::{self, GrpcPlan, Source};
 use super::calls::{self, channel, status_error};
+use super::encode::EncodeCalls;
 use super::{GrpcBackend, PrefillLeg};
 use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
 use crate::core::{Core, Pair, RequestCtx};
@@ -33,6 +34,8 @@ struct GrpcPrefill {
     streams: Legs,
     worker: Arc<Worker>,
     prompts: usize,
+    /// EPD: the attempt's Encode calls, which this Prefill waits for; cancelled with it.
+    _encodes: EncodeCalls,
 }
 
 impl PrefillAnswer for GrpcPrefill {
@@ -91,7 +94,7 @@ fn pair_calls(
     runtime: Runtime,
     prefill: &Worker,
     decode: &Worker,
-) -> Result<(Vec<Call>, Vec<Call>, String), ApiError> {
+) -> Result<(Vec<Call>, Vec<Call>, String, EncodeCalls), ApiError> {
     let tickets: Vec<KvTicket> = plan
         .requests
         .iter()
@@ -104,11 +107,11 @@ fn pair_calls(
     }
     // EPD: the Prefill is told where each embedding comes from, the Decode only what the
     // items are.
-    let encode = match &plan.images {
+    let (encode, encodes) = match &plan.images {
         Some(images) => {
             backend.start_encodes(core, &ctx.request_id, images, core.cfg.request_timeout)?
         }
-        None => Vec::new(),
+        None => (Vec::new(), EncodeCalls::default()),
     };
     let mut dcalls = pcalls.clone();
     calls::on_rank(&mut pcalls, prefill);
@@ -119,7 +122,7 @@ fn pair_calls(
     for (p, d) in pcalls.iter_mut().zip(dcalls.iter_mut()) {
         Call::share_encoding(p, d);
     }
-    Ok((pcalls, dcalls, request_id))
+    Ok((pcalls, dcalls, request_id, encodes))
 }
 
 /// Sends both legs to `pair` and builds the answer from Decode's streams.
@@ -147,7 +150,7 @@ pub(super) async fn send(
             prefill.url()
         )));
     }
-    let (pcalls, dcalls, request_id) =
+    let (pcalls, dcalls, request_id, encodes) =
         pair_calls(backend, core, ctx, &plan, runtime, &prefill, &decode)?;
     let deadline = crate::config::deadline_after(Instant::now(), core.cfg.request_timeout);
     let keep = plan.logprobs.input_from.is_some();
@@ -162,6 +165,7 @@ pub(super) async fn send(
                 streams,
                 worker,
                 prompts,
+                _encodes: encodes,
             })
         }
     };
