@@ -199,6 +199,15 @@ impl LaunchArgs {
     pub fn into_config(self) -> Result<Config, ConfigError> {
         let workers = self.workers.resolve()?;
         rules::encode_policy_needs_epd(self.policies.encode_policy.as_deref(), workers.mode)?;
+        rules::flags_the_mode_uses(
+            workers.mode,
+            [
+                ("--prefill-policy", self.policies.prefill_policy.is_some()),
+                ("--decode-policy", self.policies.decode_policy.is_some()),
+            ],
+            &self.health.health_check_endpoint,
+            self.workers.kv_connector.is_some(),
+        )?;
         let policies = self.policies.resolve()?;
         let mut limiter = self.limiter.resolve()?;
         let mut admission = self.admission.resolve(workers.mode)?;

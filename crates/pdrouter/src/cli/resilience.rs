@@ -80,6 +80,9 @@ impl BreakerArgs {
     }
 }
 
+/// The path probed on each HTTP worker unless `--health-check-endpoint` says otherwise.
+pub(super) const DEFAULT_HEALTH_ENDPOINT: &str = "/health";
+
 /// `launch` flags under "Health checks".
 #[derive(Debug, Args)]
 pub struct HealthArgs {
@@ -96,7 +99,7 @@ pub struct HealthArgs {
     #[arg(long, default_value_t = 60, help_heading = "Health checks")]
     pub health_check_interval_secs: u64,
     /// Path probed on each worker.
-    #[arg(long, default_value = "/health", help_heading = "Health checks")]
+    #[arg(long, default_value = DEFAULT_HEALTH_ENDPOINT, help_heading = "Health checks")]
     pub health_check_endpoint: String,
     /// Start workers ready and never probe them.
     #[arg(long, help_heading = "Health checks")]

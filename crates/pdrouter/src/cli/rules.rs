@@ -22,6 +22,41 @@ pub(super) fn encode_policy_needs_epd(
     Ok(())
 }
 
+/// Flags that would do nothing with these workers are refused rather than ignored (the same
+/// rule as `--encode-policy`): the Prefill and Decode policies outside PD and EPD, a health
+/// endpoint for gRPC workers (probed with their runtime's HealthCheck), and a KV connector
+/// outside HTTP PD.
+pub(super) fn flags_the_mode_uses(
+    mode: Mode,
+    role_policies: [(&str, bool); 2],
+    health_endpoint: &str,
+    kv_connector: bool,
+) -> Result<(), ConfigError> {
+    if !mode.is_pd()
+        && let Some((flag, _)) = role_policies.iter().find(|(_, given)| *given)
+    {
+        return Err(ConfigError(format!(
+            "{flag} chooses among Prefill or Decode workers, which only --pd-disaggregation \
+             and --epd-disaggregation have; use --policy"
+        )));
+    }
+    if mode.is_grpc() && health_endpoint != super::resilience::DEFAULT_HEALTH_ENDPOINT {
+        return Err(ConfigError(
+            "--health-check-endpoint applies to http(s):// workers; grpc:// workers are probed \
+             with their runtime's HealthCheck"
+                .into(),
+        ));
+    }
+    if kv_connector && mode != Mode::PdHttp {
+        return Err(ConfigError(
+            "--kv-connector says how vLLM Prefill/Decode pairs over HTTP move the KV; it needs \
+             --pd-disaggregation with http(s):// workers"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `--priority-scheduler-enabled` (priority classes) orders a wait queue: Prefill
 /// admission's or the global limiter's, so one of them must be on.
 pub(super) fn priority_needs_a_queue(

@@ -164,13 +164,7 @@ fn runtime_hint_names_a_known_runtime_of_grpc_workers() {
 #[test]
 fn runtime_names_the_engine_of_http_workers_and_the_connector_is_checked() {
     use crate::config::{HttpEngine, KvConnector};
-    let pd = [
-        "--pd-disaggregation",
-        "--prefill",
-        "http://p:1",
-        "--decode",
-        "http://d:1",
-    ];
+    let pd = HTTP_PD;
     let c = parse(&[&pd[..], &["--runtime", "vllm"]].concat()).unwrap();
     assert_eq!(c.http_engine, Some(HttpEngine::Vllm));
     assert_eq!(c.kv_connector, KvConnector::Nixl);
@@ -188,6 +182,53 @@ fn runtime_names_the_engine_of_http_workers_and_the_connector_is_checked() {
     }
     let e = parse(&[&pd[..], &["--kv-connector", "p2p"]].concat()).unwrap_err();
     assert!(e.contains("p2p") && e.contains("nixl"), "{e}");
+}
+
+/// A PD launch over http:// workers, and over grpc:// ones.
+const HTTP_PD: [&str; 5] = [
+    "--pd-disaggregation",
+    "--prefill",
+    "http://p:1",
+    "--decode",
+    "http://d:1",
+];
+const GRPC_PD: [&str; 5] = [
+    "--pd-disaggregation",
+    "--prefill",
+    "grpc://p:1",
+    "--decode",
+    "grpc://d:1",
+];
+
+#[test]
+fn flags_that_would_do_nothing_in_the_mode_are_refused_naming_them() {
+    let regular = ["--worker-urls", "http://w:1"];
+    let grpc = ["--worker-urls", "grpc://w:1"];
+    let (pd, grpc_pd) = (HTTP_PD, GRPC_PD);
+    let refused: [(&[&str], &str, &str); 6] = [
+        (&regular, "--prefill-policy", "random"),
+        (&grpc, "--decode-policy", "random"),
+        (&grpc, "--health-check-endpoint", "/ready"),
+        (&grpc_pd, "--health-check-endpoint", "/ready"),
+        (&regular, "--kv-connector", "nixl"),
+        (&grpc_pd, "--kv-connector", "mooncake"),
+    ];
+    for (workers, flag, value) in refused {
+        let e = parse(&[workers, &[flag, value]].concat()).unwrap_err();
+        assert!(e.starts_with(flag), "{workers:?} {flag}: {e}");
+    }
+    // Where they do something they are taken.
+    parse(
+        &[
+            &pd[..],
+            &["--prefill-policy", "random", "--decode-policy", "random"],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    parse(&[&regular[..], &["--health-check-endpoint", "/ready"]].concat()).unwrap();
+    parse(&[&grpc[..], &["--health-check-endpoint", "/health"]].concat()).unwrap();
+    parse(&[&pd[..], &["--kv-connector", "lmcache"]].concat()).unwrap();
 }
 
 #[test]

@@ -73,8 +73,9 @@ pub struct WorkerArgs {
     /// at once with one transfer id; Decode is told the Prefill's bootstrap address, from
     /// --prefill URL PORT, 8998 when none), or lmcache (the Prefill leg first, capped at one
     /// token; Decode gets the same prompt).
-    #[arg(long, value_name = "CONNECTOR", value_parser = ["nixl", "mooncake", "lmcache"], default_value = "nixl", help_heading = "Workers")]
-    pub kv_connector: String,
+    /// [default: nixl; only with --pd-disaggregation and http(s):// workers]
+    #[arg(long, value_name = "CONNECTOR", value_parser = ["nixl", "mooncake", "lmcache"], help_heading = "Workers")]
+    pub kv_connector: Option<String>,
 }
 
 /// The workers' part of [`Config`](crate::config::Config).
@@ -108,7 +109,11 @@ impl WorkerArgs {
             runtime: self.runtime.as_deref().and_then(Runtime::parse),
             http_engine: self.runtime.as_deref().and_then(HttpEngine::parse),
             // clap admits only the connectors' names.
-            kv_connector: KvConnector::parse(&self.kv_connector).unwrap_or_default(),
+            kv_connector: self
+                .kv_connector
+                .as_deref()
+                .and_then(KvConnector::parse)
+                .unwrap_or_default(),
         })
     }
 
