@@ -2,7 +2,8 @@
 //! in Decode), a 10% worker failure rate, a Prefill worker killed and restarted, a Decode
 //! worker removed and re-added through /workers. Afterwards nothing is left behind: no queued
 //! waiter, no admission slot, no worker load, no 500, and the router still serves. Run over
-//! HTTP and over gRPC workers (`nothing_leaks_under_chaos::grpc`).
+//! HTTP, gRPC (SGLang's and TokenSpeed's) and vLLM workers (`nothing_leaks_under_chaos::vllm`:
+//! the sequential handoff, its Prefill answer read before Decode is sent).
 
 mod support;
 
@@ -15,7 +16,7 @@ use support::*;
 const REQUESTS: usize = 2000;
 const CONCURRENCY: usize = 40;
 
-all_transports!(
+every_engine!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     nothing_leaks_under_chaos
 );
