@@ -10,7 +10,9 @@
 //! - rank changes nothing; commit records the reserved worker for the request's key and the
 //!   key's last use (the caller's clock, in seconds).
 //! - Memory is bounded: at most [`MAX_KEYS`] keys are remembered (a new key beyond that is
-//!   routed by the assignment mode without being remembered); keys idle for longer than
+//!   routed by the assignment mode without being remembered), each in at most about
+//!   [`MAX_KEY_BYTES`] (a longer key is remembered by a 128-bit digest of it, so two long
+//!   keys share a worker only if their digests collide); keys idle for longer than
 //!   `max_idle_secs` are dropped by [`Manual::expire_idle`], which the router calls periodically.
 //! - A request without a key is placed by the assignment mode and remembers nothing.
 //! - rank writes a full permutation: the key's worker first (if it is a candidate), then the
@@ -28,6 +30,9 @@ pub(crate) const MAX_WORKERS_PER_KEY: usize = 2;
 
 /// Most keys remembered at once (about 100 bytes each plus the key).
 pub const MAX_KEYS: usize = 1 << 20;
+
+/// Longest routing key remembered as given; a longer one is remembered by its digest.
+pub(crate) const MAX_KEY_BYTES: usize = 256;
 
 /// How a key seen for the first time picks its worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +120,17 @@ impl Manual {
         }
     }
 
-    fn key<'a>(req: &RequestInfo<'a>) -> Option<&'a str> {
-        req.routing_key.filter(|k| !k.is_empty())
+    fn key<'a>(req: &RequestInfo<'a>) -> Option<std::borrow::Cow<'a, str>> {
+        let key = req.routing_key.filter(|k| !k.is_empty())?;
+        if key.len() <= MAX_KEY_BYTES {
+            return Some(key.into());
+        }
+        // NUL cannot appear in a header value, so a digest never equals a key as given.
+        let (a, b) = (
+            crate::hash::hash_str(key),
+            crate::hash::hash_bytes(&key.as_bytes()[1..]),
+        );
+        Some(format!("\0{a:016x}{b:016x}").into())
     }
 
     /// See the module docs.
@@ -131,8 +145,10 @@ impl Manual {
         if n == 0 {
             return;
         }
+        let key = Self::key(req);
         let state = self.state.lock();
-        let sticky = Self::key(req)
+        let sticky = key
+            .as_deref()
             .and_then(|k| state.keys.get(k))
             .and_then(|e| {
                 e.urls
@@ -175,7 +191,7 @@ impl Manual {
         };
         let mut state = self.state.lock();
         let state = &mut *state;
-        if let Some(entry) = state.keys.get_mut(key) {
+        if let Some(entry) = state.keys.get_mut(&*key) {
             entry.last_used = req.now_secs;
             if entry.urls.iter().any(|u| &**u == url) {
                 return;
@@ -195,7 +211,7 @@ impl Manual {
             return;
         }
         state.keys.insert(
-            key.into(),
+            key.into_owned().into_boxed_str(),
             Entry {
                 urls: vec![url.into()],
                 last_used: req.now_secs,
@@ -329,6 +345,27 @@ mod tests {
         assert_eq!(per, [10, 10, 10]);
         let m = manual(AssignmentMode::MinLoad);
         assert_eq!(route(&m, &workers(&[3, 1, 2]), "x", 0), 1);
+    }
+
+    #[test]
+    fn long_keys_are_remembered_by_a_bounded_digest_and_stay_sticky() {
+        let m = manual(AssignmentMode::Random);
+        let ws = workers(&[0, 0, 0]);
+        let long = "k".repeat(8 * 1024);
+        let other = format!("{}x", "k".repeat(8 * 1024 - 1));
+        let mut out = Vec::new();
+        m.rank(&ws, &req(&long, 1), &mut out);
+        let first = out[0];
+        m.commit(&ws[first].url, &req(&long, 1));
+        for _ in 0..8 {
+            out.clear();
+            m.rank(&ws, &req(&long, 2), &mut out);
+            assert_eq!(out[0], first, "the long key stays on its worker");
+        }
+        m.commit(&ws[0].url, &req(&other, 2));
+        assert_eq!(m.keys(), 2, "two long keys, two entries");
+        let state = m.state.lock();
+        assert!(state.keys.keys().all(|k| k.len() <= MAX_KEY_BYTES));
     }
 
     #[test]
