@@ -1,5 +1,5 @@
-//! The low-priority threads large prompts are tokenized on: request bodies parsed for gRPC
-//! workers (`http`), prompts rendered and tokenized (`grpc::translate`), images decoded and
+//! The low-priority threads large prompts are tokenized on: large request bodies parsed
+//! (`http`), prompts rendered and tokenized (`grpc::translate`), images decoded and
 //! preprocessed (`images`).
 //!
 //! Tokenizing a 32k-token prompt costs tens of milliseconds of CPU. On tokio's blocking pool
@@ -15,7 +15,9 @@
 //! Invariants:
 //! - At most [`threads`] jobs run at once; later ones wait in arrival order. The queue holds
 //!   one job per request being tokenized, so it is bounded by the requests the router admits.
-//! - A job whose caller went away still runs to its end; only its result is dropped.
+//! - A job whose caller went away before the job started is dropped unrun (what it holds,
+//!   a request's body or pixels, is freed then); one already running runs to its end and only
+//!   its result is dropped.
 //! - A job that panics is reported to its caller as an error; its thread keeps serving.
 //! - The threads are started on first use and live as long as the process.
 
@@ -102,6 +104,10 @@ pub(crate) fn lower_priority(_what: &str) {}
 pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
     let (tx, rx) = oneshot::channel();
     let job: Job = Box::new(move || {
+        // Nobody waits for the result any more (the client left): skip the work.
+        if tx.is_closed() {
+            return;
+        }
         let out = catch_unwind(AssertUnwindSafe(f)).map_err(|_| "tokenizer job panicked");
         let _ = tx.send(out);
     });
@@ -134,6 +140,44 @@ pub(crate) async fn offload<T: Send + 'static>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// A job whose caller left while it waited in the queue never runs.
+    #[tokio::test]
+    async fn a_job_whose_caller_left_before_it_started_is_skipped() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // Every thread held by a gate, so the next job waits in the queue.
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        let mut gates: Vec<_> = (0..threads())
+            .map(|_| {
+                let gate = gate.clone();
+                Box::pin(run(move || {
+                    let _ = gate.lock().map(|g| g.recv());
+                }))
+            })
+            .collect();
+        // Each first poll queues its gate, in order, before the job below.
+        for g in &mut gates {
+            assert!(futures_util::poll!(g.as_mut()).is_pending());
+        }
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let mut left = Box::pin(run(move || flag.store(true, Ordering::SeqCst)));
+        // Queued (the first poll sends it), then abandoned by its caller.
+        assert!(futures_util::poll!(left.as_mut()).is_pending());
+        drop(left);
+        for _ in 0..threads() {
+            open.send(()).unwrap();
+        }
+        for g in gates {
+            g.await.unwrap();
+        }
+        // Jobs queued after it have run, so it has been taken from the queue.
+        for _ in 0..threads() {
+            run(|| ()).await.unwrap();
+        }
+        assert!(!ran.load(Ordering::SeqCst), "the abandoned job ran");
+    }
 
     #[tokio::test]
     async fn runs_jobs_and_reports_a_panic_without_losing_a_thread() {

@@ -213,11 +213,7 @@ async fn answer(
         })?),
         None => None,
     };
-    let mut parsed = if state.cfg.mode.is_grpc() {
-        parse_off_reactor(endpoint, raw).await?
-    } else {
-        parse(endpoint, raw)?
-    };
+    let mut parsed = parse_off_reactor(endpoint, raw, state.cfg.mode.is_grpc()).await?;
     let response = state.dispatcher.route(&mut parsed, ctx).await?;
     Ok(match permit {
         Some(permit) => crate::limiter::hold_until_body_ends(response, permit),
@@ -225,15 +221,24 @@ async fn answer(
     })
 }
 
-/// Parses a request for token-id workers, keeping its tree for the translation. A large body
-/// is parsed where its prompt will be tokenized: off the async workers. Boxed so that the
+/// Parses a request: a small body at once, a large one off the async workers (on the CPU
+/// pool, where prompts are tokenized), so parsing megabytes of JSON never stalls other
+/// requests. For token-id workers the tree is kept for the translation. Boxed so that the
 /// future a queued request holds does not grow by this wait's state.
 fn parse_off_reactor(
     endpoint: Endpoint,
     raw: Bytes,
+    keep_tree: bool,
 ) -> BoxFuture<'static, Result<ParsedRequest, ApiError>> {
     Box::pin(async move {
-        crate::cpu_pool::offload(raw.len(), move || parse_keeping_tree(endpoint, raw)).await?
+        crate::cpu_pool::offload(raw.len(), move || {
+            if keep_tree {
+                parse_keeping_tree(endpoint, raw)
+            } else {
+                parse(endpoint, raw)
+            }
+        })
+        .await?
     })
 }
 
