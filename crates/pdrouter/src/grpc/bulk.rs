@@ -88,7 +88,7 @@ mod tests {
             Box::pin(async move {
                 let name = std::thread::current().name().map(str::to_owned);
                 #[cfg(target_os = "linux")]
-                let policy = thread_priority::thread_schedule_policy().unwrap();
+                let policy = crate::cpu_pool::tests::own_priority();
                 #[cfg(not(target_os = "linux"))]
                 let policy = ();
                 let _ = tx.send((name, policy));
