@@ -21,7 +21,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty};
+use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -212,15 +212,11 @@ pub(crate) async fn await_room_tag(
     port: u16,
     room: u64,
 ) -> Result<Option<String>, String> {
-    let authority = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let authority = authority(host, port);
     let uri: hyper::Uri = format!("http://{authority}/room/{room}")
         .parse()
         .map_err(|e| format!("bootstrap {authority}: {e}"))?;
-    let resp = bootstrap_client()
+    let resp = peer_client()
         .get(uri)
         .await
         .map_err(|e| format!("bootstrap {authority}: {e}"))?;
@@ -239,19 +235,29 @@ pub(crate) async fn await_room_tag(
     }
 }
 
-/// Most idle bootstrap connections kept per prefill worker.
-const BOOTSTRAP_IDLE_PER_HOST: usize = 32;
+/// `host:port` as a URI authority (an IPv6 host in brackets).
+pub(crate) fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
 
-/// The client of the bootstrap long polls, shared by the process: a decode worker asks a
-/// room per request, and a new connection each time would cost its prefill worker an accept
-/// (and both a handshake) per request; kept-alive connections are reused instead.
-fn bootstrap_client() -> &'static Client<HttpConnector, Empty<Bytes>> {
-    static CLIENT: OnceLock<Client<HttpConnector, Empty<Bytes>>> = OnceLock::new();
+/// Most idle connections kept per peer worker.
+const PEER_IDLE_PER_HOST: usize = 32;
+
+/// The client a worker talks to its peers with (bootstrap long polls, KV pulls and pushes),
+/// shared by the process: a decode worker reaches its prefill worker once per request, and a
+/// new connection each time would cost that worker an accept (and both a handshake) per
+/// request; kept-alive connections are reused instead.
+pub(crate) fn peer_client() -> &'static Client<HttpConnector, Full<Bytes>> {
+    static CLIENT: OnceLock<Client<HttpConnector, Full<Bytes>>> = OnceLock::new();
     CLIENT.get_or_init(|| {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(BOOTSTRAP_IDLE_PER_HOST)
+            .pool_max_idle_per_host(PEER_IDLE_PER_HOST)
             .build(connector)
     })
 }

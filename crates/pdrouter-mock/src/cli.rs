@@ -380,14 +380,16 @@ mod tests {
         assert_eq!(parse(&[]).unwrap(), GrpcRuntime::Sglang);
     }
 
+    /// A prefill worker's config from `extra` flags, checked as the binary checks them.
+    fn parse(extra: &[&str]) -> Result<MockConfig, clap::Error> {
+        let argv = ["pdrouter-mock", "--role", "prefill"]
+            .into_iter()
+            .chain(extra.iter().copied());
+        MockArgs::try_parse_checked(argv).map(|a| a.to_config())
+    }
+
     #[test]
     fn runtime_vllm_is_http_only() {
-        let parse = |extra: &[&str]| {
-            let argv = ["pdrouter-mock", "--role", "prefill"]
-                .into_iter()
-                .chain(extra.iter().copied());
-            MockArgs::try_parse_checked(argv).map(|a| a.to_config())
-        };
         let cfg = parse(&["--runtime", "vllm"]).unwrap();
         assert_eq!(cfg.http_runtime, HttpRuntime::Vllm);
         assert!(!cfg.grpc);
@@ -446,12 +448,6 @@ mod tests {
 
     #[test]
     fn kv_connector_and_lmcache_peer_need_vllm() {
-        let parse = |extra: &[&str]| {
-            let argv = ["pdrouter-mock", "--role", "prefill"]
-                .into_iter()
-                .chain(extra.iter().copied());
-            MockArgs::try_parse_checked(argv).map(|a| a.to_config())
-        };
         let cfg = parse(&["--runtime", "vllm"]).unwrap();
         assert_eq!(
             (cfg.kv_connector, cfg.lmcache_peer),

@@ -3,13 +3,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{Resp, TIMEOUT, connect, get, post, start_request, wait_until};
-use http_body_util::{BodyExt as _, Full};
-use hyper::{Method, Request, StatusCode};
+use common::{TIMEOUT, get, post, post_with, prompt, start, start_request, wait_until};
+use http_body_util::BodyExt as _;
+use hyper::{Method, StatusCode};
 use pdrouter_mock::{EngineConfig, HttpRuntime, MockConfig, MockStats, MockWorker, Role};
 use serde_json::{Value, json};
 
@@ -17,44 +15,6 @@ fn vllm(role: Role) -> MockConfig {
     let mut cfg = MockConfig::new(role);
     cfg.http_runtime = HttpRuntime::Vllm;
     cfg
-}
-
-async fn start(cfg: MockConfig) -> MockWorker {
-    MockWorker::start(cfg).await.expect("start worker")
-}
-
-/// POST `body` with the given extra headers.
-async fn post_with(addr: SocketAddr, path: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
-    let (mut sender, _conn) = connect(addr).await;
-    let mut req = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("host", addr.to_string())
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        req = req.header(*name, *value);
-    }
-    let req = req
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("request");
-    let exchange = async {
-        let resp = sender.send_request(req).await.expect("response");
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Resp {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
-    };
-    tokio::time::timeout(TIMEOUT, exchange)
-        .await
-        .expect("request timed out")
-}
-
-/// A prompt of `tokens` tokens (the mock counts one token per four bytes).
-fn prompt(tokens: usize) -> String {
-    "abcd".repeat(tokens)
 }
 
 /// The body of a prefill leg for `prompt`.

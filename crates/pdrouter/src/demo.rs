@@ -135,8 +135,6 @@ impl Mocks {
             .iter()
             .enumerate()
             .map(|(i, p)| WorkerSpec {
-                url: p.url(),
-                worker_type: WorkerType::Prefill,
                 // A gRPC Decode mock fetches its KV ticket from the Prefill mock's own port.
                 bootstrap_port: match kind {
                     _ if grpc => Some(p.addr().port()),
@@ -144,28 +142,14 @@ impl Mocks {
                     Kind::Vllm => None,
                     _ => (i == 0).then_some(8998),
                 },
-                api_key: None,
-                engine: None,
-                kv_connector: None,
+                ..WorkerSpec::new(p.url(), WorkerType::Prefill)
             })
             .collect();
-        workers.push(WorkerSpec {
-            url: self.decode.url(),
-            worker_type: WorkerType::Decode,
-            bootstrap_port: None,
-            api_key: None,
-            engine: None,
-            kv_connector: None,
-        });
+        workers.push(WorkerSpec::new(self.decode.url(), WorkerType::Decode));
         if let Some(e) = &self.encode {
             workers.push(WorkerSpec {
-                url: e.url(),
-                worker_type: WorkerType::Encode,
-                // The Prefill mock waits for each image's room on the Encode mock's own port.
                 bootstrap_port: Some(e.addr().port()),
-                api_key: None,
-                engine: None,
-                kv_connector: None,
+                ..WorkerSpec::new(e.url(), WorkerType::Encode)
             });
         }
         workers

@@ -42,14 +42,7 @@ proptest! {
             );
             for (i, (prefill, st, broken)) in workers.iter().enumerate() {
                 let t = if *prefill { WorkerType::Prefill } else { WorkerType::Decode };
-                let spec = WorkerSpec {
-                    url: format!("http://10.0.0.{i}:8000"),
-                    worker_type: t,
-                    bootstrap_port: None,
-                    api_key: None,
-                    engine: None,
-                    kv_connector: None,
-                };
+                let spec = WorkerSpec::new(format!("http://10.0.0.{i}:8000"), t);
                 let w = reg.register(&spec, None, status(*st)).unwrap().remove(0);
                 if *broken {
                     reg.record_outcome(&w, false);

@@ -67,6 +67,16 @@ pub(crate) fn full(
     resp
 }
 
+/// `v` as a complete JSON response with `status`.
+pub(crate) fn json(status: StatusCode, v: &serde_json::Value) -> Response {
+    full(
+        status,
+        JSON,
+        serde_json::to_vec(v).unwrap_or_default(),
+        None,
+    )
+}
+
 /// JSON error `{"error":{"message":..}}` with the given status.
 pub(crate) fn error(status: StatusCode, message: &str, guard: Option<InflightGuard>) -> Response {
     let body = serde_json::json!({ "error": { "message": message } });

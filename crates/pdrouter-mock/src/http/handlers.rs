@@ -88,15 +88,6 @@ pub(crate) async fn require_key(
     }
 }
 
-fn json_response(v: &Value) -> Response {
-    body::full(
-        StatusCode::OK,
-        JSON,
-        serde_json::to_vec(v).unwrap_or_default(),
-        None,
-    )
-}
-
 pub(crate) async fn health(State(s): AppState) -> StatusCode {
     if s.controls.healthy() {
         StatusCode::OK
@@ -106,39 +97,51 @@ pub(crate) async fn health(State(s): AppState) -> StatusCode {
 }
 
 async fn models(State(s): AppState) -> Response {
-    json_response(&json!({
-        "object": "list",
-        "data": [{
-            "id": s.model,
-            "object": "model",
-            "created": 0,
-            "owned_by": "sglang",
-            "root": s.model,
-        }],
-    }))
+    body::json(
+        StatusCode::OK,
+        &json!({
+            "object": "list",
+            "data": [{
+                "id": s.model,
+                "object": "model",
+                "created": 0,
+                "owned_by": "sglang",
+                "root": s.model,
+            }],
+        }),
+    )
 }
 
 async fn server_info(State(s): AppState) -> Response {
-    json_response(&json!({
-        "model_path": s.model,
-        "served_model_name": s.model,
-        "dp_size": s.dp_size,
-        "disaggregation_mode": s.role.disaggregation_mode(),
-        "max_running_requests": s.engine.as_ref().map_or(128, |e| e.config.max_running),
-        "version": "mock",
-    }))
+    body::json(
+        StatusCode::OK,
+        &json!({
+            "model_path": s.model,
+            "served_model_name": s.model,
+            "dp_size": s.dp_size,
+            "disaggregation_mode": s.role.disaggregation_mode(),
+            "max_running_requests": s.engine.as_ref().map_or(128, |e| e.config.max_running),
+            "version": "mock",
+        }),
+    )
 }
 
 async fn model_info(State(s): AppState) -> Response {
-    json_response(&json!({
-        "model_path": s.model,
-        "tokenizer_path": s.model,
-        "is_generation": true,
-    }))
+    body::json(
+        StatusCode::OK,
+        &json!({
+            "model_path": s.model,
+            "tokenizer_path": s.model,
+            "is_generation": true,
+        }),
+    )
 }
 
 async fn stats(State(s): AppState) -> Response {
-    json_response(&Value::Object(stats_fields(&s, &s.controls.stats())))
+    body::json(
+        StatusCode::OK,
+        &Value::Object(stats_fields(&s, &s.controls.stats())),
+    )
 }
 
 /// The fields of `GET /mock/stats` both front-ends answer. Engine-mode
@@ -228,17 +231,20 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
             engine.reset_max_queue_wait();
         }
     }
-    json_response(&json!({
-        "delay_ms": c.delay().as_millis() as u64,
-        "token_interval_ms": c.token_interval().as_millis() as u64,
-        "output_tokens": c.output_tokens(),
-        "fail_rate": c.fail_rate(),
-        "healthy": c.healthy(),
-        "garbage": c.garbage(),
-        "hang": c.hang(),
-        "hung": c.hung(),
-        "hold_body_open": c.hold_body_open(),
-    }))
+    body::json(
+        StatusCode::OK,
+        &json!({
+            "delay_ms": c.delay().as_millis() as u64,
+            "token_interval_ms": c.token_interval().as_millis() as u64,
+            "output_tokens": c.output_tokens(),
+            "fail_rate": c.fail_rate(),
+            "healthy": c.healthy(),
+            "garbage": c.garbage(),
+            "hang": c.hang(),
+            "hung": c.hung(),
+            "hold_body_open": c.hold_body_open(),
+        }),
+    )
 }
 
 /// Every generation route: count, validate, inject faults, wait, answer.

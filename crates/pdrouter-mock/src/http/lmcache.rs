@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::body::{self, JSON};
+use super::body;
 use super::nixl;
 use super::request::Api;
 use crate::kv;
@@ -63,29 +63,20 @@ pub(crate) fn prompt_key(api: Api, req: &Map<String, Value>) -> Option<String> {
     Some(format!("{:016x}-{}", fnv1a(text.as_bytes()), text.len()))
 }
 
-fn answer(status: StatusCode, v: &Value) -> Response {
-    body::full(
-        status,
-        JSON,
-        serde_json::to_vec(v).unwrap_or_default(),
-        None,
-    )
-}
-
 /// `POST /mock/lmcache/push` on a consumer: keeps the pushed KV for its prompt.
 pub(crate) async fn serve_push(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
     let req: PushRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
             let detail = format!("invalid push: {e}");
-            return answer(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
+            return body::json(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
         }
     };
     match s.kv.store_pushed(&req.prompt_key, req.tokens) {
-        Ok(()) => answer(StatusCode::OK, &json!({ "stored": true })),
+        Ok(()) => body::json(StatusCode::OK, &json!({ "stored": true })),
         Err(kv::TableFull) => {
             let detail = format!("KV table full: {} entries held", kv::MAX_HELD);
-            answer(
+            body::json(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &json!({ "detail": detail }),
             )

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::body::{self, JSON};
+use super::body;
 use super::kv_params::MooncakeSource;
 use super::nixl;
 use crate::kv::Taken;
@@ -45,21 +45,12 @@ struct PullRequest {
     remote_engine_id: String,
 }
 
-fn answer(status: StatusCode, v: &Value) -> Response {
-    body::full(
-        status,
-        JSON,
-        serde_json::to_vec(v).unwrap_or_default(),
-        None,
-    )
-}
-
 /// The bootstrap server's routes (no API key: it is the engines' side channel).
 pub(crate) fn bootstrap_router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/query", get(query))
         .route(PULL_PATH, post(serve_pull))
-        .fallback(|| async { answer(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" })) })
+        .fallback(|| async { body::json(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" })) })
         .with_state(shared)
 }
 
@@ -70,7 +61,7 @@ async fn query(State(s): State<Arc<Shared>>) -> Response {
             .enumerate()
             .map(|(r, id)| (r.to_string(), json!({ "engine_id": id })))
             .collect();
-    answer(StatusCode::OK, &json!(ranks))
+    body::json(StatusCode::OK, &json!(ranks))
 }
 
 /// `POST /mock/mooncake/pull`: waits for the transfer, then hands it over (frees it).
@@ -79,24 +70,24 @@ async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => {
             let detail = format!("invalid pull: {e}");
-            return answer(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
+            return body::json(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
         }
     };
     let bound = WAIT_LIMIT.min(s.kv.timeout());
     let (id, engine) = (&req.transfer_id, &req.remote_engine_id);
     match s.kv.wait_take(engine, id, bound).await {
-        Taken::Tokens(tokens) => answer(StatusCode::OK, &json!({ "tokens": tokens })),
+        Taken::Tokens(tokens) => body::json(StatusCode::OK, &json!({ "tokens": tokens })),
         Taken::WrongEngine => {
             let detail = format!("transfer {id:?} is not held by engine {engine:?}");
-            answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+            body::json(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
         }
         Taken::Gone => {
             let detail = format!("transfer {id:?} was already pulled or expired");
-            answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+            body::json(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
         }
         Taken::Missing => {
             let detail = format!("transfer {id:?} not held within {} ms", bound.as_millis());
-            answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+            body::json(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
         }
     }
 }

@@ -8,7 +8,7 @@
 //! body), so a second pull of the same request fails. A pull ([`pull`]) takes at most
 //! [`PULL_TIMEOUT`]; any failure is the consumer's cue to recompute.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -16,9 +16,6 @@ use axum::http::{Method, Request, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -32,23 +29,11 @@ pub(crate) const PULL_PATH: &str = "/mock/nixl/pull";
 /// Longest a pull may take before the consumer gives up and recomputes.
 pub(crate) const PULL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Most idle pull connections kept per producer.
-const IDLE_PER_HOST: usize = 32;
-
 #[derive(Debug, Deserialize)]
 struct PullRequest {
     remote_engine_id: String,
     remote_request_id: String,
     remote_block_ids: Vec<u64>,
-}
-
-fn answer(status: StatusCode, v: &serde_json::Value) -> Response {
-    body::full(
-        status,
-        JSON,
-        serde_json::to_vec(v).unwrap_or_default(),
-        None,
-    )
 }
 
 /// `POST /mock/nixl/pull` on a producer: hands over (frees) the blocks it holds.
@@ -57,7 +42,7 @@ pub(crate) async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Res
         Ok(r) => r,
         Err(e) => {
             let detail = format!("invalid pull: {e}");
-            return answer(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
+            return body::json(StatusCode::BAD_REQUEST, &json!({ "detail": detail }));
         }
     };
     if s.kv.take(
@@ -66,37 +51,19 @@ pub(crate) async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Res
         &req.remote_block_ids,
     ) {
         let blocks = req.remote_block_ids.len();
-        answer(StatusCode::OK, &json!({ "blocks": blocks }))
+        body::json(StatusCode::OK, &json!({ "blocks": blocks }))
     } else {
         let detail = format!(
             "no blocks held for request {:?} of engine {:?} with those block ids",
             req.remote_request_id, req.remote_engine_id
         );
-        answer(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
+        body::json(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
     }
-}
-
-/// The pull client, shared by the process: kept-alive connections spare a producer an
-/// accept per decode request.
-fn client() -> &'static Client<HttpConnector, Full<Bytes>> {
-    static CLIENT: OnceLock<Client<HttpConnector, Full<Bytes>>> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(IDLE_PER_HOST)
-            .build(connector)
-    })
 }
 
 /// Pulls `remote`'s blocks from its producer; `Err` says why they could not be had.
 pub(crate) async fn pull(remote: &RemotePrefill) -> Result<(), String> {
-    let host = &remote.host;
-    let authority = if host.contains(':') {
-        format!("[{host}]:{}", remote.port)
-    } else {
-        format!("{host}:{}", remote.port)
-    };
+    let authority = crate::bootstrap::authority(&remote.host, remote.port);
     let body = json!({
         "remote_engine_id": remote.engine_id,
         "remote_request_id": remote.request_id,
@@ -122,7 +89,10 @@ pub(crate) async fn post_json(
         .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| e.to_string())?;
     let exchange = async {
-        let resp = client().request(req).await.map_err(|e| e.to_string())?;
+        let resp = crate::bootstrap::peer_client()
+            .request(req)
+            .await
+            .map_err(|e| e.to_string())?;
         let status = resp.status();
         // Read to the end so the connection goes back to the pool.
         let _ = resp.into_body().collect().await;

@@ -94,30 +94,21 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     .with_state(shared)
 }
 
-fn json_response(status: StatusCode, v: &Value) -> Response {
-    body::full(
-        status,
-        JSON,
-        serde_json::to_vec(v).unwrap_or_default(),
-        None,
-    )
-}
-
 async fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" }))
+    body::json(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" }))
 }
 
 async fn method_not_allowed() -> Response {
     let detail = json!({ "detail": "Method Not Allowed" });
-    json_response(StatusCode::METHOD_NOT_ALLOWED, &detail)
+    body::json(StatusCode::METHOD_NOT_ALLOWED, &detail)
 }
 
 async fn version() -> Response {
-    json_response(StatusCode::OK, &json!({ "version": VERSION }))
+    body::json(StatusCode::OK, &json!({ "version": VERSION }))
 }
 
 async fn models(State(s): AppState) -> Response {
-    json_response(
+    body::json(
         StatusCode::OK,
         &json!({
             "object": "list",
@@ -161,7 +152,7 @@ async fn stats(State(s): AppState) -> Response {
         let ids: Vec<&str> = s.kv.rank_engine_ids().collect();
         map.insert("engine_ids".to_owned(), json!(ids));
     }
-    json_response(StatusCode::OK, &Value::Object(map))
+    body::json(StatusCode::OK, &Value::Object(map))
 }
 
 /// vLLM's error body: `{"error":{"message","type","code"}}`.

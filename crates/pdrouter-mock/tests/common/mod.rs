@@ -95,13 +95,22 @@ pub async fn connect(addr: SocketAddr) -> (SendRequest<Full<Bytes>>, JoinHandle<
     (sender, task)
 }
 
-fn build(addr: SocketAddr, method: Method, path: &str, body: Option<&str>) -> Request<Full<Bytes>> {
+fn build(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Request<Full<Bytes>> {
     let mut req = Request::builder()
         .method(method)
         .uri(path)
         .header("host", addr.to_string());
     if body.is_some() {
         req = req.header("content-type", HeaderValue::from_static("application/json"));
+    }
+    for (name, value) in headers {
+        req = req.header(*name, *value);
     }
     req.body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))
         .expect("request")
@@ -116,7 +125,9 @@ pub async fn start_request(
     body: Option<&str>,
 ) -> hyper::Result<(hyper::Response<Incoming>, JoinHandle<()>)> {
     let (mut sender, task) = connect(addr).await;
-    let resp = sender.send_request(build(addr, method, path, body)).await?;
+    let resp = sender
+        .send_request(build(addr, method, path, body, &[]))
+        .await?;
     Ok((resp, task))
 }
 
@@ -150,6 +161,42 @@ pub async fn get(addr: SocketAddr, path: &str) -> Resp {
 
 pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
     request(addr, Method::POST, path, Some(&body.to_string())).await
+}
+
+/// POSTs `body` with the given extra headers.
+pub async fn post_with(
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Resp {
+    let exchange = async {
+        let (mut sender, _conn) = connect(addr).await;
+        let req = build(addr, Method::POST, path, Some(&body.to_string()), headers);
+        let resp = sender.send_request(req).await.expect("response");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    };
+    tokio::time::timeout(TIMEOUT, exchange)
+        .await
+        .expect("request timed out")
+}
+
+/// A prompt of `tokens` tokens as vLLM mode counts them (one token per four bytes).
+pub fn prompt(tokens: usize) -> String {
+    "abcd".repeat(tokens)
+}
+
+/// Starts a worker, or fails the test.
+pub async fn start(cfg: pdrouter_mock::MockConfig) -> pdrouter_mock::MockWorker {
+    pdrouter_mock::MockWorker::start(cfg)
+        .await
+        .expect("start worker")
 }
 
 pub async fn post_raw(addr: SocketAddr, path: &str, body: &str) -> Resp {

@@ -60,14 +60,7 @@ async fn half_open_seen_first_by_readers_is_still_published_once_and_goes_to_the
             s.lock().push(to.as_str());
         }
     }));
-    let spec = WorkerSpec {
-        url: "http://p:1".into(),
-        worker_type: WorkerType::Prefill,
-        bootstrap_port: None,
-        api_key: None,
-        engine: None,
-        kv_connector: None,
-    };
+    let spec = WorkerSpec::new("http://p:1", WorkerType::Prefill);
     let w = registry
         .register(&spec, None, WorkerStatus::Ready)
         .unwrap()

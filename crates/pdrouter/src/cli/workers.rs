@@ -216,14 +216,7 @@ impl WorkerArgs {
 
 fn worker(flag: &str, raw: &str, t: WorkerType) -> Result<WorkerSpec, ConfigError> {
     let url = parse_worker_url(raw).map_err(|e| ConfigError(format!("{flag}: {e}")))?;
-    Ok(WorkerSpec {
-        url,
-        worker_type: t,
-        bootstrap_port: None,
-        api_key: None,
-        engine: None,
-        kv_connector: None,
-    })
+    Ok(WorkerSpec::new(url, t))
 }
 
 /// Parses the optional second token of `--prefill URL [PORT|none]`.

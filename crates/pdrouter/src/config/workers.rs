@@ -85,6 +85,21 @@ pub struct WorkerSpec {
     pub kv_connector: Option<KvConnector>,
 }
 
+impl WorkerSpec {
+    /// A `worker_type` worker at `url` with nothing else given: no bootstrap port, no key,
+    /// its engine and connector the router's.
+    pub fn new(url: impl Into<String>, worker_type: WorkerType) -> Self {
+        WorkerSpec {
+            url: url.into(),
+            worker_type,
+            bootstrap_port: None,
+            api_key: None,
+            engine: None,
+            kv_connector: None,
+        }
+    }
+}
+
 /// Whether a (normalised) worker URL speaks gRPC.
 pub fn is_grpc_url(url: &str) -> bool {
     url.starts_with("grpc://")

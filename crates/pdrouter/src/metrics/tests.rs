@@ -18,14 +18,7 @@ use crate::registry::{BreakerState, Event, Registry, Worker, WorkerStatus};
 const GOLDEN: &str = include_str!("exposition.golden");
 
 fn worker(registry: &Registry, url: &str, worker_type: WorkerType) -> Arc<Worker> {
-    let spec = WorkerSpec {
-        url: url.into(),
-        worker_type,
-        bootstrap_port: None,
-        api_key: None,
-        engine: None,
-        kv_connector: None,
-    };
+    let spec = WorkerSpec::new(url, worker_type);
     registry
         .register(&spec, None, WorkerStatus::Ready)
         .expect("registered")

@@ -451,14 +451,7 @@ mod tests {
     }
 
     fn spec(url: &str, t: WorkerType) -> WorkerSpec {
-        WorkerSpec {
-            url: url.into(),
-            worker_type: t,
-            bootstrap_port: None,
-            api_key: None,
-            engine: None,
-            kv_connector: None,
-        }
+        WorkerSpec::new(url, t)
     }
 
     #[test]

@@ -23,14 +23,7 @@ pub async fn mock(role: Role, delay_ms: u64) -> MockWorker {
 }
 
 pub fn spec(url: &str, t: WorkerType) -> WorkerSpec {
-    WorkerSpec {
-        url: url.to_string(),
-        worker_type: t,
-        bootstrap_port: None,
-        api_key: None,
-        engine: None,
-        kv_connector: None,
-    }
+    WorkerSpec::new(url, t)
 }
 
 /// The protocol mock workers and the router speak to each other; scenarios that hold for

@@ -89,12 +89,8 @@ pub(super) mod tests {
             window: Duration::from_secs(120),
         };
         let spec = WorkerSpec {
-            url: url.into(),
-            worker_type: t,
             bootstrap_port: port,
-            api_key: None,
-            engine: None,
-            kv_connector: None,
+            ..WorkerSpec::new(url, t)
         };
         Registry::new(breaker, None)
             .register(&spec, ranks, WorkerStatus::Ready)

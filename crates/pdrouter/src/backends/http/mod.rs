@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod exchange;
+mod legs;
 pub mod logprobs;
 mod mooncake;
 mod one;

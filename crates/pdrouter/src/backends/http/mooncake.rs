@@ -16,10 +16,10 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
+use super::legs::with_params;
 use super::pd::Legs;
 use crate::error::{ApiError, Leg};
 use crate::proxy::client::UpstreamClient;
@@ -38,7 +38,8 @@ const MAX_RANKS: usize = 1024;
 fn bootstrap_addr(prefill: &Worker) -> String {
     let host = prefill.bootstrap_host();
     let port = prefill.bootstrap_port().unwrap_or(DEFAULT_BOOTSTRAP_PORT);
-    if host.contains(':') && !host.starts_with('[') {
+    // The bootstrap host is kept without brackets.
+    if host.contains(':') {
         format!("http://[{host}]:{port}")
     } else {
         format!("http://{host}:{port}")
@@ -128,14 +129,10 @@ pub(super) fn legs(
     }
 }
 
-fn with_params(mut body: Map<String, Value>, params: Value) -> Bytes {
-    body.insert("kv_transfer_params".into(), params);
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn query_answers_give_engine_ids_by_rank() {
@@ -172,7 +169,7 @@ mod tests {
         let Value::Object(client) = client else {
             unreachable!()
         };
-        let capped = crate::backends::http::vllm::capped(client.clone());
+        let capped = super::super::legs::capped(client.clone());
         let p = worker("http://10.0.0.7:8100", Some(9001), None);
         let ids = vec!["e0".to_string()];
         let first = legs(client.clone(), capped.clone(), &p, &ids, "req1");

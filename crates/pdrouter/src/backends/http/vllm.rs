@@ -31,13 +31,13 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::exchange::{exchange, model_fill, relay_response};
+use super::legs::{capped, prefill_body, with_params};
 use super::relay::{FirstByte, RelayBody};
 use crate::config::KvConnector;
 use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
@@ -111,43 +111,6 @@ fn object_of(req: &ParsedRequest) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// The NIXL Prefill leg's body (see the module docs).
-pub(crate) fn prefill_body(body: Map<String, Value>) -> Bytes {
-    let mut body = capped(body);
-    body.insert(
-        "kv_transfer_params".into(),
-        serde_json::json!({"do_remote_decode": true, "do_remote_prefill": false}),
-    );
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
-}
-
-/// The client's body as every vLLM Prefill leg is sent it: not streamed, capped at one token
-/// (in the spelling the client used), no `min_tokens`, no params of the client's.
-pub(crate) fn capped(mut body: Map<String, Value>) -> Map<String, Value> {
-    body.remove("kv_transfer_params");
-    body.insert("stream".into(), Value::Bool(false));
-    body.remove("stream_options");
-    body.remove("min_tokens");
-    let cap = if body.contains_key("max_completion_tokens") {
-        body.remove("max_tokens");
-        "max_completion_tokens"
-    } else {
-        "max_tokens"
-    };
-    body.insert(cap.into(), Value::from(1));
-    body
-}
-
-/// The Decode leg's body: the client's, with the Prefill's params verbatim when it gave any.
-pub(crate) fn decode_body(mut body: Map<String, Value>, params: Value) -> Bytes {
-    if params.is_null() {
-        body.remove("kv_transfer_params");
-    } else {
-        body.insert("kv_transfer_params".into(), params);
-    }
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
-}
-
 /// Sends the legs as `connector` wants them and relays Decode's answer: NIXL and LMCache
 /// one after the other (here), Mooncake at once.
 pub(super) async fn send(
@@ -168,6 +131,16 @@ pub(super) async fn send(
             req.endpoint.path()
         )));
     }
+    let mut body = object_of(req)?;
+    if let Some((k, v)) = model_fill(req, &pair.prefill) {
+        body.insert(k.into(), v);
+    }
+    if connector == KvConnector::Mooncake && one_handoff(req) {
+        let p = &pair.prefill;
+        let ids = super::mooncake::engine_ids(client, p, core.cfg.health.timeout).await?;
+        let legs = super::mooncake::legs(body.clone(), capped(body), p, &ids, &ctx.request_id);
+        return super::pd::send(client, core, req, ctx, pair, Some(legs)).await;
+    }
     let Pair {
         prefill,
         permit,
@@ -175,25 +148,8 @@ pub(super) async fn send(
         decode,
         decode_load,
     } = pair;
-    let mut body = object_of(req)?;
-    if let Some((k, v)) = model_fill(req, &prefill) {
-        body.insert(k.into(), v);
-    }
     let timeout = core.cfg.request_timeout;
     let path = req.endpoint.path();
-    if connector == KvConnector::Mooncake && one_handoff(req) {
-        let ids = super::mooncake::engine_ids(client, &prefill, core.cfg.health.timeout).await?;
-        let legs =
-            super::mooncake::legs(body.clone(), capped(body), &prefill, &ids, &ctx.request_id);
-        let pair = Pair {
-            prefill,
-            permit,
-            prefill_load,
-            decode,
-            decode_load,
-        };
-        return super::pd::send(client, core, req, ctx, pair, Some(legs)).await;
-    }
     let params = if one_handoff(req) {
         let holds = PrefillHolds::new(permit, prefill_load);
         prefill_first(client, core, req, ctx, prefill, holds, &body, connector).await?
@@ -208,7 +164,7 @@ pub(super) async fn send(
             &decode,
             Leg::Decode,
             path,
-            decode_body(body, params),
+            with_params(body, params),
             ctx,
             timeout,
         ),
@@ -256,7 +212,7 @@ async fn prefill_first(
         let body = if nixl {
             prefill_body(body.clone())
         } else {
-            Bytes::from(serde_json::to_vec(&capped(body.clone())).unwrap_or_default())
+            with_params(capped(body.clone()), Value::Null)
         };
         move || async move {
             let head = exchange(&client, &worker, Leg::Prefill, path, body, &ctx, timeout).await?;
@@ -322,11 +278,11 @@ mod tests {
         let params = json!({"do_remote_prefill": true, "remote_engine_id": "e",
             "remote_block_ids": [1, 2], "remote_host": "h", "remote_port": 5, "tp_size": 1});
         let d: Value =
-            serde_json::from_slice(&decode_body(obj(client.clone()), params.clone())).unwrap();
+            serde_json::from_slice(&with_params(obj(client.clone()), params.clone())).unwrap();
         assert_eq!(d["kv_transfer_params"], params);
         assert_eq!(d["max_tokens"], 50);
         assert_eq!(d["stream"], true);
-        let d: Value = serde_json::from_slice(&decode_body(obj(client), Value::Null)).unwrap();
+        let d: Value = serde_json::from_slice(&with_params(obj(client), Value::Null)).unwrap();
         assert!(d.get("kv_transfer_params").is_none(), "recompute: {d}");
     }
 

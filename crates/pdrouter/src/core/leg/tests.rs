@@ -40,14 +40,7 @@ fn fixture() -> Fixture {
         window: Duration::from_secs(120),
     };
     let registry = Registry::new(breaker, None);
-    let spec = WorkerSpec {
-        url: "http://p:1".into(),
-        worker_type: WorkerType::Prefill,
-        bootstrap_port: None,
-        api_key: None,
-        engine: None,
-        kv_connector: None,
-    };
+    let spec = WorkerSpec::new("http://p:1", WorkerType::Prefill);
     let worker = registry
         .register(&spec, None, WorkerStatus::Ready)
         .unwrap()
