@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/sglang_scheduler.proto",
         "proto/tokenspeed_scheduler.proto",
         "proto/tokenspeed_encoder.proto",
+        "proto/vllm_engine.proto",
         "proto/grpc_health.proto",
     ];
     for f in files {

@@ -17,6 +17,9 @@
 //!   [`tokenspeed_scheduler::token_speed_scheduler_client`].
 //! * [`tokenspeed_encoder`] (`tokenspeed.grpc.encoder`): TokenSpeed's `TokenSpeedEncoder`
 //!   service (`Encode`), used for EPD.
+//! * [`vllm_engine`] (`vllm.grpc.engine`): vLLM's `VllmEngine` service (`Generate`,
+//!   `HealthCheck`, `Abort`, `GetModelInfo`, `GetServerInfo`, `GetTokenizer`); client in
+//!   [`vllm_engine::vllm_engine_client`].
 //! * [`grpc::health::v1`] (`grpc.health.v1`): the standard health service's `Check`, how
 //!   encode workers are health-checked.
 //!
@@ -64,6 +67,18 @@ pub mod tokenspeed {
     }
 }
 
+/// Generated code of package `vllm.*`.
+pub mod vllm {
+    /// Generated code of package `vllm.grpc.*`.
+    pub mod grpc {
+        /// Package `vllm.grpc.engine`.
+        #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+        pub mod engine {
+            include!(concat!(env!("OUT_DIR"), "/vllm.grpc.engine.rs"));
+        }
+    }
+}
+
 /// Generated code of package `grpc.*`.
 pub mod grpc {
     /// Generated code of package `grpc.health.*`.
@@ -82,6 +97,7 @@ pub use sglang::grpc::scheduler;
 pub use smg::grpc::common;
 pub use tokenspeed::grpc::encoder as tokenspeed_encoder;
 pub use tokenspeed::grpc::scheduler as tokenspeed_scheduler;
+pub use vllm::grpc::engine as vllm_engine;
 
 /// Full name of the scheduler service, the first segment of its method paths
 /// (`/sglang.grpc.scheduler.SglangScheduler/Generate`, ...).
@@ -89,6 +105,9 @@ pub const SCHEDULER_SERVICE: &str = "sglang.grpc.scheduler.SglangScheduler";
 
 /// Full name of TokenSpeed's scheduler service.
 pub const TOKENSPEED_SCHEDULER_SERVICE: &str = "tokenspeed.grpc.scheduler.TokenSpeedScheduler";
+
+/// Full name of vLLM's engine service.
+pub const VLLM_ENGINE_SERVICE: &str = "vllm.grpc.engine.VllmEngine";
 
 /// Full name of TokenSpeed's encode service.
 pub const TOKENSPEED_ENCODER_SERVICE: &str = "tokenspeed.grpc.encoder.TokenSpeedEncoder";
@@ -280,6 +299,8 @@ mod tests {
         use scheduler::sglang_scheduler_server::SERVICE_NAME;
         assert_eq!(SERVICE_NAME, SCHEDULER_SERVICE);
     }
+
+    mod vllm;
 
     mod tokenspeed {
         use prost::Message;
