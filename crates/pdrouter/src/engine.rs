@@ -18,14 +18,16 @@ impl Runtime {
     pub fn max_room(self) -> u64 {
         match self {
             Runtime::Sglang => i32::MAX as u64,
-            Runtime::TokenSpeed => i64::MAX as u64,
+            // vLLM's connectors rendezvous by their own ids, not a room; a ticket for one is
+            // never sent.
+            Runtime::TokenSpeed | Runtime::Vllm => i64::MAX as u64,
         }
     }
 
     /// Whether the engine's answers carry prompt logprobs (TokenSpeed's have no field for
     /// them).
     pub fn serves_prompt_logprobs(self) -> bool {
-        self == Runtime::Sglang
+        self != Runtime::TokenSpeed
     }
 
     /// The order detection asks: the hint first, then the others.
@@ -91,10 +93,11 @@ mod tests {
     fn detection_asks_the_hint_first() {
         assert_eq!(
             Runtime::detection_order(Some(Runtime::TokenSpeed)),
-            vec![Runtime::TokenSpeed, Runtime::Sglang]
+            vec![Runtime::TokenSpeed, Runtime::Sglang, Runtime::Vllm]
         );
         assert_eq!(Runtime::detection_order(None), Runtime::ALL.to_vec());
         assert_eq!(Runtime::parse("tokenspeed"), Some(Runtime::TokenSpeed));
-        assert_eq!(Runtime::parse("vllm"), None);
+        assert_eq!(Runtime::parse("vllm"), Some(Runtime::Vllm));
+        assert_eq!(Runtime::parse("vLLM"), None);
     }
 }

@@ -17,6 +17,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod images;
+pub mod kv_handoff;
 pub mod limiter;
 pub mod metrics;
 pub mod priority;

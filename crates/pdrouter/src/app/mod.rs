@@ -579,6 +579,7 @@ fn new_dispatcher(
                 tokenizer,
                 images,
                 encode_policy: parts.policies.encode.clone(),
+                client: parts.client.clone(),
             }),
     })
 }

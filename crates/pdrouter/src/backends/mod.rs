@@ -3,8 +3,9 @@
 //!
 //! - [`http`]: SGLang-style engines over HTTP — both PD legs sent at once with one bootstrap
 //!   ticket, the Decode body relayed frame by frame.
-//! - [`grpc`]: SGLang's and TokenSpeed's schedulers over gRPC — token ids the router made,
-//!   one ticket per prompt, EPD's `Encode` calls, the answer built from Decode's tokens.
+//! - [`grpc`]: SGLang's and TokenSpeed's schedulers and vLLM's engine over gRPC — token ids
+//!   the router made, one ticket per prompt (vLLM: the connector's parameters), EPD's
+//!   `Encode` calls, the answer built from Decode's tokens.
 //!
 //! Backends never import each other; what they share lives in the core or below it.
 

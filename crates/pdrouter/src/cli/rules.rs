@@ -25,7 +25,7 @@ pub(super) fn encode_policy_needs_epd(
 /// Flags that would do nothing with these workers are refused rather than ignored (the same
 /// rule as `--encode-policy`): the Prefill and Decode policies outside PD and EPD, a health
 /// endpoint for gRPC workers (probed with their runtime's HealthCheck), and a KV connector
-/// outside HTTP PD.
+/// outside PD.
 pub(super) fn flags_the_mode_uses(
     mode: Mode,
     role_policies: [(&str, bool); 2],
@@ -47,10 +47,10 @@ pub(super) fn flags_the_mode_uses(
                 .into(),
         ));
     }
-    if kv_connector && mode != Mode::PdHttp {
+    if kv_connector && !matches!(mode, Mode::PdHttp | Mode::PdGrpc) {
         return Err(ConfigError(
-            "--kv-connector says how vLLM Prefill/Decode pairs over HTTP move the KV; it needs \
-             --pd-disaggregation with http(s):// workers"
+            "--kv-connector says how vLLM Prefill/Decode pairs move the KV; it needs \
+             --pd-disaggregation"
                 .into(),
         ));
     }

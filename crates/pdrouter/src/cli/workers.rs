@@ -60,9 +60,10 @@ pub struct WorkerArgs {
     /// MODEL (repeatable; exact, case-sensitive match).
     #[arg(long, value_name = "ALIAS=MODEL", action = clap::ArgAction::Append, help_heading = "Workers")]
     pub model_alias: Vec<String>,
-    /// Runtime of the workers. grpc:// workers: sglang or tokenspeed, asked first when
+    /// Runtime of the workers. grpc:// workers: sglang, tokenspeed or vllm, asked first when
     /// learning each worker's runtime (without it the router asks SGLang's service, then
-    /// TokenSpeed's; either way each worker's runtime is what its HealthCheck answers).
+    /// TokenSpeed's, then vLLM's; either way each worker's runtime is what its HealthCheck
+    /// answers).
     /// http(s):// workers: sglang or vllm, taken as said; without it each worker's engine is
     /// detected (vLLM when its /v1/models says owned_by "vllm", or it serves /version but not
     /// /get_server_info).
@@ -72,8 +73,9 @@ pub struct WorkerArgs {
     /// answer's kv_transfer_params relayed to Decode), mooncake (MooncakeConnector: both legs
     /// at once with one transfer id; Decode is told the Prefill's bootstrap address, from
     /// --prefill URL PORT, 8998 when none), or lmcache (the Prefill leg first, capped at one
-    /// token; Decode gets the same prompt).
-    /// [default: nixl; only with --pd-disaggregation and http(s):// workers]
+    /// token; Decode gets the same prompt). gRPC vLLM workers report their connector; this is
+    /// what one that reports none uses.
+    /// [default: nixl; only with --pd-disaggregation]
     #[arg(long, value_name = "CONNECTOR", value_parser = ["nixl", "mooncake", "lmcache"], help_heading = "Workers")]
     pub kv_connector: Option<String>,
 }

@@ -4,9 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::{
-    Config, ConfigError, HttpEngine, Mode, NO_COUNT_LIMIT, WorkerType, bad, is_grpc_url, range,
-};
+use super::{Config, ConfigError, Mode, NO_COUNT_LIMIT, WorkerType, bad, is_grpc_url, range};
 
 impl Config {
     /// Cross-field rules that do not depend on how the values were given. They run in a fixed
@@ -54,12 +52,6 @@ impl Config {
             return Err(bad(format!(
                 "--runtime {rt} applies to grpc:// workers; these workers are http(s)://"
             )));
-        }
-        if self.http_engine == Some(HttpEngine::Vllm) && self.mode.is_grpc() {
-            return Err(bad(
-                "--runtime vllm: vLLM workers are driven over HTTP; give their http(s):// URLs \
-                 (gRPC vLLM workers are not supported yet)",
-            ));
         }
         Ok(())
     }

@@ -158,17 +158,20 @@ pub enum Runtime {
     Sglang,
     /// `tokenspeed.grpc.scheduler.TokenSpeedScheduler`.
     TokenSpeed,
+    /// `vllm.grpc.engine.VllmEngine`.
+    Vllm,
 }
 
 impl Runtime {
     /// Every runtime, in the order detection tries them without a hint.
-    pub const ALL: [Runtime; 2] = [Runtime::Sglang, Runtime::TokenSpeed];
+    pub const ALL: [Runtime; 3] = [Runtime::Sglang, Runtime::TokenSpeed, Runtime::Vllm];
 
     /// The name used by `--runtime`, `/workers` and logs.
     pub fn name(self) -> &'static str {
         match self {
             Runtime::Sglang => "sglang",
             Runtime::TokenSpeed => "tokenspeed",
+            Runtime::Vllm => "vllm",
         }
     }
 

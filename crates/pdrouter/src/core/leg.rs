@@ -87,6 +87,12 @@ impl<K> PrefillLeg<K> {
         self.kept.take()
     }
 
+    /// What the leg kept, in place (a sequential handoff takes its part before Decode is
+    /// sent and leaves the rest for the answer).
+    pub fn kept_mut(&mut self) -> Option<&mut K> {
+        self.kept.as_mut()
+    }
+
     /// Tells the leg that Decode has delivered its whole answer: the KV has moved, so once the
     /// Prefill worker has answered (at once, if it has), the leg releases its slot and load.
     pub fn decode_done(&mut self) {

@@ -1,5 +1,5 @@
-//! One tonic channel per gRPC worker, its runtime, and `Generate` streams that abort
-//! themselves.
+//! One tonic channel per gRPC worker and its runtime; `Generate` calls started on it (the
+//! streams themselves are [`super::stream`]'s).
 //!
 //! Invariants: a worker's channel is created on first use and reused by every call after it
 //! (HTTP/2 multiplexes the streams), except that a `Generate` whose prompt exceeds
@@ -10,25 +10,25 @@
 //! own thread (see [`super::bulk`]), so long prompts are encoded and written off the async
 //! workers; the worker's runtime is learned by asking each known
 //! service's `HealthCheck` (the configured hint first) and cached on the channel until a call
-//! finds the service gone (`Unimplemented`), which forgets it; a [`LegStream`] that is
-//! dropped before its stream ended (or before the `Complete` of its last sample) sends `Abort`
-//! for its request id, so a client disconnect or a failed sibling leg never leaves a
-//! generation running on a worker; [`Legs`] holds the streams of one leg (one per prompt) and
-//! drops them together.
+//! finds the service gone (`Unimplemented`), which forgets it; a `Generate` dropped while it is
+//! still starting sends `Abort` for its request id, as its stream does once started; a vLLM
+//! worker's KV configuration is asked once ([`WorkerChannel::vllm_kv`]) and kept for the
+//! channel's life.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
 use pdrouter_proto::common::GetTokenizerRequest;
 use pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient;
 use pdrouter_proto::scheduler::{
-    AbortRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
-    GetServerInfoRequest, GetServerInfoResponse, HealthCheckRequest,
+    GetModelInfoRequest, GetModelInfoResponse, GetServerInfoRequest, GetServerInfoResponse,
+    HealthCheckRequest,
 };
 use pdrouter_proto::tokenspeed_scheduler as ts;
 use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_client::TokenSpeedSchedulerClient;
+use pdrouter_proto::vllm_engine as vl;
+use pdrouter_proto::vllm_engine::vllm_engine_client::VllmEngineClient;
 use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
@@ -36,6 +36,9 @@ use tonic::{Code, Status, Streaming};
 use super::bulk::{BULK_PROMPT_BYTES, BulkExecutor};
 use super::encoded::{self, Prepared};
 use super::runtime::{self, Call, Runtime};
+use super::stream::{AbortOnDrop, Auth, Inner, with_auth};
+pub use super::stream::{LegStream, Legs};
+use super::vllm::{self, VllmKv};
 
 /// HTTP/2 keep-alive ping period on worker channels.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -43,16 +46,11 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a TCP connect to a worker may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bound on an `Abort` sent from a drop.
-const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on learning the runtime of a worker before a `Generate` (normally already known
 /// from its health checks).
 const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest message accepted from a worker.
 const MESSAGE_LIMIT: usize = 64 << 20;
-
-/// `authorization` metadata value.
-type Auth = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
 
 /// A gRPC worker's client, connected lazily and shared by every request to it.
 #[derive(Debug)]
@@ -68,6 +66,8 @@ pub struct WorkerChannel {
     channel: OnceLock<Result<Channel, String>>,
     /// The bulk lane: a second connection for `Generate` calls with long prompts.
     bulk: OnceLock<Result<Channel, String>>,
+    /// A vLLM worker's KV configuration, once asked.
+    vllm_kv: tokio::sync::OnceCell<VllmKv>,
 }
 
 impl WorkerChannel {
@@ -83,6 +83,7 @@ impl WorkerChannel {
             runtime: AtomicU8::new(0),
             channel: OnceLock::new(),
             bulk: OnceLock::new(),
+            vllm_kv: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -138,6 +139,10 @@ impl WorkerChannel {
         Ok(tokenspeed_on(self.channel()?))
     }
 
+    fn vllm(&self) -> Result<VllmEngineClient<Channel>, Status> {
+        Ok(vllm_on(self.channel()?))
+    }
+
     /// The worker's runtime, once a `HealthCheck` has told it.
     pub fn runtime(&self) -> Option<Runtime> {
         let i = self.runtime.load(Ordering::Acquire);
@@ -183,6 +188,15 @@ impl WorkerChannel {
                     .get_ref()
                     .healthy)
             }
+            Runtime::Vllm => {
+                let mut c = self.vllm()?;
+                let call = c.health_check(self.call(vl::HealthCheckRequest {}));
+                Ok(tokio::time::timeout(timeout, call)
+                    .await
+                    .map_err(late)??
+                    .get_ref()
+                    .healthy)
+            }
         }
     }
 
@@ -205,7 +219,7 @@ impl WorkerChannel {
             }
         }
         Err(Status::unimplemented(
-            "the worker serves none of the known scheduler services (SGLang, TokenSpeed)",
+            "the worker serves none of the known engine services (SGLang, TokenSpeed, vLLM)",
         ))
     }
 
@@ -274,6 +288,11 @@ impl WorkerChannel {
                     .get_model_info(self.call(ts::GetModelInfoRequest {}))
                     .await
                     .map(|r| runtime::model_info_from_tokenspeed(r.into_inner())),
+                Runtime::Vllm => self
+                    .vllm()?
+                    .get_model_info(self.call(vl::GetModelInfoRequest {}))
+                    .await
+                    .map(|r| vllm::model_info_from_vllm(r.into_inner())),
             };
             self.check(r)
         };
@@ -303,6 +322,11 @@ impl WorkerChannel {
                     .get_server_info(self.call(ts::GetServerInfoRequest {}))
                     .await
                     .map(|r| runtime::server_info_from_tokenspeed(r.into_inner())),
+                Runtime::Vllm => self
+                    .vllm()?
+                    .get_server_info(self.call(vl::GetServerInfoRequest {}))
+                    .await
+                    .map(|r| vllm::server_info_from_vllm(r.into_inner())),
             };
             self.check(r)
         };
@@ -321,6 +345,22 @@ impl WorkerChannel {
             }
             _ => None,
         }
+    }
+
+    /// A vLLM worker's KV configuration from its `GetServerInfo`, asked once within `timeout`
+    /// (a failed ask is not kept: the next call asks again).
+    pub async fn vllm_kv(&self, timeout: Duration) -> Result<&VllmKv, Status> {
+        self.vllm_kv
+            .get_or_try_init(|| async {
+                let info = self.fetch_server_info(timeout).await?;
+                Ok(VllmKv::of(&info))
+            })
+            .await
+    }
+
+    /// The KV configuration, if it has been learned.
+    pub fn known_vllm_kv(&self) -> Option<&VllmKv> {
+        self.vllm_kv.get()
     }
 
     /// `GetTokenizer`: receives the bundle (size-limited, checksum verified) and extracts it
@@ -342,6 +382,10 @@ impl WorkerChannel {
                 }
                 Runtime::TokenSpeed => {
                     let mut c = self.tokenspeed().map_err(|s| s.message().to_owned())?;
+                    c.get_tokenizer(self.call(GetTokenizerRequest {})).await
+                }
+                Runtime::Vllm => {
+                    let mut c = self.vllm().map_err(|s| s.message().to_owned())?;
                     c.get_tokenizer(self.call(GetTokenizerRequest {})).await
                 }
             };
@@ -389,6 +433,7 @@ impl WorkerChannel {
         let service = match msg.runtime() {
             Runtime::Sglang => pdrouter_proto::SCHEDULER_SERVICE,
             Runtime::TokenSpeed => pdrouter_proto::TOKENSPEED_SCHEDULER_SERVICE,
+            Runtime::Vllm => pdrouter_proto::VLLM_ENGINE_SERVICE,
         };
         let req = self.generate_call(msg);
         encoded::server_streaming(lane, service, "Generate", req, MESSAGE_LIMIT).await
@@ -398,15 +443,17 @@ impl WorkerChannel {
     /// dropped before its end; so does a call dropped while it is still starting.
     pub async fn generate(&self, call: Call) -> Result<LegStream, Status> {
         let rt = self.detect(DETECT_TIMEOUT).await?;
-        let mut guard = AbortOnDrop {
-            channel: Some(self.channel()?),
-            runtime: rt,
-            request_id: call.request_id().to_owned(),
-            auth: self.auth.clone(),
-        };
+        let mut guard = AbortOnDrop::new(
+            self.channel()?,
+            rt,
+            call.request_id().to_owned(),
+            self.auth.clone(),
+        );
         let samples = call.samples();
         let lane = self.generate_channel(call.prompt_bytes())?;
         let shared = call.shared.clone();
+        // vLLM sends prompt logprobs from the prompt's start; the stream cuts them.
+        let from = usize::try_from(call.req.logprob_start_len).unwrap_or(0);
         let stream = match (rt, shared) {
             (Runtime::Sglang, None) => {
                 let r = sglang_on(lane)
@@ -418,6 +465,11 @@ impl WorkerChannel {
                 let msg = call.into_tokenspeed();
                 let r = tokenspeed_on(lane).generate(self.generate_call(msg)).await;
                 Inner::TokenSpeed(self.check(r)?.into_inner())
+            }
+            (Runtime::Vllm, None) => {
+                let msg = call.into_vllm();
+                let r = vllm_on(lane).generate(self.generate_call(msg)).await;
+                Inner::Vllm(self.check(r)?.into_inner(), from)
             }
             (Runtime::Sglang, Some(shared)) => {
                 let msg = Prepared::new(call.into_sglang(), rt, shared);
@@ -431,12 +483,13 @@ impl WorkerChannel {
                 let r = Box::pin(self.generate_prepared(lane, msg)).await;
                 Inner::TokenSpeed(self.check(r)?.into_inner())
             }
+            (Runtime::Vllm, Some(shared)) => {
+                let msg = Prepared::new(call.into_vllm(), rt, shared);
+                let r = Box::pin(self.generate_prepared(lane, msg)).await;
+                Inner::Vllm(self.check(r)?.into_inner(), from)
+            }
         };
-        Ok(LegStream {
-            stream,
-            completes_left: samples,
-            abort: guard.disarm_into(),
-        })
+        Ok(LegStream::new(stream, samples, guard.disarm_into()))
     }
 }
 
@@ -448,230 +501,25 @@ fn tokenspeed_on(channel: Channel) -> TokenSpeedSchedulerClient<Channel> {
     TokenSpeedSchedulerClient::new(channel).max_decoding_message_size(MESSAGE_LIMIT)
 }
 
-fn with_auth<T>(mut r: tonic::Request<T>, auth: Option<&Auth>) -> tonic::Request<T> {
-    if let Some(a) = auth {
-        r.metadata_mut().insert("authorization", a.clone());
-    }
-    r
-}
-
-/// Sends `Abort` for `request_id` on drop, unless disarmed (`channel` taken).
-struct AbortOnDrop {
-    channel: Option<Channel>,
-    runtime: Runtime,
-    request_id: String,
-    auth: Option<Auth>,
-}
-
-impl AbortOnDrop {
-    /// Moves the armed abort out, leaving this one disarmed.
-    fn disarm_into(&mut self) -> AbortOnDrop {
-        AbortOnDrop {
-            channel: self.channel.take(),
-            runtime: self.runtime,
-            request_id: std::mem::take(&mut self.request_id),
-            auth: self.auth.take(),
-        }
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        let Some(channel) = self.channel.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let request_id = std::mem::take(&mut self.request_id);
-        let auth = self.auth.take();
-        let runtime = self.runtime;
-        let reason = "client went away or the other leg failed".to_owned();
-        rt.spawn(async move {
-            match runtime {
-                Runtime::Sglang => {
-                    let req = with_auth(
-                        tonic::Request::new(AbortRequest { request_id, reason }),
-                        auth.as_ref(),
-                    );
-                    let mut c = SglangSchedulerClient::new(channel);
-                    let _ = tokio::time::timeout(ABORT_TIMEOUT, c.abort(req)).await;
-                }
-                Runtime::TokenSpeed => {
-                    let req = with_auth(
-                        tonic::Request::new(ts::AbortRequest { request_id, reason }),
-                        auth.as_ref(),
-                    );
-                    let mut c = TokenSpeedSchedulerClient::new(channel);
-                    let _ = tokio::time::timeout(ABORT_TIMEOUT, c.abort(req)).await;
-                }
-            }
-        });
-    }
-}
-
-/// A `Generate` response stream of either runtime.
-enum Inner {
-    Sglang(Streaming<GenerateResponse>),
-    TokenSpeed(Streaming<ts::GenerateResponse>),
-}
-
-/// A running `Generate` stream. Dropping it before [`LegStream::next`] returned `None` (or an
-/// error) sends `Abort` for its request.
-pub struct LegStream {
-    stream: Inner,
-    /// Samples whose `Complete` has not come yet.
-    completes_left: u32,
-    abort: AbortOnDrop,
-}
-
-impl std::fmt::Debug for LegStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LegStream")
-            .field("request_id", &self.abort.request_id)
-            .finish()
-    }
-}
-
-impl LegStream {
-    /// The next message; `None` at the stream's end. The end, the last sample's `Complete`
-    /// and any error disarm the abort (there is nothing left running to abort).
-    pub async fn next(&mut self) -> Result<Option<GenerateResponse>, Status> {
-        std::future::poll_fn(|cx| self.poll_message(cx))
-            .await
-            .transpose()
-    }
-
-    /// [`LegStream::next`] as a poll (`None` at the end), so [`Legs`] reads the streams in
-    /// place instead of moving each one through a future per message.
-    fn poll_message(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<GenerateResponse, Status>>> {
-        use futures_util::Stream as _;
-        use pdrouter_proto::scheduler::generate_response::Response;
-        let r = match &mut self.stream {
-            Inner::Sglang(s) => std::task::ready!(std::pin::Pin::new(s).poll_next(cx)),
-            Inner::TokenSpeed(s) => std::task::ready!(std::pin::Pin::new(s).poll_next(cx))
-                .map(|m| m.map(runtime::response_from_tokenspeed)),
-        };
-        let finished = match &r {
-            Some(Ok(m)) => match m.response {
-                Some(Response::Complete(_)) => {
-                    self.completes_left = self.completes_left.saturating_sub(1);
-                    self.completes_left == 0
-                }
-                Some(Response::Error(_)) => true,
-                _ => false,
-            },
-            _ => true,
-        };
-        if finished {
-            self.abort.channel = None;
-        }
-        std::task::Poll::Ready(r)
-    }
-}
-
-/// One stream of a [`Legs`], tagged with its position; it ends after an error.
-struct Tagged {
-    index: usize,
-    leg: LegStream,
-    failed: bool,
-}
-
-impl futures_util::Stream for Tagged {
-    type Item = Result<(usize, GenerateResponse), Status>;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.failed {
-            return std::task::Poll::Ready(None);
-        }
-        let r = std::task::ready!(this.leg.poll_message(cx));
-        // Nothing follows an error.
-        this.failed = matches!(r, Some(Err(_)));
-        let index = this.index;
-        std::task::Poll::Ready(r.map(|r| r.map(|m| (index, m))))
-    }
-}
-
-/// The `Generate` streams of one leg of a request (one per prompt of a batch), read as one:
-/// each message is tagged with the position of the stream it came from. Dropping it drops
-/// every stream still running, which aborts them.
-pub struct Legs {
-    streams: Streams,
-}
-
-/// One stream (a single prompt, the usual case) is read directly; several through a
-/// `SelectAll`, whose task bookkeeping one stream does not need.
-enum Streams {
-    One(Option<Box<Tagged>>),
-    Many(futures_util::stream::SelectAll<Tagged>),
-}
-
-impl std::fmt::Debug for Legs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let running = match &self.streams {
-            Streams::One(one) => usize::from(one.is_some()),
-            Streams::Many(set) => set.len(),
-        };
-        f.debug_struct("Legs").field("running", &running).finish()
-    }
+fn vllm_on(channel: Channel) -> VllmEngineClient<Channel> {
+    VllmEngineClient::new(channel).max_decoding_message_size(MESSAGE_LIMIT)
 }
 
 impl Legs {
     /// Starts one `Generate` per call on `channel`, all at once. If one fails to start,
     /// the ones already started are dropped (aborted) and its status is returned.
-    pub async fn start(channel: &WorkerChannel, calls: Vec<Call>) -> Result<Self, Status> {
-        let tagged = |index, leg| Tagged {
-            index,
-            leg,
-            failed: false,
-        };
-        if calls.len() == 1 {
+    pub async fn start(channel: &WorkerChannel, mut calls: Vec<Call>) -> Result<Self, Status> {
+        if calls.len() == 1
+            && let Some(call) = calls.pop()
+        {
             // No join to set up. The call's future is large (tonic's state): boxed, it stays
             // out of every future that awaits this one.
-            let mut one = None;
-            for call in calls {
-                one = Some(Box::new(tagged(0, Box::pin(channel.generate(call)).await?)));
-            }
-            return Ok(Self {
-                streams: Streams::One(one),
-            });
+            return Ok(Legs::one(Box::pin(channel.generate(call)).await?));
         }
         let streams =
             futures_util::future::try_join_all(calls.into_iter().map(|c| channel.generate(c)))
                 .await?;
-        let set = streams
-            .into_iter()
-            .enumerate()
-            .map(|(index, leg)| tagged(index, leg))
-            .collect();
-        Ok(Self {
-            streams: Streams::Many(set),
-        })
-    }
-
-    /// The next message of any stream, with its stream's position; `None` once all ended.
-    pub async fn next(&mut self) -> Result<Option<(usize, GenerateResponse)>, Status> {
-        match &mut self.streams {
-            Streams::One(slot) => {
-                let Some(one) = slot else {
-                    return Ok(None);
-                };
-                let r = one.next().await;
-                if r.is_none() {
-                    // Ended: dropped now, as `SelectAll` drops an ended stream.
-                    *slot = None;
-                }
-                r.transpose()
-            }
-            Streams::Many(set) => set.next().await.transpose(),
-        }
+        Ok(Legs::many(streams))
     }
 }
 
@@ -692,6 +540,7 @@ mod tests {
             kv: None,
             images: Default::default(),
             shared: None,
+            kv_params: None,
         };
         let size = std::mem::size_of_val(&channel.generate(call));
         eprintln!("generate future: {size} bytes");

@@ -1,4 +1,4 @@
-//! gRPC workers (SGLang's or TokenSpeed's scheduler protocol): the per-worker channel and
+//! gRPC workers (SGLang's or TokenSpeed's scheduler protocol, vLLM's engine protocol): the per-worker channel and
 //! runtime, the router-side tokenizer, and the translation between OpenAI/SGLang JSON and
 //! token-id generation.
 //!
@@ -6,8 +6,10 @@
 //!   and its conversion to and from each engine protocol's messages (the protocols and the
 //!   KV ticket themselves are `crate::engine`'s, re-exported there).
 //! - [`client`]: one lazily connected tonic channel per worker, runtime detection by
-//!   `HealthCheck`, `GetModelInfo`, `GetTokenizer`, and [`client::LegStream`], a `Generate`
-//!   stream that sends `Abort` when it is dropped before its end.
+//!   `HealthCheck`, `GetModelInfo`, `GetTokenizer`, and `Generate` calls.
+//! - [`stream`]: [`stream::LegStream`], a `Generate` stream of any runtime read in SGLang's
+//!   form, that sends `Abort` when it is dropped before its end, and [`stream::Legs`].
+//! - [`vllm`]: vLLM's messages to and from the working form, and its KV configuration.
 //! - [`info`]: `GetModelInfo` and `GetServerInfo` shown as SGLang's HTTP server shows
 //!   `/get_model_info` and `/get_server_info`.
 //! - [`tokenizer`]: where the router's tokenizer comes from, resolved once at startup.
@@ -30,5 +32,7 @@ pub mod info;
 pub mod output;
 pub mod plan;
 pub mod runtime;
+pub mod stream;
 pub mod tokenizer;
 pub mod translate;
+pub mod vllm;

@@ -96,11 +96,13 @@ impl Plan {
 
 impl Plan {
     /// The calls of one attempt on a worker of `runtime`, without ids, rank or ticket: for
-    /// SGLang the unset sampling fields filled from `defaults` (see [`Plan::requests_with`]);
-    /// TokenSpeed leaves them out and applies its own.
+    /// SGLang and vLLM the unset sampling fields filled from `defaults` (see
+    /// [`Plan::requests_with`]); TokenSpeed leaves them out and applies its own.
     pub fn calls(&self, runtime: Runtime, defaults: &Map<String, Value>) -> Vec<Call> {
         let reqs = match runtime {
-            Runtime::Sglang => self.requests_with(defaults),
+            // vLLM's message leaves only `temperature` and `max_tokens` absent; its other
+            // scalars take the worker's defaults as SGLang's do.
+            Runtime::Sglang | Runtime::Vllm => self.requests_with(defaults),
             Runtime::TokenSpeed => self.requests.clone(),
         };
         reqs.into_iter()
@@ -114,6 +116,7 @@ impl Plan {
                     encode: Vec::new(),
                 },
                 shared: None,
+                kv_params: None,
             })
             .collect()
     }

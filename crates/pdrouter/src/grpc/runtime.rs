@@ -1,14 +1,15 @@
 //! The one form the router works in for a `Generate`, and its conversion to and from each
 //! engine protocol's messages.
 //!
-//! A gRPC worker runs SGLang's scheduler service or TokenSpeed's (a [`Runtime`], with the
-//! [`KvTicket`], defined in `crate::engine` and re-exported here). The router translates
-//! requests once into SGLang's `GenerateRequest` (its working form: it carries everything
-//! either engine needs) plus what SGLang's message cannot say — which sampling fields the
-//! client left unset, the worker's DP rank, and the KV ticket with its full room — as a
+//! A gRPC worker runs SGLang's scheduler service, TokenSpeed's, or vLLM's engine service (a
+//! [`Runtime`], with the [`KvTicket`], defined in `crate::engine` and re-exported here;
+//! vLLM's conversions are [`super::vllm`]'s). The router translates requests once into
+//! SGLang's `GenerateRequest` (its working form: it carries everything the engines need) plus
+//! what SGLang's message cannot say — which sampling fields the client left unset, the
+//! worker's DP rank, the KV ticket with its full room, vLLM's connector parameters — as a
 //! [`Call`]. Each worker's channel turns a `Call` into its engine's message at send time and
 //! the engine's messages back into SGLang's form, so translation, output, PD and regular
-//! dispatch are the same code for both runtimes.
+//! dispatch are the same code for every runtime.
 //!
 //! Invariants: a TokenSpeed request carries a sampling scalar only when the client set it
 //! (the engine applies its own defaults to the rest); a room is below the runtime's
@@ -44,6 +45,8 @@ pub struct Call {
     /// The encoding this call shares with its sibling leg (a long prompt in PD, see
     /// [`Call::share_encoding`]).
     pub shared: Option<super::encoded::SharedEncoding>,
+    /// vLLM: the KV connector's parameters for this leg, a JSON object's text.
+    pub kv_params: Option<String>,
 }
 
 impl Call {
@@ -62,6 +65,7 @@ impl Call {
             && a.images.encode.is_empty()
             && b.images.encode.is_empty()
             && a.unset == b.unset
+            && a.kv_params == b.kv_params
             && a.req == b.req;
         if same {
             let shared = super::encoded::SharedEncoding::default();
@@ -113,6 +117,7 @@ impl Call {
             kv,
             images,
             shared: _,
+            kv_params: _,
         } = self;
         let set = |k: &str| !unset.contains(&k);
         let sampling_params = req.sampling_params.map(|p| {
@@ -309,6 +314,7 @@ mod tests {
             }),
             images: Default::default(),
             shared: None,
+            kv_params: None,
         }
     }
 

@@ -297,6 +297,10 @@ pub(crate) async fn learn_model(
                 worker.set_model(model);
             }
         }
+        // A vLLM worker's KV configuration, shown in `/workers` and used by its pairs.
+        if ch.runtime() == Some(crate::grpc::runtime::Runtime::Vllm) {
+            let _ = ch.vllm_kv(timeout).await;
+        }
         return Ok(());
     }
     let mut failure = None;

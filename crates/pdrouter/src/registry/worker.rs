@@ -268,8 +268,14 @@ impl Worker {
         })
     }
 
-    /// A vLLM worker's KV connector; `None` for other workers.
+    /// A vLLM worker's KV connector (a gRPC worker's as it reported it, once asked, else the
+    /// configured one); `None` for other workers.
     pub fn kv_connector(&self) -> Option<crate::config::KvConnector> {
+        if let Some(ch) = self.grpc() {
+            let reported = ch.known_vllm_kv().and_then(|k| k.connector);
+            return (ch.runtime() == Some(crate::config::Runtime::Vllm))
+                .then(|| reported.unwrap_or(self.kv_connector));
+        }
         (self.http_engine() == Some(crate::config::HttpEngine::Vllm)).then_some(self.kv_connector)
     }
 

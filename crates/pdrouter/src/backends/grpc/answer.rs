@@ -211,7 +211,11 @@ impl Relay {
                 Ok(Err(e)) => return Some(Err(e)),
                 // The Prefill phase is over: what the leg kept stays for the answer.
                 Ok(Ok(None)) => {
-                    self.input = self.leg.take().and_then(|mut leg| leg.take_kept());
+                    self.input = self
+                        .leg
+                        .take()
+                        .and_then(|mut leg| leg.take_kept())
+                        .map(|k| k.inputs);
                 }
                 Ok(Ok(Some(m))) => break m,
             }
@@ -233,7 +237,7 @@ impl Relay {
         if let Some(mut leg) = self.leg.take() {
             leg.decode_done();
             leg.outcome().await?;
-            self.input = leg.take_kept();
+            self.input = leg.take_kept().map(|k| k.inputs);
             leg.decode_finished();
         }
         if std::mem::take(&mut self.keep_input) {

@@ -45,6 +45,14 @@ pub(super) fn check(plan: &Plan, runtime: Runtime) -> Result<(), ApiError> {
             runtime,
         ));
     }
+    if runtime == Runtime::Vllm
+        && let Some(field) = plan
+            .requests
+            .iter()
+            .find_map(crate::grpc::vllm::unsupported)
+    {
+        return Err(crate::grpc::translate::unsupported_on(field, runtime));
+    }
     Ok(())
 }
 

@@ -1,8 +1,10 @@
-//! The gRPC backend, for SGLang's and TokenSpeed's schedulers: the router translates each
-//! request once into token-id `Generate` calls ([`plan`](GrpcBackend::plan)), sends them to
-//! the chosen workers ([`pd`]: both legs at once, one KV ticket per prompt, EPD's `Encode`
-//! calls first ([`encode`]); [`one`]: regular mode) and builds the client's answer from the
-//! answering worker's tokens ([`answer`]). What every attempt does to its calls — the
+//! The gRPC backend, for SGLang's and TokenSpeed's schedulers and vLLM's engine: the router
+//! translates each request once into token-id `Generate` calls ([`plan`](GrpcBackend::plan)),
+//! sends them to the chosen workers ([`pd`]: both legs at once, one KV ticket per prompt,
+//! EPD's `Encode` calls first ([`encode`]); [`vllm`]: vLLM pairs, the legs in the order their
+//! KV connector needs; [`one`]: regular mode) and builds the client's answer from the
+//! answering worker's tokens ([`answer`]); the leg task reads a Prefill's streams as
+//! [`prefill`] says. What every attempt does to its calls — the
 //! worker's runtime, its default sampling parameters, fresh request ids, the DP rank — is
 //! [`calls`]'s.
 
@@ -11,6 +13,8 @@ mod calls;
 mod encode;
 mod one;
 mod pd;
+mod prefill;
+mod vllm;
 
 use std::sync::Arc;
 
@@ -24,8 +28,9 @@ use crate::error::ApiError;
 use crate::registry::{LoadGuard, Worker};
 use crate::request::ParsedRequest;
 
-/// A gRPC Prefill leg: what it keeps of its answer is each prompt's prompt logprobs.
-pub(crate) type PrefillLeg = crate::core::PrefillLeg<Vec<Vec<crate::grpc::output::InputLogprob>>>;
+/// A gRPC Prefill leg: what it keeps of its answer is each prompt's prompt logprobs (and a
+/// vLLM Prefill's connector parameters).
+pub(crate) type PrefillLeg = crate::core::PrefillLeg<prefill::PrefillKept>;
 
 /// gRPC workers: the router's tokenizer, what image parts get, and the Encode policy.
 #[derive(Debug)]
@@ -36,6 +41,8 @@ pub struct GrpcBackend {
     pub(crate) images: crate::images::ImageSupport,
     /// Chooses each image's Encode worker (EPD).
     pub(crate) encode_policy: Arc<Policy>,
+    /// HTTP requests a vLLM Mooncake pair needs (its Prefill's bootstrap server).
+    pub(crate) client: crate::proxy::client::UpstreamClient,
 }
 
 impl GrpcBackend {

@@ -9,63 +9,25 @@
 //! is dropped unfinished: a failed start of one leg aborts the other, and a client disconnect
 //! (the body dropped) aborts both. Only Decode's tokens reach the client; the Prefill
 //! contributes only the prompt logprobs, placed ahead of Decode's.
-
-use std::sync::Arc;
+//!
+//! A pair of vLLM workers is [`super::vllm`]'s: its KV handoff has no ticket, and its
+//! connector decides the order of the legs.
 
 use axum::response::Response;
-use pdrouter_proto::scheduler::generate_response::Response as Msg;
 use tokio::time::Instant;
 
 use super::answer::{self, GrpcPlan, Source};
 use super::calls::{self, channel, status_error};
 use super::encode::EncodeCalls;
+use super::prefill::GrpcPrefill;
 use super::{GrpcBackend, PrefillLeg};
-use crate::core::leg::{self, LegJob, PrefillAnswer, PrefillHolds};
+use crate::core::leg::{self, LegJob, PrefillHolds};
 use crate::core::{Core, Pair, RequestCtx};
 use crate::error::{ApiError, Leg};
 use crate::grpc::client::Legs;
-use crate::grpc::output::{self, InputLogprob};
 use crate::grpc::runtime::{Call, KvTicket, Runtime};
 use crate::grpc::translate::Plan;
 use crate::registry::Worker;
-
-/// A Prefill worker's started streams, drained by the leg task.
-struct GrpcPrefill {
-    streams: Legs,
-    worker: Arc<Worker>,
-    prompts: usize,
-    /// EPD: the attempt's Encode calls, which this Prefill waits for; cancelled with it.
-    _encodes: EncodeCalls,
-}
-
-impl PrefillAnswer for GrpcPrefill {
-    /// Each prompt's prompt logprobs.
-    type Kept = Vec<Vec<InputLogprob>>;
-
-    async fn drain(&mut self, keep: bool) -> Result<Option<Self::Kept>, ApiError> {
-        let url = self.worker.url();
-        let mut inputs: Vec<Option<Vec<InputLogprob>>> = vec![None; self.prompts];
-        loop {
-            let (i, m) = match self.streams.next().await {
-                Ok(Some(m)) => m,
-                Ok(None) => break,
-                Err(s) => return Err(status_error(Leg::Prefill, url, &s)),
-            };
-            let lps = match &m.response {
-                Some(Msg::Error(e)) => return Err(output::engine_error(Leg::Prefill, url, e)),
-                Some(Msg::Chunk(c)) => c.input_logprobs.as_ref(),
-                Some(Msg::Complete(c)) => c.input_logprobs.as_ref(),
-                None => None,
-            };
-            // The first report of a prompt's logprobs is kept (every sample repeats it, and
-            // the `Complete` repeats the first chunk's).
-            if keep && let (Some(l), Some(slot @ None)) = (lps, inputs.get_mut(i)) {
-                *slot = Some(output::input_logprobs(l));
-            }
-        }
-        Ok(keep.then(|| inputs.into_iter().map(Option::unwrap_or_default).collect()))
-    }
-}
 
 /// The runtime both workers of a pair speak; a pair must share one (the same KV hand-over).
 async fn pair_runtime(core: &Core, prefill: &Worker, decode: &Worker) -> Result<Runtime, ApiError> {
@@ -134,6 +96,18 @@ pub(super) async fn send(
     pair: Pair,
 ) -> Result<Response, ApiError> {
     let plan = grpc.plan.clone();
+    let runtime = pair_runtime(core, &pair.prefill, &pair.decode).await?;
+    calls::check(&plan, runtime)?;
+    if plan.images.is_some() && runtime != Runtime::TokenSpeed {
+        return Err(ApiError::not_implemented(format!(
+            "image inputs need TokenSpeed workers; Prefill worker {} speaks {runtime}",
+            pair.prefill.url()
+        )));
+    }
+    if runtime == Runtime::Vllm {
+        // Boxed: its state stays out of the future of every other pair's request.
+        return Box::pin(super::vllm::send(backend, core, ctx, grpc, pair)).await;
+    }
     let Pair {
         prefill,
         permit,
@@ -142,14 +116,6 @@ pub(super) async fn send(
         decode_load,
     } = pair;
     let dch = channel(&decode, Leg::Decode)?;
-    let runtime = pair_runtime(core, &prefill, &decode).await?;
-    calls::check(&plan, runtime)?;
-    if plan.images.is_some() && runtime != Runtime::TokenSpeed {
-        return Err(ApiError::not_implemented(format!(
-            "image inputs need TokenSpeed workers; Prefill worker {} speaks {runtime}",
-            prefill.url()
-        )));
-    }
     let (pcalls, dcalls, request_id, encodes) =
         pair_calls(backend, core, ctx, &plan, runtime, &prefill, &decode)?;
     let deadline = crate::config::deadline_after(Instant::now(), core.cfg.request_timeout);

@@ -9,10 +9,7 @@ use serde_json::{Map, Value};
 
 /// The NIXL Prefill leg's body: capped, and asking for a remote decode (see [`super::vllm`]).
 pub(crate) fn prefill_body(body: Map<String, Value>) -> Bytes {
-    with_params(
-        capped(body),
-        serde_json::json!({"do_remote_decode": true, "do_remote_prefill": false}),
-    )
+    with_params(capped(body), crate::kv_handoff::nixl_prefill_params())
 }
 
 /// The client's body as every vLLM Prefill leg is sent it: not streamed, capped at one token

@@ -8,90 +8,21 @@
 //! server's `GET /query` (`{"<rank>": {"engine_id": ...}}`) once per worker. The legs then
 //! run as SGLang's do: the Decode engine pulls the blocks when the Prefill has them.
 //!
-//! Invariants:
-//! - Both legs carry the same transfer id, fresh per attempt (a retried attempt never meets
-//!   blocks an earlier attempt left held).
-//! - The rank whose engine id Decode is given is the rank the Prefill leg is sent to (the
-//!   `X-data-parallel-rank` header, whenever the worker has more than one rank).
-
-use std::sync::Arc;
+//! The params and the engine ids are `crate::kv_handoff`'s (gRPC vLLM workers get the same);
+//! here they become bodies, and the Prefill's rank the `X-data-parallel-rank` header whenever
+//! the worker has more than one rank.
 
 use http::{HeaderName, HeaderValue};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::legs::with_params;
 use super::pd::Legs;
-use crate::error::{ApiError, Leg};
-use crate::proxy::client::UpstreamClient;
 use crate::registry::Worker;
 
-/// The bootstrap port vLLM's Mooncake connector listens on unless configured otherwise.
-const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
+pub(super) use crate::kv_handoff::engine_ids;
 
 /// The header naming the DP rank a vLLM request runs on.
 const DP_RANK_HEADER: HeaderName = HeaderName::from_static("x-data-parallel-rank");
-
-/// Most DP ranks read from a bootstrap server's answer.
-const MAX_RANKS: usize = 1024;
-
-/// The Prefill's bootstrap address, as Decode is given it.
-fn bootstrap_addr(prefill: &Worker) -> String {
-    let host = prefill.bootstrap_host();
-    let port = prefill.bootstrap_port().unwrap_or(DEFAULT_BOOTSTRAP_PORT);
-    // The bootstrap host is kept without brackets.
-    if host.contains(':') {
-        format!("http://[{host}]:{port}")
-    } else {
-        format!("http://{host}:{port}")
-    }
-}
-
-/// The engine ids of `prefill`'s DP ranks, in rank order: learned once from its bootstrap
-/// server, within `timeout`.
-pub(super) async fn engine_ids(
-    client: &UpstreamClient,
-    prefill: &Worker,
-    timeout: std::time::Duration,
-) -> Result<Arc<Vec<String>>, ApiError> {
-    if let Some(ids) = prefill.engine_ids() {
-        return Ok(ids);
-    }
-    let addr = bootstrap_addr(prefill);
-    let unreadable = || {
-        ApiError::upstream_unreadable(
-            Leg::Prefill,
-            prefill.url(),
-            &format!("engine id from its bootstrap server {addr}/query"),
-        )
-    };
-    let (status, body) = client
-        .get(&format!("{addr}/query"), None, timeout)
-        .await
-        .map_err(|_| ApiError::connect_failed(Leg::Prefill, &addr))?;
-    if !status.is_success() {
-        return Err(unreadable());
-    }
-    let ids = parse_query(&body).ok_or_else(unreadable)?;
-    let ids = Arc::new(ids);
-    prefill.set_engine_ids(ids.clone());
-    Ok(ids)
-}
-
-/// A bootstrap server's `/query` answer as engine ids by rank: ranks 0..n all present, each
-/// with a non-empty `engine_id`.
-fn parse_query(body: &[u8]) -> Option<Vec<String>> {
-    let v: Map<String, Value> = serde_json::from_slice(body).ok()?;
-    if v.is_empty() || v.len() > MAX_RANKS {
-        return None;
-    }
-    let mut ids = vec![String::new(); v.len()];
-    for (rank, entry) in &v {
-        let rank: usize = rank.parse().ok()?;
-        let id = entry.get("engine_id")?.as_str().filter(|s| !s.is_empty())?;
-        *ids.get_mut(rank)? = id.to_string();
-    }
-    ids.iter().all(|s| !s.is_empty()).then_some(ids)
-}
 
 /// The bodies and header of one attempt from the client's body and the capped Prefill body
 /// (without params), its transfer id fresh.
@@ -102,51 +33,25 @@ pub(super) fn legs(
     ids: &[String],
     request_id: &str,
 ) -> Legs {
-    let transfer_id = format!("xfer-{request_id}-{:016x}", rand::random::<u64>());
-    let rank = match prefill.dp_rank() {
-        Some(r) => r as usize,
-        None if ids.len() > 1 => rand::random_range(0..ids.len()),
-        None => 0,
-    };
-    let engine_id = ids.get(rank).or(ids.first()).cloned().unwrap_or_default();
-    let mut prefill_headers = Vec::new();
-    if ids.len() > 1 || prefill.dp_rank().is_some() {
-        prefill_headers.push((DP_RANK_HEADER, HeaderValue::from(rank as u64)));
-    }
+    let h = crate::kv_handoff::mooncake(prefill, ids, request_id);
     Legs {
-        prefill: with_params(
-            capped,
-            json!({"do_remote_decode": true, "do_remote_prefill": false,
-                "transfer_id": transfer_id}),
-        ),
-        decode: with_params(
-            body,
-            json!({"do_remote_decode": false, "do_remote_prefill": true,
-                "remote_bootstrap_addr": bootstrap_addr(prefill),
-                "remote_engine_id": engine_id, "transfer_id": transfer_id}),
-        ),
-        prefill_headers,
+        prefill: with_params(capped, h.prefill),
+        decode: with_params(body, h.decode),
+        prefill_headers: h
+            .rank
+            .map(|r| (DP_RANK_HEADER, HeaderValue::from(r)))
+            .into_iter()
+            .collect(),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use bytes::Bytes;
-
-    #[test]
-    fn query_answers_give_engine_ids_by_rank() {
-        let ids = parse_query(br#"{"1": {"engine_id": "b"}, "0": {"engine_id": "a"}}"#);
-        assert_eq!(ids.unwrap(), ["a", "b"]);
-        assert!(parse_query(br#"{"0": {"engine_id": ""}}"#).is_none());
-        assert!(
-            parse_query(br#"{"1": {"engine_id": "b"}}"#).is_none(),
-            "rank 0 missing"
-        );
-        assert!(parse_query(br#"{"x": {"engine_id": "b"}}"#).is_none());
-        assert!(parse_query(b"{}").is_none());
-        assert!(parse_query(b"[1]").is_none());
-    }
+    use serde_json::json;
 
     fn worker(url: &str, port: Option<u16>, dp_rank: Option<u32>) -> Arc<Worker> {
         use crate::config::WorkerType;

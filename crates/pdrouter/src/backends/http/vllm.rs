@@ -85,15 +85,11 @@ impl PrefillAnswer for VllmPrefill {
 }
 
 /// The `kv_transfer_params` of a Prefill answer: an object, or null when the Prefill ended
-/// before its cap (a missing field counts as null: the engine relayed nothing).
+/// before its cap.
 fn handoff_params(answer: &[u8], url: &str) -> Result<Value, ApiError> {
-    let bad = || ApiError::upstream_unreadable(Leg::Prefill, url, "kv_transfer_params");
-    let v: Value = serde_json::from_slice(answer).map_err(|_| bad())?;
-    match v.get("kv_transfer_params") {
-        None | Some(Value::Null) => Ok(Value::Null),
-        Some(p @ Value::Object(_)) => Ok(p.clone()),
-        Some(_) => Err(bad()),
-    }
+    let v: Value = serde_json::from_slice(answer)
+        .map_err(|_| ApiError::upstream_unreadable(Leg::Prefill, url, "kv_transfer_params"))?;
+    crate::kv_handoff::returned_params(v.get("kv_transfer_params"), url)
 }
 
 /// Whether one Prefill answer can feed the request's Decode: one prompt, one choice.
