@@ -129,6 +129,7 @@ mod grpc;
 mod http;
 mod kv;
 mod state;
+mod vllm_kv;
 mod worker;
 
 pub use cli::{CliError, MockArgs, RuntimeArg, run_cli};
