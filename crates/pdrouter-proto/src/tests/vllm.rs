@@ -136,7 +136,9 @@ fn generate_response_field_numbers_match_the_engine() {
             completion_tokens: 2,
             cached_tokens: 16,
             index: 2,
-            matched_stop: Some(generate_complete::MatchedStop::MatchedStopStr("x".to_owned())),
+            matched_stop: Some(generate_complete::MatchedStop::MatchedStopStr(
+                "x".to_owned(),
+            )),
             kv_transfer_params_json: Some("{}".to_owned()),
             ..Default::default()
         })),
