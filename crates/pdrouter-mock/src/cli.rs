@@ -84,25 +84,26 @@ pub struct MockArgs {
     /// a free port; it is printed as bootstrap_port=P).
     #[arg(long, default_value_t = 0, value_name = "P", requires = "engine")]
     pub bootstrap_port: u16,
-    /// Speak SGLang's scheduler gRPC protocol (token ids in and out) instead
-    /// of the HTTP API; the same port also answers HTTP/1.1 GET /health,
-    /// GET /mock/stats, POST /mock/controls and the KV bootstrap GET
-    /// /room/{room}.
+    /// Speak SGLang's scheduler gRPC protocol (token ids in and out; with
+    /// --runtime, TokenSpeed's or vLLM's) instead of the HTTP API; the same port
+    /// also answers HTTP/1.1 GET /health, GET /mock/stats, POST /mock/controls and
+    /// the KV hand-over (the bootstrap GET /room/{room}; vLLM: its connector's routes).
     #[arg(long)]
     pub grpc: bool,
-    /// The engine imitated: with --grpc, sglang (the default) or tokenspeed
-    /// (only that one's service answers); without it, vllm (vLLM's OpenAI
-    /// server with the KV connector of --kv-connector) instead of SGLang's HTTP server.
+    /// The engine imitated: with --grpc, sglang (the default), tokenspeed or vllm (vLLM's
+    /// engine gRPC protocol with the KV connector of --kv-connector; only the chosen one's
+    /// service answers); without it, vllm (vLLM's OpenAI server with that KV connector)
+    /// instead of SGLang's HTTP server.
     #[arg(long, value_enum, requires_ifs = [("sglang", "grpc"), ("tokenspeed", "grpc")])]
     pub runtime: Option<RuntimeArg>,
     /// vLLM: milliseconds a producer (prefill leg) holds the KV blocks of a
     /// request no consumer pulled (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
     #[arg(long, default_value_t = 480_000, value_name = "MS")]
     pub kv_abort_timeout_ms: u64,
-    /// vLLM: the KV connector imitated: nixl (the consumer pulls from the producer's port),
-    /// mooncake (both legs at once; a prefill worker serves a bootstrap server, printed as
-    /// bootstrap_port=P) or lmcache (the producer pushes a one-token request's KV to
-    /// --lmcache-peer).
+    /// vLLM (HTTP or --grpc): the KV connector imitated: nixl (the consumer pulls from the
+    /// producer's port), mooncake (both legs at once; a prefill worker serves a bootstrap
+    /// server, printed as bootstrap_port=P) or lmcache (the producer pushes a one-token
+    /// request's KV to --lmcache-peer).
     #[arg(long, value_enum, value_name = "C")]
     pub kv_connector: Option<KvConnectorKind>,
     /// vLLM with --kv-connector lmcache: base URL (http://host:port) of the consumer a
@@ -127,7 +128,8 @@ pub enum RuntimeArg {
     /// gRPC: TokenSpeed's scheduler protocol.
     #[value(name = "tokenspeed")]
     TokenSpeed,
-    /// HTTP: vLLM's OpenAI server with the NIXL KV connector.
+    /// vLLM: its OpenAI server (HTTP), or with `--grpc` its engine gRPC protocol, with the KV
+    /// connector of `--kv-connector`.
     Vllm,
 }
 
@@ -168,9 +170,9 @@ fn parse_fail_rate(s: &str) -> Result<f64, String> {
 
 impl MockArgs {
     /// Parses `args` (including the program name) like [`Parser::try_parse_from`], then
-    /// refuses the combinations clap cannot express: `--grpc --runtime vllm` (vLLM mode is
-    /// HTTP only), `--kv-connector` without `--runtime vllm`, `--lmcache-peer` without
-    /// `--kv-connector lmcache` or not an `http://` URL.
+    /// refuses the combinations clap cannot express: `--kv-connector` without `--runtime
+    /// vllm` (HTTP or gRPC), `--lmcache-peer` without `--kv-connector lmcache` or not an
+    /// `http://` URL.
     pub fn try_parse_checked<I, T>(args: I) -> Result<MockArgs, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -181,13 +183,6 @@ impl MockArgs {
             Err(<MockArgs as clap::CommandFactory>::command().error(kind, msg.to_owned()))
         };
         let vllm = args.runtime == Some(RuntimeArg::Vllm);
-        if args.grpc && vllm {
-            return fail(
-                clap::error::ErrorKind::ArgumentConflict,
-                "--runtime vllm is vLLM's HTTP server and cannot be used with --grpc \
-                 (gRPC mode speaks sglang or tokenspeed)",
-            );
-        }
         // Flags of the vLLM connectors would be silently ignored elsewhere.
         let missing = clap::error::ErrorKind::MissingRequiredArgument;
         if !vllm && args.kv_connector.is_some() {
@@ -230,6 +225,7 @@ impl MockArgs {
             grpc: self.grpc,
             grpc_runtime: match self.runtime {
                 Some(RuntimeArg::TokenSpeed) => GrpcRuntime::TokenSpeed,
+                Some(RuntimeArg::Vllm) => GrpcRuntime::Vllm,
                 _ => GrpcRuntime::Sglang,
             },
             http_runtime: match self.runtime {
@@ -389,20 +385,58 @@ mod tests {
     }
 
     #[test]
-    fn runtime_vllm_is_http_only() {
+    fn runtime_vllm_speaks_http_or_grpc() {
         let cfg = parse(&["--runtime", "vllm"]).unwrap();
         assert_eq!(cfg.http_runtime, HttpRuntime::Vllm);
         assert!(!cfg.grpc);
+        assert!(cfg.vllm());
         assert_eq!(cfg.kv_abort_timeout, Duration::from_secs(480));
         let cfg = parse(&["--runtime", "vllm", "--kv-abort-timeout-ms", "150"]).unwrap();
         assert_eq!(cfg.kv_abort_timeout, Duration::from_millis(150));
-        let err = parse(&["--grpc", "--runtime", "vllm"]).unwrap_err();
-        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
-        assert!(err.to_string().contains("--runtime vllm"), "{err}");
+        let cfg = parse(&["--grpc", "--runtime", "vllm"]).unwrap();
+        assert!(cfg.grpc && cfg.vllm());
+        assert_eq!(cfg.grpc_runtime, GrpcRuntime::Vllm);
+        assert_eq!(cfg.grpc_protocol(), GrpcRuntime::Vllm);
+        assert_eq!(cfg.kv_connector, KvConnectorKind::Nixl);
+        let grpc_mc = ["--grpc", "--runtime", "vllm", "--kv-connector", "mooncake"];
+        let cfg = parse(&grpc_mc).unwrap();
+        assert_eq!(cfg.kv_connector, KvConnectorKind::Mooncake);
+        let grpc_lm = [
+            "--grpc",
+            "--runtime",
+            "vllm",
+            "--kv-connector",
+            "lmcache",
+            "--lmcache-peer",
+            "http://127.0.0.1:9",
+        ];
+        let cfg = parse(&grpc_lm).unwrap();
+        assert_eq!(cfg.lmcache_peer.as_deref(), Some("http://127.0.0.1:9"));
         let cfg = parse(&[]).unwrap();
         assert_eq!(cfg.http_runtime, HttpRuntime::Sglang);
+        assert!(!cfg.vllm());
         let cfg = parse(&["--grpc", "--runtime", "tokenspeed"]).unwrap();
         assert_eq!(cfg.http_runtime, HttpRuntime::Sglang);
+        assert!(!cfg.vllm());
+        for bad in [
+            vec!["--grpc", "--kv-connector", "mooncake"],
+            vec![
+                "--grpc",
+                "--runtime",
+                "tokenspeed",
+                "--kv-connector",
+                "nixl",
+            ],
+            vec![
+                "--grpc",
+                "--runtime",
+                "vllm",
+                "--lmcache-peer",
+                "http://h:1",
+            ],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

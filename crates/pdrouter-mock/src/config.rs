@@ -111,10 +111,11 @@ pub struct MockConfig {
     pub model: String,
     /// Engine mode (see [`EngineConfig`]); `None` for the plain mock.
     pub engine: Option<EngineConfig>,
-    /// Speak SGLang's scheduler gRPC protocol instead of the HTTP API (see
-    /// the crate docs, gRPC mode).
+    /// Speak an engine's gRPC protocol instead of the HTTP API: SGLang's scheduler protocol,
+    /// or the one [`MockConfig::grpc_runtime`] names (see the crate docs, gRPC mode).
     pub grpc: bool,
-    /// gRPC: which engine protocol the worker speaks.
+    /// gRPC: which engine protocol the worker speaks ([`GrpcRuntime::Vllm`] is also what
+    /// [`HttpRuntime::Vllm`] means with [`MockConfig::grpc`]).
     pub grpc_runtime: GrpcRuntime,
     /// Key every route but `/mock/*` requires as `Authorization: Bearer KEY` (401 without
     /// it), like an engine started with `--api-key`; `None` leaves the routes open.
@@ -127,13 +128,17 @@ pub struct MockConfig {
     /// (its room finished at its encode worker) before failing the request.
     pub encode_wait: Duration,
     /// HTTP mode: which server the worker imitates (SGLang's, or vLLM's OpenAI server with
-    /// the KV connector of [`MockConfig::kv_connector`]; see the crate docs). Ignored in gRPC mode, where
-    /// [`HttpRuntime::Vllm`] is refused at start.
+    /// the KV connector of [`MockConfig::kv_connector`]; see the crate docs). With
+    /// [`MockConfig::grpc`], [`HttpRuntime::Vllm`] makes a vLLM worker that speaks vLLM's engine
+    /// gRPC protocol instead, as [`GrpcRuntime::Vllm`] does (with [`GrpcRuntime::TokenSpeed`]
+    /// it is refused at start).
     pub http_runtime: HttpRuntime,
-    /// vLLM mode: how long a producer (prefill leg) holds the KV blocks of a request that no
-    /// consumer pulled before it frees them (vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`).
+    /// vLLM mode (either front): how long a producer (prefill leg) holds the KV blocks of a
+    /// request that no consumer pulled before it frees them (vLLM's
+    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`).
     pub kv_abort_timeout: Duration,
-    /// vLLM mode: the KV connector imitated (NIXL, Mooncake or LMCache; see the crate docs).
+    /// vLLM mode (either front): the KV connector imitated (NIXL, Mooncake or LMCache; see
+    /// the crate docs).
     pub kv_connector: KvConnectorKind,
     /// vLLM mode, LMCache connector: base URL (`http://host:port`) of the consumer this
     /// worker pushes the KV of every one-token request to; `None` pushes nothing.
@@ -187,9 +192,28 @@ pub enum GrpcRuntime {
     /// router asking SGLang's gets `Unimplemented`).
     #[value(name = "tokenspeed")]
     TokenSpeed,
+    /// vLLM's `vllm.grpc.engine.VllmEngine` with the KV connector of
+    /// [`MockConfig::kv_connector`] (only that service answers): vLLM mode over gRPC.
+    Vllm,
 }
 
 impl MockConfig {
+    /// Whether the worker imitates vLLM (over HTTP, or with [`MockConfig::grpc`] over vLLM's
+    /// engine gRPC protocol): the KV connector, its table and its routes are then in use.
+    pub(crate) fn vllm(&self) -> bool {
+        self.http_runtime == HttpRuntime::Vllm
+            || (self.grpc && self.grpc_runtime == GrpcRuntime::Vllm)
+    }
+
+    /// The gRPC protocol a gRPC worker speaks.
+    pub(crate) fn grpc_protocol(&self) -> GrpcRuntime {
+        if self.vllm() {
+            GrpcRuntime::Vllm
+        } else {
+            self.grpc_runtime
+        }
+    }
+
     /// Defaults: 127.0.0.1, port 0, no delays, 8 tokens, no failures,
     /// dp size 1, model `"mock-model"`, no engine mode, HTTP (SGLang's), no API key, no
     /// default sampling parameters, a KV abort timeout of 480 s, the NIXL connector, no

@@ -80,6 +80,12 @@ pub(crate) struct KvSnapshot {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
+impl std::fmt::Display for TableFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KV cache full: {MAX_HELD} requests held")
+    }
+}
+
 /// The held blocks of one worker and its transfer counters.
 #[derive(Debug)]
 pub(crate) struct KvTable {

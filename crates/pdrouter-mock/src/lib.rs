@@ -65,9 +65,10 @@
 //! `GenerateRequest`) and `POST /mock/controls`. [`MockWorker::url`] is then
 //! `grpc://ADDR`. With [`MockConfig::grpc_runtime`] [`GrpcRuntime::TokenSpeed`]
 //! (`--runtime tokenspeed`) the worker speaks TokenSpeed's scheduler protocol
-//! instead, over the same engine model, and only that service answers.
+//! instead, over the same engine model, and only that service answers (vLLM's engine
+//! protocol: see vLLM mode below).
 //!
-//! With [`MockConfig::http_runtime`] [`HttpRuntime::Vllm`] (`--runtime vllm`, HTTP only) the
+//! With [`MockConfig::http_runtime`] [`HttpRuntime::Vllm`] (`--runtime vllm`) the
 //! worker imitates vLLM's OpenAI server (0.11) with the NIXL KV connector instead: `GET
 //! /health` (empty body), `GET /version`, `GET /v1/models` (`owned_by: "vllm"`), `POST
 //! /v1/completions` and `POST /v1/chat/completions` (`X-Request-Id` echoed, answers named
@@ -110,6 +111,17 @@
 //! used once, kept at most the abort timeout). `/mock/stats` adds `kv_connector`, Mooncake's
 //! `engine_ids`, and the push counters `kv_pushed_total` / `kv_push_failed_total`.
 //!
+//! vLLM mode with [`MockConfig::grpc`] (`--grpc --runtime vllm`, or [`GrpcRuntime::Vllm`])
+//! speaks vLLM's engine gRPC protocol instead of its OpenAI server: only
+//! `vllm.grpc.engine.VllmEngine` answers, `Generate` runs on the gRPC engine model (token ids
+//! in and out) and every leg above is the same, its params read from the request's
+//! `kv_transfer_params_json` and a NIXL producer's returned in its final `complete`'s; the
+//! same KV table, counters, routes (NIXL's pull, LMCache's push, on the gRPC port) and
+//! Mooncake bootstrap server serve it, a Mooncake producer's rank being its
+//! `data_parallel_rank`. `GetServerInfo` reports the connector, KV role and engine id. Every
+//! vLLM generation ended early, by `Abort` or by its client leaving, counts one
+//! `aborts_total`.
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use pdrouter_mock::{MockConfig, MockWorker, Role};
@@ -129,6 +141,7 @@ mod grpc;
 mod http;
 mod kv;
 mod state;
+mod vllm_kv;
 mod worker;
 
 pub use cli::{CliError, MockArgs, RuntimeArg, run_cli};

@@ -426,7 +426,8 @@ pub(crate) struct Shared {
     pub(crate) role: Role,
     pub(crate) model: String,
     pub(crate) dp_size: u32,
-    /// gRPC mode: the engine protocol spoken.
+    /// gRPC mode: the engine protocol spoken ([`GrpcRuntime::Vllm`](crate::config::GrpcRuntime)
+    /// for a vLLM gRPC worker, however configured).
     pub(crate) grpc_runtime: crate::config::GrpcRuntime,
     pub(crate) api_key: Option<String>,
     /// gRPC: the default sampling parameters `GetModelInfo` reports (a JSON
@@ -473,7 +474,7 @@ impl Shared {
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,
-            grpc_runtime: cfg.grpc_runtime,
+            grpc_runtime: cfg.grpc_protocol(),
             api_key: cfg.api_key.clone(),
             default_sampling_params: cfg.default_sampling_params.clone(),
             encode_wait: cfg.encode_wait,

@@ -55,11 +55,14 @@ impl MockWorker {
                  (--grpc --runtime tokenspeed)",
             ));
         }
-        let vllm = cfg.http_runtime == HttpRuntime::Vllm;
-        if vllm && cfg.grpc {
+        let vllm = cfg.vllm();
+        if cfg.grpc
+            && cfg.http_runtime == HttpRuntime::Vllm
+            && cfg.grpc_runtime == GrpcRuntime::TokenSpeed
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "vLLM mode is served over HTTP only (no --grpc with --runtime vllm)",
+                "a gRPC worker speaks one engine's protocol: vLLM's or TokenSpeed's, not both",
             ));
         }
         let listener = bind(&cfg.host, cfg.port).await?;
@@ -70,8 +73,9 @@ impl MockWorker {
         } else {
             (http::router(Arc::clone(&shared)), Protocol::Http1)
         };
-        // vLLM's NIXL and LMCache consumers reach the producer's own port; only Mooncake's
-        // producer has a bootstrap server (on the engine's bootstrap port, else a free one).
+        // vLLM's NIXL and LMCache consumers reach the producer's own port (HTTP or gRPC); only
+        // Mooncake's producer has a bootstrap server (on the engine's bootstrap port, else a
+        // free one).
         let mooncake = vllm && cfg.kv_connector == KvConnectorKind::Mooncake;
         let bootstrap_port = cfg.engine.as_ref().map_or(0, |e| e.bootstrap_port);
         let bootstrap_app = match (cfg.role, &cfg.engine) {

@@ -205,7 +205,7 @@ async fn engine_flags_need_engine_mode() {
 }
 
 #[tokio::test]
-async fn binary_runs_vllm_mode_over_http_and_refuses_it_over_grpc() {
+async fn binary_runs_vllm_mode_over_http() {
     let (mut child, line) = spawn_listening(&[
         "--role",
         "prefill",
@@ -234,22 +234,66 @@ async fn binary_runs_vllm_mode_over_http_and_refuses_it_over_grpc() {
     child.start_kill().unwrap();
     child.wait().await.unwrap();
 
-    for args in [
-        vec!["--role", "decode", "--grpc", "--runtime", "vllm"],
-        vec!["--role", "decode", "--runtime", "tokenspeed"],
-    ] {
-        let out = Command::new(BIN).args(&args).output().await.unwrap();
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("error"), "{args:?}: {err}");
-    }
     let out = Command::new(BIN)
-        .args(["--role", "decode", "--grpc", "--runtime", "vllm"])
+        .args(["--role", "decode", "--runtime", "tokenspeed"])
         .output()
         .await
         .unwrap();
+    assert!(!out.status.success(), "tokenspeed needs --grpc");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--runtime vllm"), "{err}");
+    assert!(err.contains("error"), "{err}");
+}
+
+#[tokio::test]
+async fn binary_runs_vllm_mode_over_grpc_with_its_connector() {
+    use pdrouter_proto::vllm_engine::GetServerInfoRequest;
+    use pdrouter_proto::vllm_engine::vllm_engine_client::VllmEngineClient;
+    let (mut child, line) = spawn_listening_on(
+        "grpc",
+        &[
+            "--grpc",
+            "--runtime",
+            "vllm",
+            "--role",
+            "prefill",
+            "--kv-connector",
+            "mooncake",
+            "--dp-size",
+            "2",
+        ],
+    )
+    .await;
+    let parts: Vec<&str> = line.split(' ').collect();
+    assert_eq!(parts[1], "role=prefill");
+    let port: u16 = parts
+        .get(2)
+        .and_then(|p| p.strip_prefix("bootstrap_port="))
+        .unwrap_or_else(|| panic!("no bootstrap port in {line:?}"))
+        .parse()
+        .unwrap();
+    let addr: SocketAddr = parts[0].parse().unwrap();
+    let query = get(SocketAddr::new(addr.ip(), port), "/query").await.json();
+    let mut client = VllmEngineClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let info = client
+        .get_server_info(GetServerInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (info.server_type.as_str(), info.kv_connector.as_str()),
+        ("vllm-grpc", "MooncakeConnector")
+    );
+    assert_eq!(
+        (info.kv_role.as_str(), info.data_parallel_size),
+        ("kv_producer", 2)
+    );
+    assert_eq!(query["0"]["engine_id"], info.kv_engine_id.as_str());
+    let stats = get(addr, "/mock/stats").await.json();
+    assert_eq!(stats["kv_connector"], "mooncake");
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
 }
 
 #[tokio::test]

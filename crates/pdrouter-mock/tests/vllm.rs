@@ -451,9 +451,17 @@ async fn a_client_leaving_mid_stream_counts_an_abort() {
 }
 
 #[tokio::test]
-async fn vllm_mode_is_refused_over_grpc() {
+async fn vllm_mode_over_grpc_speaks_vllms_protocol_only() {
+    // With --grpc, vLLM mode is vLLM's engine gRPC protocol (tests/grpc_vllm.rs), which a
+    // TokenSpeed worker cannot also speak.
     let mut cfg = vllm(Role::Decode);
     cfg.grpc = true;
+    let w = MockWorker::start(cfg.clone())
+        .await
+        .expect("a vLLM gRPC worker");
+    assert!(w.is_grpc());
+    w.shutdown().await;
+    cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed;
     let err = MockWorker::start(cfg).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
 }

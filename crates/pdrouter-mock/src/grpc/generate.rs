@@ -41,6 +41,31 @@ fn text_id(i: usize) -> u32 {
     u32::from(text[i % text.len()])
 }
 
+/// How long the model's own answer is, before the request's cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Length {
+    /// `n` tokens, the last one EOS unless the request ignores EOS.
+    Natural(u32),
+    /// Exactly the request's `max_new_tokens` (no EOS) when it has one, as an engine-mode
+    /// decode generates what it is asked for; `n` natural tokens otherwise.
+    Asked(u32),
+    /// EOS is the model's first token: the answer ends at once, finish `stop`, no token (a
+    /// prefill that ends before its cap).
+    EosFirst,
+}
+
+impl Length {
+    /// The length a worker of `role` generates: `output_tokens` natural ones, or in engine
+    /// mode a decode's asked ones.
+    pub(crate) fn of(role: Role, output_tokens: u32, engine_mode: bool) -> Length {
+        if engine_mode && role == Role::Decode {
+            Length::Asked(output_tokens)
+        } else {
+            Length::Natural(output_tokens)
+        }
+    }
+}
+
 /// What one request generates; every sample (`n`) generates the same.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Plan {
@@ -56,15 +81,9 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Validates `req` and decides the output. `output_tokens` is the
-    /// worker's natural output length; in engine mode a decode worker
-    /// generates `max_new_tokens` instead, when set.
-    pub(crate) fn new(
-        role: Role,
-        req: &GenerateRequest,
-        output_tokens: u32,
-        engine_mode: bool,
-    ) -> Result<Plan, Status> {
+    /// Validates `req` and decides the output of a worker of `role` whose model answers at
+    /// `length`.
+    pub(crate) fn new(role: Role, req: &GenerateRequest, length: Length) -> Result<Plan, Status> {
         let default = SamplingParams::default();
         let sp = req.sampling_params.as_ref().unwrap_or(&default);
         let input = req.tokenized.as_ref().map(|t| t.input_ids.as_slice());
@@ -114,27 +133,7 @@ impl Plan {
             // A prefill engine computes the prompt and samples one token.
             cap = Some(cap.map_or(1, |c| c.min(1)));
         }
-        let (natural, eos) = match (engine_mode && role == Role::Decode, cap) {
-            (true, Some(c)) => (c, None),
-            _ => (output_tokens as usize, (!sp.ignore_eos).then_some(EOS)),
-        };
-        let natural = natural.min(room);
-        let mut ids = Vec::new();
-        let mut end = ("length", None);
-        for i in 0..natural {
-            if cap.is_some_and(|c| ids.len() >= c) {
-                break;
-            }
-            let id = match eos {
-                Some(eos) if i + 1 == natural => eos,
-                _ => text_id(i),
-            };
-            ids.push(id);
-            if sp.stop_token_ids.contains(&id) || Some(id) == eos {
-                end = ("stop", Some(id));
-                break;
-            }
-        }
+        let (ids, end) = generate(length, cap, room, sp);
         let prompt_tokens = u32::try_from(input.len()).unwrap_or(u32::MAX);
         let input_logprobs =
             (req.return_logprob && req.logprob_start_len >= 0 && role != Role::Decode)
@@ -151,6 +150,39 @@ impl Plan {
                 .then_some(usize::try_from(req.top_logprobs_num.max(0)).unwrap_or(0)),
         })
     }
+}
+
+/// The ids a model answering at `length` generates under the request's `cap` (and `room`
+/// left in the context), and how it ends (finish reason, matched stop token).
+fn generate(
+    length: Length,
+    cap: Option<usize>,
+    room: usize,
+    sp: &SamplingParams,
+) -> (Vec<u32>, (&'static str, Option<u32>)) {
+    let (natural, eos) = match (length, cap) {
+        (Length::EosFirst, _) => return (Vec::new(), ("stop", None)),
+        (Length::Asked(_), Some(c)) => (c, None),
+        (Length::Asked(n) | Length::Natural(n), _) => (n as usize, (!sp.ignore_eos).then_some(EOS)),
+    };
+    let natural = natural.min(room);
+    let mut ids = Vec::new();
+    let mut end = ("length", None);
+    for i in 0..natural {
+        if cap.is_some_and(|c| ids.len() >= c) {
+            break;
+        }
+        let id = match eos {
+            Some(eos) if i + 1 == natural => eos,
+            _ => text_id(i),
+        };
+        ids.push(id);
+        if sp.stop_token_ids.contains(&id) || Some(id) == eos {
+            end = ("stop", Some(id));
+            break;
+        }
+    }
+    (ids, end)
 }
 
 /// Deterministic logprob of generated position `i`.
@@ -379,8 +411,10 @@ mod tests {
         }
     }
 
+    const N8: Length = Length::Natural(8);
+
     fn plan(role: Role, sp: SamplingParams, tokens: u32) -> Plan {
-        Plan::new(role, &req(sp), tokens, false).unwrap()
+        Plan::new(role, &req(sp), Length::Natural(tokens)).unwrap()
     }
 
     #[test]
@@ -434,14 +468,20 @@ mod tests {
             max_new_tokens: Some(20),
             ..Default::default()
         };
-        let p = Plan::new(Role::Decode, &req(sp), 8, true).unwrap();
+        let p = Plan::new(Role::Decode, &req(sp), Length::of(Role::Decode, 8, true)).unwrap();
         assert_eq!((p.ids.len(), p.finish_reason), (20, "length"));
+        let eos = Plan::new(
+            Role::Regular,
+            &req(SamplingParams::default()),
+            Length::EosFirst,
+        );
+        let eos = eos.unwrap();
+        assert_eq!((eos.ids.len(), eos.finish_reason), (0, "stop"));
     }
 
     #[test]
     fn bad_requests_are_invalid_argument() {
-        let bad =
-            |r: GenerateRequest, role: Role| Plan::new(role, &r, 8, false).unwrap_err().code();
+        let bad = |r: GenerateRequest, role: Role| Plan::new(role, &r, N8).unwrap_err().code();
         let mut empty = req(SamplingParams::default());
         empty.tokenized = None;
         assert_eq!(bad(empty, Role::Regular), tonic::Code::InvalidArgument);
@@ -451,7 +491,7 @@ mod tests {
             bad(no_ticket.clone(), Role::Decode),
             tonic::Code::InvalidArgument
         );
-        assert!(Plan::new(Role::Regular, &no_ticket, 8, false).is_ok());
+        assert!(Plan::new(Role::Regular, &no_ticket, N8).is_ok());
         let huge = req(SamplingParams {
             max_new_tokens: Some(u32::MAX),
             ..Default::default()
@@ -476,7 +516,7 @@ mod tests {
         r.return_logprob = true;
         r.logprob_start_len = 1;
         r.top_logprobs_num = 2;
-        let p = Plan::new(Role::Regular, &r, 3, false).unwrap();
+        let p = Plan::new(Role::Regular, &r, Length::Natural(3)).unwrap();
         let input = p.input_logprobs.unwrap();
         assert_eq!(input.token_ids, vec![2, 3]);
         assert!(input.token_logprobs.iter().all(|l| l.value.is_some()));
@@ -487,7 +527,7 @@ mod tests {
         assert_eq!(out.top_logprobs[0].token_ids[0], p.ids[0]);
         // Decode legs carry no prompt logprobs (the Prefill leg has them).
         assert!(
-            Plan::new(Role::Decode, &r, 3, false)
+            Plan::new(Role::Decode, &r, Length::Natural(3))
                 .unwrap()
                 .input_logprobs
                 .is_none()

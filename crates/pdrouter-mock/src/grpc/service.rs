@@ -1,4 +1,7 @@
-//! The `SglangScheduler` service over the shared engine model.
+//! The `SglangScheduler` service over the shared engine model, and that model's one way to
+//! run a generation ([`Scheduler::run`] for a role's own work before the first token,
+//! [`Scheduler::run_with`] for a front that decides it, as vLLM's does), which every gRPC
+//! front-end goes through.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +19,8 @@ use pdrouter_tokenizer::{bundle, bytelevel};
 use serde_json::json;
 use tonic::{Request, Response, Status};
 
-use super::aborts::Aborts;
-use super::generate::{Generation, Plan};
+use super::aborts::{AbortHandle, Aborts};
+use super::generate::{Generation, Length, Plan};
 use super::view;
 use crate::bootstrap::{LONG_POLL_LIMIT, await_room, await_room_tag};
 use crate::config::Role;
@@ -63,12 +66,7 @@ impl Scheduler {
         // An engine-mode prefill is held inside the engine (holding its slot, like a stalled
         // engine), as in the HTTP front-end.
         let engine_prefill = s.engine.is_some() && s.role == Role::Prefill;
-        if !engine_prefill {
-            s.controls.wait_while_hung().await;
-        }
-        if s.controls.draw_failure() {
-            return Err(Status::internal("mock injected failure"));
-        }
+        gate(s, !engine_prefill).await?;
         let delay = s.controls.delay();
         // EPD: every item's embedding must have reached this worker (its encode worker
         // finished the item's room, holding that item) before the prompt can be computed;
@@ -114,8 +112,9 @@ impl Scheduler {
         Ok(())
     }
 
-    /// One generation of either protocol front-end, in SGLang's messages: validation, the
-    /// role's work before the first token (see [`Scheduler::prepare`]), then the stream.
+    /// One generation of SGLang's or TokenSpeed's front-end, in SGLang's messages:
+    /// validation, the role's work before the first token (see [`Scheduler::prepare`]), then
+    /// the stream.
     pub(crate) async fn run(
         &self,
         req: GenerateRequest,
@@ -124,6 +123,30 @@ impl Scheduler {
     ) -> Result<Stream<GenerateResponse>, Status> {
         let s = &self.shared;
         let guard = InflightGuard::begin(s);
+        let length = Length::of(s.role, s.controls.output_tokens(), s.engine.is_some());
+        let work = |_: &Plan| self.prepare(&req, ticket.as_ref(), &encoded);
+        let (stream, _) = self.run_with(&req, s.role, length, work, guard).await?;
+        Ok(stream)
+    }
+
+    /// One generation whose work before the first token its front-end decides (vLLM's KV
+    /// legs), in SGLang's messages: validation, the plan of a `role` worker whose model
+    /// answers at `length`, then `work` (given the plan; it owns the hang switch, the injected
+    /// failure and the delay, see [`gate`]), then the stream, which keeps `guard` (the request
+    /// counted since it arrived) to its end. Returns what the work returned, `None` when an
+    /// `Abort` came first (the stream then reports the abort).
+    pub(crate) async fn run_with<T, W>(
+        &self,
+        req: &GenerateRequest,
+        role: Role,
+        length: Length,
+        work: impl FnOnce(&Plan) -> W,
+        guard: InflightGuard,
+    ) -> Result<(Stream<GenerateResponse>, Option<T>), Status>
+    where
+        W: Future<Output = Result<T, Status>>,
+    {
+        let s = &self.shared;
         let rank = req.data_parallel_rank;
         if u32::try_from(rank).is_ok_and(|r| r >= s.dp_size) {
             return Err(Status::invalid_argument(format!(
@@ -131,20 +154,50 @@ impl Scheduler {
                 s.dp_size
             )));
         }
-        let plan = Plan::new(s.role, &req, s.controls.output_tokens(), s.engine.is_some())?;
+        let plan = Plan::new(role, req, length)?;
         let mut abort = self.aborts.register(&req.request_id);
-        tokio::select! {
-            r = self.prepare(&req, ticket.as_ref(), &encoded) => r?,
+        let work = work(&plan);
+        let done = tokio::select! {
+            r = work => Some(r?),
             // The generation then reports the abort as its only message.
-            () = abort.aborted() => {}
-        }
-        let interval = match s.role {
+            () = abort.aborted() => None,
+        };
+        let interval = match role {
             Role::Prefill => Duration::ZERO,
             _ => s.controls.token_interval(),
         };
-        let generation = Generation::new(&req, plan, interval, abort, guard, Arc::clone(s));
-        Ok(generation.into_stream())
+        let generation = Generation::new(req, plan, interval, abort, guard, Arc::clone(s));
+        Ok((generation.into_stream(), done))
     }
+
+    /// Seconds since the service started.
+    pub(crate) fn uptime_seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Aborts every running generation with `request_id`; `false` if none.
+    pub(crate) fn abort_running(&self, request_id: &str) -> bool {
+        self.aborts.abort(request_id)
+    }
+
+    /// Registers a watcher of the generations with `request_id`: its handle tells whether an
+    /// `Abort` reached them.
+    pub(crate) fn watch_aborts(&self, request_id: &str) -> AbortHandle {
+        self.aborts.register(request_id)
+    }
+}
+
+/// The gate every generation passes before its work: the hang switch (unless `hang` is
+/// false: an engine-mode prefill waits for it inside the engine, holding its slot), then the
+/// injected failure (`INTERNAL`).
+pub(crate) async fn gate(s: &Shared, hang: bool) -> Result<(), Status> {
+    if hang {
+        s.controls.wait_while_hung().await;
+    }
+    if s.controls.draw_failure() {
+        return Err(Status::internal("mock injected failure"));
+    }
+    Ok(())
 }
 
 /// Waits (at most [`LONG_POLL_LIMIT`]) until the ticket's room is finished at its
@@ -332,7 +385,7 @@ impl SglangScheduler for Scheduler {
             server_args: as_struct(server_args),
             scheduler_info: as_struct(scheduler_info),
             active_requests: i32::try_from(stats.inflight).unwrap_or(i32::MAX),
-            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            uptime_seconds: self.uptime_seconds(),
             sglang_version: "mock".to_owned(),
             server_type: "grpc".to_owned(),
             max_total_num_tokens: 1 << 20,

@@ -1,8 +1,9 @@
 //! JSON views of protocol messages: what `GET /mock/stats` shows of a
-//! `GenerateRequest`, and `google.protobuf.Struct` <-> JSON.
+//! `GenerateRequest` (SGLang's, TokenSpeed's or vLLM's), and `google.protobuf.Struct` <-> JSON.
 
 use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, sampling_params::Constraint};
 use pdrouter_proto::tokenspeed_scheduler as ts;
+use pdrouter_proto::vllm_engine as vl;
 use prost_types::value::Kind;
 use serde_json::{Map, Value, json};
 
@@ -130,6 +131,78 @@ pub(crate) fn tokenspeed_request(r: &ts::GenerateRequest) -> Value {
         "return_logprob": r.return_logprob,
         "logprob_start_len": r.logprob_start_len,
         "top_logprobs_num": r.top_logprobs_num,
+        "data_parallel_rank": r.data_parallel_rank,
+    })
+}
+
+/// The constraint of vLLM's sampling parameters as `{KIND: VALUE}` (`null`: none).
+fn vllm_constraint(c: &vl::sampling_params::Constraint) -> Value {
+    use vl::sampling_params::Constraint as C;
+    match c {
+        C::JsonSchema(s) => json!({ "json_schema": s }),
+        C::Regex(s) => json!({ "regex": s }),
+        C::Grammar(s) => json!({ "grammar": s }),
+        C::StructuralTag(s) => json!({ "structural_tag": s }),
+        C::JsonObject(b) => json!({ "json_object": b }),
+        C::Choice(choice) => json!({ "choice": choice.choices }),
+    }
+}
+
+/// Every field of vLLM's sampling parameters, as sent: an optional one the request left out
+/// is `null`.
+fn vllm_sampling(p: &vl::SamplingParams) -> Value {
+    json!({
+        "temperature": p.temperature.map_or(Value::Null, float),
+        "top_p": float(p.top_p),
+        "top_k": p.top_k,
+        "min_p": float(p.min_p),
+        "frequency_penalty": float(p.frequency_penalty),
+        "presence_penalty": float(p.presence_penalty),
+        "repetition_penalty": float(p.repetition_penalty),
+        "max_tokens": p.max_tokens,
+        "min_tokens": p.min_tokens,
+        "stop": p.stop,
+        "stop_token_ids": p.stop_token_ids,
+        "skip_special_tokens": p.skip_special_tokens,
+        "spaces_between_special_tokens": p.spaces_between_special_tokens,
+        "ignore_eos": p.ignore_eos,
+        "n": p.n,
+        "constraint": p.constraint.as_ref().map(vllm_constraint),
+        "logprobs": p.logprobs,
+        "prompt_logprobs": p.prompt_logprobs,
+        "seed": p.seed,
+        "include_stop_str_in_output": p.include_stop_str_in_output,
+        "logit_bias": p.logit_bias.iter()
+            .map(|(id, b)| (id.to_string(), float(*b)))
+            .collect::<Map<_, _>>(),
+        "truncate_prompt_tokens": p.truncate_prompt_tokens,
+    })
+}
+
+/// The fields of a vLLM `GenerateRequest` as sent: `input` names the prompt's form
+/// (`"tokenized"`, `"text"` or `null`), `kv_transfer_params_json` is the parsed object (the
+/// string itself when it is not JSON; `null` when absent), absent optional fields are `null`.
+pub(crate) fn vllm_request(r: &vl::GenerateRequest) -> Value {
+    use vl::generate_request::Input;
+    let (input, tokenized, text) = match &r.input {
+        Some(Input::Tokenized(t)) => ("tokenized", Some(t), None),
+        Some(Input::Text(s)) => ("text", None, Some(s)),
+        None => ("", None, None),
+    };
+    let kv = r
+        .kv_transfer_params_json
+        .as_deref()
+        .map(|j| serde_json::from_str::<Value>(j).unwrap_or_else(|_| Value::String(j.to_owned())));
+    json!({
+        "runtime": "vllm",
+        "request_id": r.request_id,
+        "input": (!input.is_empty()).then_some(input),
+        "input_ids": tokenized.map(|t| t.input_ids.as_slice()).unwrap_or_default(),
+        "original_text": tokenized.map(|t| t.original_text.as_str()).unwrap_or_default(),
+        "text": text,
+        "sampling_params": r.sampling_params.as_ref().map(vllm_sampling),
+        "stream": r.stream,
+        "kv_transfer_params_json": kv,
         "data_parallel_rank": r.data_parallel_rank,
     })
 }
@@ -267,5 +340,70 @@ mod tests {
         assert_eq!(bare["sampling_params"], Value::Null);
         assert_eq!(bare["disaggregated_params"], Value::Null);
         assert_eq!(bare["input_ids"], json!([]));
+    }
+
+    #[test]
+    fn vllm_request_view_shows_absent_optionals_as_null() {
+        let r = vl::GenerateRequest {
+            request_id: "v1".to_owned(),
+            input: Some(vl::generate_request::Input::Tokenized(vl::TokenizedInput {
+                original_text: "hi".to_owned(),
+                input_ids: vec![104, 105],
+            })),
+            sampling_params: Some(vl::SamplingParams {
+                max_tokens: Some(1),
+                logprobs: Some(2),
+                constraint: Some(vl::sampling_params::Constraint::Choice(
+                    vl::ChoiceConstraint {
+                        choices: vec!["a".to_owned()],
+                    },
+                )),
+                ..Default::default()
+            }),
+            kv_transfer_params_json: Some(r#"{"do_remote_decode":true}"#.to_owned()),
+            data_parallel_rank: Some(1),
+            ..Default::default()
+        };
+        let v = vllm_request(&r);
+        assert_eq!(
+            (v["runtime"].as_str(), v["input"].as_str()),
+            (Some("vllm"), Some("tokenized"))
+        );
+        assert_eq!(v["input_ids"], json!([104, 105]));
+        assert_eq!(v["text"], Value::Null);
+        let sp = &v["sampling_params"];
+        assert_eq!(
+            (sp["max_tokens"].as_u64(), sp["logprobs"].as_i64()),
+            (Some(1), Some(2))
+        );
+        assert_eq!(
+            (&sp["temperature"], &sp["seed"]),
+            (&Value::Null, &Value::Null)
+        );
+        assert_eq!(sp["constraint"], json!({"choice": ["a"]}));
+        assert_eq!(
+            v["kv_transfer_params_json"],
+            json!({"do_remote_decode": true})
+        );
+        assert_eq!(v["data_parallel_rank"], 1);
+        let text = vl::GenerateRequest {
+            input: Some(vl::generate_request::Input::Text("t".to_owned())),
+            kv_transfer_params_json: Some("{bad".to_owned()),
+            ..Default::default()
+        };
+        let v = vllm_request(&text);
+        assert_eq!(
+            (v["input"].as_str(), v["text"].as_str()),
+            (Some("text"), Some("t"))
+        );
+        assert_eq!(v["kv_transfer_params_json"], "{bad", "kept as sent");
+        assert_eq!(
+            (&v["sampling_params"], &v["data_parallel_rank"]),
+            (&Value::Null, &Value::Null)
+        );
+        assert_eq!(
+            vllm_request(&vl::GenerateRequest::default())["input"],
+            Value::Null
+        );
     }
 }

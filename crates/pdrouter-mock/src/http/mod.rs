@@ -1,13 +1,13 @@
 //! HTTP front-end: SGLang's HTTP and OpenAI-style API over the engine model, or vLLM's
-//! OpenAI server with the NIXL, Mooncake or LMCache KV connector (`vllm`, `kv_params`,
-//! `nixl`, `mooncake`, `lmcache`).
+//! OpenAI server with the NIXL, Mooncake or LMCache KV connector (`vllm`, over the
+//! transport-neutral [`crate::vllm_kv`]), and the KV transfers' serving routes (`nixl`,
+//! `mooncake`, `lmcache`), which a vLLM gRPC worker mounts too.
 
 mod body;
 pub(crate) mod handlers;
-mod kv_params;
-mod lmcache;
+pub(crate) mod lmcache;
 mod mooncake;
-mod nixl;
+pub(crate) mod nixl;
 mod output;
 mod render;
 mod request;

@@ -1,7 +1,8 @@
 //! vLLM mode's stand-in for the Mooncake connector's transfer: a Prefill (producer) worker
 //! serves a bootstrap server on its own port ([`bootstrap_router`]), where a router asks
 //! `GET /query` for the engine id of every DP rank and a consumer (decode leg) pulls its
-//! prompt's KV with `POST /mock/mooncake/pull` `{"transfer_id","remote_engine_id"}`.
+//! prompt's KV with `POST /mock/mooncake/pull` `{"transfer_id","remote_engine_id"}`
+//! ([`crate::vllm_kv::transfer::mooncake_pull`]). Both fronts' producers serve it the same.
 //!
 //! The router sends both legs at once, so the consumer may pull before its producer has
 //! computed: the pull waits (at most [`WAIT_LIMIT`], or the abort timeout when shorter) for
@@ -13,7 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -25,19 +25,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::body;
-use super::kv_params::MooncakeSource;
-use super::nixl;
 use crate::kv::Taken;
 use crate::state::Shared;
-
-/// The path of the pull on the producer's bootstrap server.
-pub(crate) const PULL_PATH: &str = "/mock/mooncake/pull";
-
-/// Longest a pull waits for its producer to finish the transfer.
-pub(crate) const WAIT_LIMIT: Duration = Duration::from_secs(30);
-
-/// The consumer's bound on a whole pull: the producer's wait plus time to answer.
-const PULL_TIMEOUT: Duration = Duration::from_secs(35);
+use crate::vllm_kv::transfer::{
+    MOONCAKE_PULL_PATH as PULL_PATH, MOONCAKE_WAIT_LIMIT as WAIT_LIMIT,
+};
 
 #[derive(Debug, Deserialize)]
 struct PullRequest {
@@ -90,13 +82,4 @@ async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             body::json(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
         }
     }
-}
-
-/// Pulls `src`'s prompt KV from its producer's bootstrap server; `Err` says why not.
-pub(crate) async fn pull(src: &MooncakeSource) -> Result<(), String> {
-    let uri = format!("{}{PULL_PATH}", src.bootstrap_addr);
-    let body = json!({ "transfer_id": src.transfer_id, "remote_engine_id": src.engine_id });
-    nixl::post_json(&uri, &body, PULL_TIMEOUT)
-        .await
-        .map_err(|e| format!("pull from {}: {e}", src.bootstrap_addr))
 }

@@ -1,33 +1,26 @@
 //! vLLM mode's stand-in for a NIXL transfer: a consumer (decode leg) pulls its prompt's KV
 //! blocks from the producer its `kv_transfer_params` name with one HTTP request to that
-//! producer's own port, `POST /mock/nixl/pull` with
+//! producer's own port (an HTTP or a gRPC worker's), `POST /mock/nixl/pull` with
 //! `{"remote_engine_id","remote_request_id","remote_block_ids"}`.
 //!
 //! The producer ([`serve_pull`]) answers 200 and frees the blocks when it holds exactly
 //! those blocks for that request under that engine id, 404 otherwise (400 for a malformed
-//! body), so a second pull of the same request fails. A pull ([`pull`]) takes at most
-//! [`PULL_TIMEOUT`]; any failure is the consumer's cue to recompute.
+//! body), so a second pull of the same request fails. The pull itself is
+//! [`crate::vllm_kv::transfer::nixl_pull`]; any failure is the consumer's cue to recompute.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::body::{self, JSON};
-use super::kv_params::RemotePrefill;
+use super::body;
 use crate::state::Shared;
 
-/// The path of the pull on the producer's port.
-pub(crate) const PULL_PATH: &str = "/mock/nixl/pull";
-
-/// Longest a pull may take before the consumer gives up and recomputes.
-pub(crate) const PULL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) use crate::vllm_kv::transfer::NIXL_PULL_PATH as PULL_PATH;
 
 #[derive(Debug, Deserialize)]
 struct PullRequest {
@@ -58,52 +51,5 @@ pub(crate) async fn serve_pull(State(s): State<Arc<Shared>>, body: Bytes) -> Res
             req.remote_request_id, req.remote_engine_id
         );
         body::json(StatusCode::NOT_FOUND, &json!({ "detail": detail }))
-    }
-}
-
-/// Pulls `remote`'s blocks from its producer; `Err` says why they could not be had.
-pub(crate) async fn pull(remote: &RemotePrefill) -> Result<(), String> {
-    let authority = crate::bootstrap::authority(&remote.host, remote.port);
-    let body = json!({
-        "remote_engine_id": remote.engine_id,
-        "remote_request_id": remote.request_id,
-        "remote_block_ids": remote.block_ids,
-    });
-    let uri = format!("http://{authority}{PULL_PATH}");
-    post_json(&uri, &body, PULL_TIMEOUT)
-        .await
-        .map_err(|e| format!("pull from {authority}: {e}"))
-}
-
-/// POSTs `body` to `uri` through the shared client, within `limit`; `Ok` on a 2xx answer
-/// (the other connectors' hand-overs use it too).
-pub(crate) async fn post_json(
-    uri: &str,
-    body: &serde_json::Value,
-    limit: Duration,
-) -> Result<(), String> {
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(uri)
-        .header(header::CONTENT_TYPE, JSON)
-        .body(Full::new(Bytes::from(body.to_string())))
-        .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let resp = crate::bootstrap::peer_client()
-            .request(req)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = resp.status();
-        // Read to the end so the connection goes back to the pool.
-        let _ = resp.into_body().collect().await;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    };
-    match tokio::time::timeout(limit, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err("timed out".to_owned()),
     }
 }

@@ -10,7 +10,7 @@
 //! A generation request is one of three legs ([`KvLeg`]):
 //! - **produce** (`do_remote_decode`): checked strictly, prefilled (the delay, or the engine),
 //!   one token answered with a top-level `kv_transfer_params` naming the blocks now held for
-//!   the consumer ([`crate::kv`]); a prefill that ends early ([`super::kv_params::EOS_MARKER`])
+//!   the consumer ([`crate::kv`]); a prefill that ends early ([`kv_params::EOS_MARKER`])
 //!   answers `kv_transfer_params: null` and holds nothing;
 //! - **consume** (`do_remote_prefill`): pulls the blocks first; `cached_tokens` is what moved,
 //!   0 (recomputed) when the pull failed;
@@ -42,13 +42,12 @@ use serde_json::{Value, json};
 
 use super::body::{self, JSON};
 use super::handlers::{self, BODY_LIMIT, GARBAGE};
-use super::kv_params::{self, KvLeg, MooncakeSource, RemotePrefill};
 use super::render::{Plan, now_secs, random_hex};
 use super::request::{Api, prompt_words, requested_tokens};
-use super::{lmcache, mooncake, nixl};
+use super::{lmcache, nixl};
 use crate::config::{KvConnectorKind, Role};
-use crate::kv::{self, Taken};
 use crate::state::{InflightGuard, Shared};
+use crate::vllm_kv::{self, Body, Holder, KvLeg, LegFacts, params as kv_params, transfer};
 
 /// The version `GET /version` reports.
 const VERSION: &str = "0.11.0";
@@ -129,29 +128,7 @@ async fn models(State(s): AppState) -> Response {
 async fn stats(State(s): AppState) -> Response {
     let st = s.stats();
     let mut map = handlers::stats_fields(&s, &st);
-    for (name, n) in [
-        ("aborts_total", st.aborts_total),
-        ("kv_held_requests", st.kv_held_requests),
-        ("kv_held_blocks", st.kv_held_blocks),
-        ("kv_produced_total", st.kv_produced_total),
-        ("kv_pulled_total", st.kv_pulled_total),
-        ("kv_expired_total", st.kv_expired_total),
-        ("kv_relayed_total", st.kv_relayed_total),
-        ("kv_recomputed_total", st.kv_recomputed_total),
-        ("kv_pull_failed_total", st.kv_pull_failed_total),
-        ("prefill_early_end_total", st.prefill_early_end_total),
-        ("kv_pushed_total", st.kv_pushed_total),
-        ("kv_push_failed_total", st.kv_push_failed_total),
-    ] {
-        map.insert(name.to_owned(), json!(n));
-    }
-    map.insert("runtime".to_owned(), json!("vllm"));
-    map.insert("engine_id".to_owned(), json!(s.kv.engine_id()));
-    map.insert("kv_connector".to_owned(), json!(s.kv_connector.as_str()));
-    if s.kv_connector == KvConnectorKind::Mooncake {
-        let ids: Vec<&str> = s.kv.rank_engine_ids().collect();
-        map.insert("engine_ids".to_owned(), json!(ids));
-    }
+    vllm_kv::insert_stats(&mut map, &s, &st);
     body::json(StatusCode::OK, &Value::Object(map))
 }
 
@@ -265,7 +242,7 @@ async fn respond(
         Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, guard),
     };
     if leg.produces()
-        && let Err(msg) = kv_params::check_producer(api, &req)
+        && let Err(msg) = kv_params::check_producer(body_of(api), &req)
     {
         return error(StatusCode::BAD_REQUEST, &msg, guard);
     }
@@ -285,7 +262,7 @@ async fn respond(
         return body::full(StatusCode::OK, JSON, GARBAGE, Some(guard));
     }
     // The marker makes EOS the model's first token, whichever leg computes it.
-    let natural = if kv_params::has_eos_marker(api, &req) {
+    let natural = if kv_params::has_eos_marker(body_of(api), &req) {
         0
     } else if s.engine.is_some() {
         requested_tokens(api, &req).unwrap_or_else(|| c.output_tokens())
@@ -320,7 +297,16 @@ fn set_dp_rank(s: &Shared, leg: &mut KvLeg, headers: &HeaderMap) -> Result<(), S
     }
 }
 
-/// Serves a validated request's leg.
+/// The shape of a vLLM route's body.
+fn body_of(api: Api) -> Body {
+    match api {
+        Api::Chat => Body::Chat,
+        _ => Body::Completion,
+    }
+}
+
+/// Serves a validated request's leg: its work before the first token ([`vllm_kv::prepare`]),
+/// then a producer's one-piece answer or the generation.
 async fn serve_leg(
     s: &Arc<Shared>,
     api: Api,
@@ -330,131 +316,38 @@ async fn serve_leg(
     rid: String,
     guard: InflightGuard,
 ) -> Response {
-    match leg {
-        KvLeg::Produce => {
-            let words = prompt_words(api, &req);
-            drop(req);
-            produce(s, plan, Holder::Nixl(&rid), words, guard).await
-        }
-        KvLeg::ProduceTransfer { transfer_id, rank } => {
-            let words = prompt_words(api, &req);
-            drop(req);
-            let holder = Holder::Mooncake(rank, &transfer_id);
-            produce(s, plan, holder, words, guard).await
-        }
-        KvLeg::Consume(remote) => {
-            drop(req);
-            let cached = consume(s, &remote, plan.prompt_tokens()).await;
-            plan.set_cached_tokens(cached);
-            generate(s, plan, s.controls.delay(), guard).await
-        }
-        KvLeg::Fetch(src) => {
-            drop(req);
-            let cached = fetch(s, &src, plan.prompt_tokens()).await;
-            plan.set_cached_tokens(cached);
-            generate(s, plan, s.controls.delay(), guard).await
-        }
-        KvLeg::Plain if s.kv_connector == KvConnectorKind::LmCache => {
-            lmcache_plain(s, api, req, plan, guard).await
-        }
-        KvLeg::Plain => {
-            drop(req);
-            s.kv.record_recomputed(false);
-            plan.set_cached_tokens(0);
-            generate(s, plan, s.controls.delay(), guard).await
-        }
-    }
-}
-
-/// Where a producer holds its blocks.
-#[derive(Clone, Copy)]
-enum Holder<'a> {
-    /// NIXL: under the request id, named in the answer.
-    Nixl(&'a str),
-    /// Mooncake: under the transfer id, for the engine id of that DP rank.
-    Mooncake(u32, &'a str),
-}
-
-/// An LMCache request: use what was pushed for the prompt, compute, and with a peer push
-/// a one-token request's KV to it before answering.
-async fn lmcache_plain(
-    s: &Arc<Shared>,
-    api: Api,
-    req: serde_json::Map<String, Value>,
-    mut plan: Plan,
-    guard: InflightGuard,
-) -> Response {
-    let key = lmcache::prompt_key(api, &req);
-    let one_token = requested_tokens(api, &req) == Some(1);
-    drop(req);
-    let prompt = plan.prompt_tokens();
-    let pushed = key.as_deref().map(|k| s.kv.take_key(None, k));
-    let cached = match pushed {
-        Some(Taken::Tokens(tokens)) => {
-            s.kv.record_relayed();
-            kv::whole_blocks(prompt.min(tokens))
-        }
-        _ => {
-            s.kv.record_recomputed(false);
-            0
-        }
-    };
-    plan.set_cached_tokens(cached);
-    let mut delay = s.controls.delay();
-    if let (Some(peer), Some(key), true) = (&s.lmcache_peer, &key, one_token) {
-        // The KV exists once the prompt is computed: push after the prefill, before answering.
-        sleep(delay).await;
-        delay = Duration::ZERO;
-        if !plan.capped() {
-            s.kv.record_early_end();
-        } else if let Err(e) = lmcache::push(peer, key, prompt).await {
-            tracing::debug!(error = %e, "KV push failed; answering anyway");
-            s.kv.record_push(false);
+    let lmcache = leg == KvLeg::Plain && s.kv_connector == KvConnectorKind::LmCache;
+    let facts = LegFacts {
+        prompt_tokens: plan.prompt_tokens(),
+        compute_tokens: if leg.produces() {
+            prompt_words(api, &req)
         } else {
-            s.kv.record_push(true);
+            0
+        },
+        prompt_key: lmcache
+            .then(|| transfer::prompt_key(body_of(api), &req))
+            .flatten(),
+        one_token: requested_tokens(api, &req) == Some(1),
+        capped: plan.capped(),
+    };
+    drop(req);
+    let prepared = vllm_kv::prepare(s, &leg, &facts).await;
+    plan.set_cached_tokens(prepared.cached);
+    match &leg {
+        KvLeg::Produce => produce(s, plan, Holder::Nixl(&rid), guard),
+        KvLeg::ProduceTransfer { transfer_id, rank } => {
+            produce(s, plan, Holder::Mooncake(*rank, transfer_id), guard)
         }
+        _ => generate(s, plan, prepared.delay, guard).await,
     }
-    generate(s, plan, delay, guard).await
 }
 
-/// The prefill leg: compute, then hold the prompt's blocks (unless the prefill ended
-/// before its cap) and name them in the answer.
-async fn produce(
-    s: &Shared,
-    mut plan: Plan,
-    holder: Holder<'_>,
-    words: u64,
-    guard: InflightGuard,
-) -> Response {
-    let delay = s.controls.delay();
-    match &s.engine {
-        Some(engine) => {
-            let hold = s.controls.wait_while_hung();
-            engine.prefill(words, delay, &[], hold).await;
-        }
-        None => sleep(delay).await,
-    }
-    plan.set_cached_tokens(0);
-    let params = if plan.capped() {
-        let tokens = plan.prompt_tokens();
-        let held = match holder {
-            Holder::Nixl(rid) => s.kv.hold(rid, kv::blocks_for(tokens)).map(|ids| {
-                let (host, port) = advertised(s);
-                kv_params::producer_params(s.kv.engine_id(), rid, &ids, &host, port)
-            }),
-            // The Mooncake router ignores the answer's params: the consumer has its own.
-            Holder::Mooncake(rank, id) => {
-                s.kv.hold_for_rank(rank, id, tokens).map(|()| Value::Null)
-            }
-        };
-        let Ok(params) = held else {
-            let msg = format!("KV cache full: {} requests held", kv::MAX_HELD);
-            return error(StatusCode::SERVICE_UNAVAILABLE, &msg, guard);
-        };
-        params
-    } else {
-        s.kv.record_early_end();
-        Value::Null
+/// The prefill leg's answer, once computed: hold the prompt's blocks (unless the prefill
+/// ended before its cap) and name them in the answer.
+fn produce(s: &Shared, plan: Plan, holder: Holder<'_>, guard: InflightGuard) -> Response {
+    let params = match vllm_kv::hold(s, holder, plan.prompt_tokens(), plan.capped()) {
+        Ok(params) => params.unwrap_or(Value::Null),
+        Err(full) => return error(StatusCode::SERVICE_UNAVAILABLE, &full.to_string(), guard),
     };
     let mut v = plan.full_value();
     v["kv_transfer_params"] = params;
@@ -465,50 +358,6 @@ async fn produce(
         Some(guard),
     );
     held_open(s, resp)
-}
-
-/// The host and port a consumer pulls from: the bound address (loopback when bound on
-/// every address, which names no host to connect to).
-fn advertised(s: &Shared) -> (String, u16) {
-    let ip = s.addr.ip();
-    let host = if ip.is_unspecified() {
-        "127.0.0.1".to_owned()
-    } else {
-        ip.to_string()
-    };
-    (host, s.addr.port())
-}
-
-/// The decode leg's pull: the prompt tokens the blocks carried, or 0 (recompute) when the
-/// pull failed.
-async fn consume(s: &Shared, remote: &RemotePrefill, prompt_tokens: u64) -> u64 {
-    match nixl::pull(remote).await {
-        Ok(()) => {
-            s.kv.record_relayed();
-            kv::transferred_tokens(prompt_tokens, remote.block_ids.len())
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "KV pull failed; recomputing the prompt");
-            s.kv.record_recomputed(true);
-            0
-        }
-    }
-}
-
-/// Mooncake's decode leg: the prompt's whole blocks when the pull got them, else 0
-/// (recompute).
-async fn fetch(s: &Shared, src: &MooncakeSource, prompt_tokens: u64) -> u64 {
-    match mooncake::pull(src).await {
-        Ok(()) => {
-            s.kv.record_relayed();
-            kv::whole_blocks(prompt_tokens)
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "Mooncake pull failed; recomputing the prompt");
-            s.kv.record_recomputed(true);
-            0
-        }
-    }
 }
 
 /// Generates `plan` after `delay`: token by token as SSE, or the whole body once every

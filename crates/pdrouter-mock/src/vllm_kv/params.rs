@@ -1,4 +1,5 @@
-//! What a vLLM-mode generation request asks of the KV connector, read from its body: its
+//! What a vLLM-mode generation request asks of the KV connector, read from its body (an
+//! OpenAI JSON body, or the body-like map the gRPC front builds from its message): its
 //! `kv_transfer_params` ([`KvLeg`]: none, produce for a remote decode, or consume a remote
 //! prefill), in the fields of the configured connector (NIXL's, Mooncake's; LMCache's legs
 //! carry none), whether a producer request is one the mock accepts, and the prompt marker
@@ -6,12 +7,20 @@
 //!
 //! The mock is stricter than vLLM where a looser router would hide a bug: a producer request
 //! must not stream, must have no `stream_options` and must cap its output at exactly one
-//! token. Every refusal is a 400 message naming the field.
+//! token. Every refusal is a message naming the field (HTTP: a 400; gRPC: INVALID_ARGUMENT).
 
 use serde_json::{Map, Value, json};
 
-use super::request::Api;
 use crate::config::KvConnectorKind;
+
+/// The shape of the body whose fields are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// `/v1/completions`' (`prompt`, `max_tokens`); the gRPC front builds one of these.
+    Completion,
+    /// `/v1/chat/completions`' (`messages`, `max_completion_tokens` before `max_tokens`).
+    Chat,
+}
 
 /// A prompt containing this text makes the model's first token EOS: a prefill ends before
 /// its token cap (finish `stop`, no tokens, nothing held), as a real prompt sometimes does.
@@ -27,8 +36,8 @@ pub(crate) enum KvLeg {
     /// NIXL `do_remote_prefill`: the decode leg, pulling its prompt's KV from a producer first.
     Consume(RemotePrefill),
     /// Mooncake `do_remote_decode`: the prefill leg, holding its KV under `transfer_id` for
-    /// the engine id of DP rank `rank` (0 as parsed; the server sets it from the request's
-    /// header).
+    /// the engine id of DP rank `rank` (0 as parsed; the front sets it from the request: HTTP's
+    /// `X-data-parallel-rank` header, gRPC's `data_parallel_rank`).
     ProduceTransfer { transfer_id: String, rank: u32 },
     /// Mooncake `do_remote_prefill`: the decode leg, pulling through the producer's bootstrap
     /// server (waiting for it, since both legs run at once).
@@ -194,7 +203,7 @@ fn leg(req: &Map<String, Value>) -> Result<KvLeg, String> {
 /// A producer request must answer in one piece with exactly one token: `stream` false or
 /// absent, no `stream_options`, the token cap (`max_tokens`; chat: `max_completion_tokens`,
 /// else `max_tokens`) exactly 1 and `min_tokens` at most 1.
-pub(crate) fn check_producer(api: Api, req: &Map<String, Value>) -> Result<(), String> {
+pub(crate) fn check_producer(body: Body, req: &Map<String, Value>) -> Result<(), String> {
     let leg = "a prefill leg (kv_transfer_params.do_remote_decode)";
     let given = |name: &str| req.get(name).filter(|v| !v.is_null());
     match given("stream") {
@@ -204,8 +213,8 @@ pub(crate) fn check_producer(api: Api, req: &Map<String, Value>) -> Result<(), S
     if given("stream_options").is_some() {
         return Err(format!("{leg} must not have stream_options"));
     }
-    let (name, cap) = match (api, given("max_completion_tokens")) {
-        (Api::Chat, Some(v)) => ("max_completion_tokens", Some(v)),
+    let (name, cap) = match (body, given("max_completion_tokens")) {
+        (Body::Chat, Some(v)) => ("max_completion_tokens", Some(v)),
         _ => ("max_tokens", given("max_tokens")),
     };
     if cap.and_then(Value::as_u64) != Some(1) {
@@ -232,16 +241,15 @@ fn text_has_marker(v: &Value) -> bool {
 
 /// Whether the prompt (completions: `prompt`; chat: any message's content) contains
 /// [`EOS_MARKER`].
-pub(crate) fn has_eos_marker(api: Api, req: &Map<String, Value>) -> bool {
-    match api {
-        Api::Completion => req.get("prompt").is_some_and(text_has_marker),
-        Api::Chat => match req.get("messages") {
+pub(crate) fn has_eos_marker(body: Body, req: &Map<String, Value>) -> bool {
+    match body {
+        Body::Completion => req.get("prompt").is_some_and(text_has_marker),
+        Body::Chat => match req.get("messages") {
             Some(Value::Array(msgs)) => msgs
                 .iter()
                 .any(|m| m.get("content").is_some_and(text_has_marker)),
             _ => false,
         },
-        Api::Generate | Api::Responses => false,
     }
 }
 
@@ -331,50 +339,50 @@ mod tests {
     #[test]
     fn producers_must_answer_one_token_in_one_piece() {
         let ok = |api, v: Value| check_producer(api, &obj(v));
-        assert!(ok(Api::Completion, json!({"max_tokens": 1, "stream": false})).is_ok());
+        assert!(ok(Body::Completion, json!({"max_tokens": 1, "stream": false})).is_ok());
         assert!(
             ok(
-                Api::Chat,
+                Body::Chat,
                 json!({"max_completion_tokens": 1, "max_tokens": 9})
             )
             .is_ok()
         );
-        assert!(ok(Api::Chat, json!({"max_tokens": 1, "min_tokens": 1})).is_ok());
+        assert!(ok(Body::Chat, json!({"max_tokens": 1, "min_tokens": 1})).is_ok());
         let err = |api, v: Value| check_producer(api, &obj(v)).unwrap_err();
-        assert!(err(Api::Completion, json!({"max_tokens": 1, "stream": true})).contains("stream"));
+        assert!(err(Body::Completion, json!({"max_tokens": 1, "stream": true})).contains("stream"));
         assert!(
             err(
-                Api::Completion,
+                Body::Completion,
                 json!({"max_tokens": 1, "stream_options": {"include_usage": true}})
             )
             .contains("stream_options")
         );
-        assert!(err(Api::Completion, json!({"max_tokens": 2})).contains("max_tokens exactly 1"));
-        assert!(err(Api::Completion, json!({})).contains("absent"));
+        assert!(err(Body::Completion, json!({"max_tokens": 2})).contains("max_tokens exactly 1"));
+        assert!(err(Body::Completion, json!({})).contains("absent"));
         assert!(
             err(
-                Api::Chat,
+                Body::Chat,
                 json!({"max_completion_tokens": 2, "max_tokens": 1})
             )
             .contains("max_completion_tokens")
         );
         assert!(
-            err(Api::Completion, json!({"max_tokens": 1, "min_tokens": 2})).contains("min_tokens")
+            err(Body::Completion, json!({"max_tokens": 1, "min_tokens": 2})).contains("min_tokens")
         );
     }
 
     #[test]
     fn the_marker_is_found_in_prompts_and_message_contents() {
         let has = |api, v: Value| has_eos_marker(api, &obj(v));
-        assert!(has(Api::Completion, json!({"prompt": "a [[eos]] b"})));
-        assert!(has(Api::Completion, json!({"prompt": ["x", "[[eos]]"]})));
-        assert!(!has(Api::Completion, json!({"prompt": "[[eos]"})));
+        assert!(has(Body::Completion, json!({"prompt": "a [[eos]] b"})));
+        assert!(has(Body::Completion, json!({"prompt": ["x", "[[eos]]"]})));
+        assert!(!has(Body::Completion, json!({"prompt": "[[eos]"})));
         assert!(has(
-            Api::Chat,
+            Body::Chat,
             json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "[[eos]]"}]}]})
         ));
         assert!(!has(
-            Api::Chat,
+            Body::Chat,
             json!({"messages": [{"role": "user", "content": "hi"}]})
         ));
     }
