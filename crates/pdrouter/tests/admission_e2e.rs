@@ -266,7 +266,7 @@ async fn a_waiting_client_that_disconnects_leaves_no_trace(t: Transport) {
     let first = hold_slot(r.addr(), p, 0).await;
     // The first request's Decode leg is at the Decode worker, waiting for its Prefill (a
     // vLLM Decode is sent only once the Prefill answered).
-    if t != Transport::Vllm {
+    if !t.sequential() {
         assert!(eventually(EVENT, || d.stats().inflight == 1).await);
     }
     let waiter = spawn_chat(r.addr(), CHAT);
@@ -335,7 +335,7 @@ async fn unavailable_is_503_and_never_queued_and_probes_take_no_slot(t: Transpor
     p.controls().set_hang(true);
     let first = hold_slot(r.addr(), p, 0).await;
     // /health_generate does not wait for the full worker (vLLM's server has none).
-    if t != Transport::Vllm {
+    if !t.sequential() {
         let probe = get(r.addr(), "/health_generate").await;
         assert_eq!(probe.status, 200);
     }

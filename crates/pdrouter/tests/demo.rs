@@ -49,7 +49,9 @@ async fn demo_answers_a_chat_request(t: Transport) {
         Transport::Http => &[],
         Transport::Grpc => &["--grpc"],
         Transport::Vllm => &["--vllm"],
-        Transport::TokenSpeed => unreachable!("the demo runs SGLang's or vLLM's protocol"),
+        Transport::TokenSpeed | Transport::GrpcVllm => {
+            unreachable!("the demo runs SGLang's or vLLM's HTTP protocol")
+        }
     };
     let v = demo_answer(args, CHAT).await;
     let text = v["choices"][0]["message"]["content"].as_str().unwrap();

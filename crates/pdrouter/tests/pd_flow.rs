@@ -261,7 +261,7 @@ async fn dp_aware_registers_each_rank_with_its_own_limit(t: Transport) {
         let pl = p.stats().last_request.unwrap();
         let dl = d.stats().last_request.unwrap();
         let rank = match t {
-            Transport::Vllm => unreachable!("not run over vLLM workers"),
+            Transport::Vllm | Transport::GrpcVllm => unreachable!("not run over vLLM workers"),
             Transport::Http => {
                 let rank = pl["routed_dp_rank"].as_u64().unwrap();
                 assert_eq!(dl["disagg_prefill_dp_rank"], rank);

@@ -36,14 +36,6 @@ async fn vllm_router(
     router(cfg).await
 }
 
-fn handoffs(r: &RouterHandle, outcome: &str) -> f64 {
-    metric(
-        r,
-        &format!("smg_pd_kv_handoffs_total{{outcome=\"{outcome}\"}}"),
-    )
-    .unwrap_or(0.0)
-}
-
 const COMPLETION: &str = r#"{"model":"mock-model","prompt":"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen","max_tokens":5,"min_tokens":2}"#;
 
 #[tokio::test]
@@ -87,7 +79,7 @@ async fn the_prefill_params_reach_decode_and_the_kv_moves() {
         "pulled"
     );
     assert_eq!(d.stats().kv_relayed_total, 1);
-    assert_eq!(handoffs(&r, "relayed"), 1.0);
+    assert_eq!(kv_handoffs(&r, "relayed"), 1.0);
     assert_legs_released(&r, &p, &d).await;
 }
 
@@ -132,7 +124,7 @@ async fn a_prefill_that_ends_early_is_recomputed_and_the_client_served() {
     assert!(decode.get("kv_transfer_params").is_none(), "{decode}");
     assert_eq!(d.stats().kv_recomputed_total, 1);
     assert_eq!(p.stats().kv_held_requests, 0);
-    assert_eq!(handoffs(&r, "recomputed"), 1.0);
+    assert_eq!(kv_handoffs(&r, "recomputed"), 1.0);
     assert_legs_released(&r, &p, &d).await;
 }
 
@@ -150,7 +142,7 @@ async fn several_choices_skip_the_prefill_leg() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(p.stats().requests_total, 0, "no handoff feeds two decodes");
     assert_eq!(d.stats().requests_total, 1);
-    assert_eq!(handoffs(&r, "skipped"), 1.0);
+    assert_eq!(kv_handoffs(&r, "skipped"), 1.0);
     assert_legs_released(&r, &p, &d).await;
 }
 

@@ -37,13 +37,21 @@ pub enum Transport {
     TokenSpeed,
     /// HTTP workers imitating vLLM's server (the sequential NIXL handoff).
     Vllm,
+    /// gRPC workers speaking vLLM's engine protocol (the same sequential handoff).
+    GrpcVllm,
 }
 
 impl Transport {
     /// A mock config of `role` speaking this transport.
     pub fn mock(self, role: Role) -> MockConfig {
         let mut cfg = MockConfig::new(role);
-        cfg.grpc = matches!(self, Transport::Grpc | Transport::TokenSpeed);
+        cfg.grpc = matches!(
+            self,
+            Transport::Grpc | Transport::TokenSpeed | Transport::GrpcVllm
+        );
+        if self == Transport::GrpcVllm {
+            cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::Vllm;
+        }
         if self == Transport::Vllm {
             cfg.http_runtime = pdrouter_mock::HttpRuntime::Vllm;
         }
@@ -51,6 +59,12 @@ impl Transport {
             cfg.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed;
         }
         cfg
+    }
+
+    /// Whether Decode is sent only once the Prefill answered (vLLM's handoff, either
+    /// transport).
+    pub fn sequential(self) -> bool {
+        matches!(self, Transport::Vllm | Transport::GrpcVllm)
     }
 
     /// Starts an engine-mode mock of `role` (64 running, instant prefill, its own KV
@@ -109,13 +123,20 @@ macro_rules! all_transports {
 }
 pub(crate) use all_transports;
 
-/// [`all_transports`] plus `NAME::vllm`: the scenario over HTTP workers imitating vLLM's
-/// server, where the Decode leg starts only once the Prefill answered.
+/// [`all_transports`] plus `NAME::vllm` and `NAME::vllm_grpc`: the scenario over workers
+/// imitating vLLM's HTTP server and its gRPC engine, where the Decode leg starts only once the
+/// Prefill answered.
 #[allow(unused_macros)]
 macro_rules! every_engine {
     ($($rest:tt)*) => {
         over_transports!(
-            [http => Http, grpc => Grpc, tokenspeed => TokenSpeed, vllm => Vllm] $($rest)*
+            [
+                http => Http,
+                grpc => Grpc,
+                tokenspeed => TokenSpeed,
+                vllm => Vllm,
+                vllm_grpc => GrpcVllm
+            ] $($rest)*
         );
     };
 }
@@ -371,6 +392,17 @@ pub fn metric(r: &RouterHandle, prefix: &str) -> Option<f64> {
         .find(|l| l.starts_with(prefix))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// `smg_pd_kv_handoffs_total` for `outcome` (`relayed`, `recomputed`, `skipped`), 0 before
+/// the first.
+#[allow(dead_code)]
+pub fn kv_handoffs(r: &RouterHandle, outcome: &str) -> f64 {
+    metric(
+        r,
+        &format!("smg_pd_kv_handoffs_total{{outcome=\"{outcome}\"}}"),
+    )
+    .unwrap_or(0.0)
 }
 
 /// A URL that refuses connections: a reserved port nobody listens on (the reservation keeps
