@@ -1,4 +1,5 @@
-//! The queue's measured drain rate and the `Retry-After` estimate derived from it.
+//! The queue's measured drain rate, one of the two estimates `Retry-After` is made of (see
+//! `crate::retry` for the other one, from service times, and how the two combine).
 //!
 //! Every admission that reaches its caller (without waiting or after waiting) is counted in one
 //! of [`BUCKETS`] one-second buckets. The rate is the number of admissions in the last
@@ -6,11 +7,15 @@
 //! the whole window even just after start-up underestimates the rate then, which errs towards
 //! telling clients to come back later rather than too early.
 //!
-//! The estimate is per controller, not per wait class: a rejected request that comes back joins
+//! The rate is per controller, not per wait class: a rejected request that comes back joins
 //! the tail of the queue, behind every request waiting now, and classes mostly share the same
 //! workers, so the controller-wide rate is the one that empties the queue in front of it. The
 //! expected wait is `(queued + 1) / rate`, rounded up to whole seconds and clamped to
-//! `[1, RETRY_AFTER_CAP]`; with no admission in the window it is the cap.
+//! `[1, RETRY_AFTER_CAP]`; with no admission in the window there is no estimate.
+//!
+//! The rate counts admissions, so it measures what the workers can do only while the queue
+//! stays busy the whole window; with sparse traffic it measures the arrivals and overstates
+//! the wait, which is why it is not used alone.
 //!
 //! Invariants: recording is lock-free (one CAS on one bucket), so the admission fast path takes
 //! no lock for it; a bucket older than the window never counts; time is read only through
@@ -54,9 +59,9 @@ impl DrainMeter {
             .min(u64::from(u32::MAX))
     }
 
-    /// Counts one admission now.
-    pub(crate) fn record(&self) {
-        let sec = self.second(Instant::now());
+    /// Counts one admission at `now`.
+    pub(crate) fn record(&self, now: Instant) {
+        let sec = self.second(now);
         let bucket = &self.buckets[(sec % BUCKETS as u64) as usize];
         let mut cur = bucket.load(Relaxed);
         loop {
@@ -88,17 +93,27 @@ impl DrainMeter {
     }
 
     /// Expected time until a request that joins the queue behind `queued` waiters is admitted,
-    /// rounded up to whole seconds and clamped to `[1 s, RETRY_AFTER_CAP]`.
+    /// rounded up to whole seconds and clamped to `[1 s, RETRY_AFTER_CAP]`; the cap with no
+    /// admission in the window.
+    #[cfg(test)]
     pub(crate) fn retry_after(&self, queued: usize) -> Duration {
-        let admitted = self.admitted_in_window();
-        if admitted == 0 {
-            return RETRY_AFTER_CAP;
-        }
-        let ahead = queued as u64 + 1;
-        // ahead / (admitted / WINDOW) seconds, rounded up, in integers.
-        let secs = (ahead.saturating_mul(WINDOW.as_secs())).div_ceil(admitted);
-        Duration::from_secs(secs.clamp(1, RETRY_AFTER_CAP.as_secs()))
+        wait_at_rate(self.admitted_in_window(), queued).unwrap_or(RETRY_AFTER_CAP)
     }
+}
+
+/// Expected time until a request that joins the queue behind `queued` waiters is admitted when
+/// `admitted` requests were admitted in the last [`WINDOW`]: `(queued + 1) / rate`, rounded up
+/// to whole seconds and clamped to `[1 s, RETRY_AFTER_CAP]`. `None` when nothing was admitted.
+pub(crate) fn wait_at_rate(admitted: u64, queued: usize) -> Option<Duration> {
+    if admitted == 0 {
+        return None;
+    }
+    let ahead = queued as u64 + 1;
+    // ahead / (admitted / WINDOW) seconds, rounded up, in integers.
+    let secs = (ahead.saturating_mul(WINDOW.as_secs())).div_ceil(admitted);
+    Some(Duration::from_secs(
+        secs.clamp(1, RETRY_AFTER_CAP.as_secs()),
+    ))
 }
 
 #[cfg(test)]
@@ -123,7 +138,7 @@ mod tests {
         // 20 admissions spread over 4 s: 2 per second over the 10 s window.
         for _ in 0..4 {
             for _ in 0..5 {
-                m.record();
+                m.record(Instant::now());
             }
             advance(Duration::from_secs(1)).await;
         }
@@ -142,7 +157,7 @@ mod tests {
     async fn old_admissions_leave_the_window() {
         let m = DrainMeter::new();
         for _ in 0..100 {
-            m.record();
+            m.record(Instant::now());
         }
         assert_eq!(secs(m.retry_after(9)), 1, "10 per second");
         advance(Duration::from_secs(9)).await;
@@ -155,12 +170,12 @@ mod tests {
         assert_eq!(m.admitted_in_window(), 0);
         assert_eq!(m.retry_after(0), RETRY_AFTER_CAP);
         // A bucket reused by a later second starts from zero.
-        m.record();
+        m.record(Instant::now());
         assert_eq!(m.admitted_in_window(), 1);
         assert_eq!(secs(m.retry_after(0)), 10);
         advance(Duration::from_secs(25)).await;
         for _ in 0..30 {
-            m.record();
+            m.record(Instant::now());
         }
         assert_eq!(m.admitted_in_window(), 30);
         assert_eq!(secs(m.retry_after(5)), 2, "6 at 3 per second");
@@ -171,10 +186,10 @@ mod tests {
         let fast = DrainMeter::new();
         let slow = DrainMeter::new();
         for _ in 0..40 {
-            fast.record();
+            fast.record(Instant::now());
         }
         for _ in 0..4 {
-            slow.record();
+            slow.record(Instant::now());
         }
         assert!(fast.retry_after(3) < slow.retry_after(3));
         assert_eq!(secs(fast.retry_after(3)), 1);

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::config::Limits;
 use crate::observer::Observer;
+use crate::service::Service;
 
 type Map = Mutex<HashMap<Box<str>, Weak<Slot>>>;
 
@@ -51,6 +52,8 @@ pub struct Slot {
     pub(crate) bit: u64,
     state: AtomicU8,
     ledger: Weak<Map>,
+    /// How long this worker's permits hold it, and since when the ones in flight have.
+    pub(crate) service: Service,
 }
 
 impl Slot {
@@ -146,6 +149,7 @@ impl fmt::Debug for Slot {
             .field("limit", &self.limit())
             .field("token_limit", &self.token_limit())
             .field("forgotten", &self.is_forgotten())
+            .field("expected_hold", &self.service.expected())
             .finish()
     }
 }
@@ -208,6 +212,7 @@ impl Ledger {
             bit: 1 << (id % 64),
             state: AtomicU8::new(LIVE),
             ledger: Arc::downgrade(&self.map),
+            service: Service::new(),
         });
         map.insert(key.into(), Arc::downgrade(&slot));
         slot

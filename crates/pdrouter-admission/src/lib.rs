@@ -96,14 +96,43 @@
 //!   granted is released and passed on.
 //! - Nothing leaks: after any mix of admissions, releases, timeouts and cancellations,
 //!   [`Admission::queued`] and [`Admission::inflight_total`] return to zero.
-//! - A `QueueFull` or `QueueTimeout` [`Rejected`] carries a `retry_after` in `[1 s,`
-//!   [`RETRY_AFTER_CAP`]`]` estimated from the admissions measured over the last [`WINDOW`],
-//!   never the queue timeout (see [`Admission::retry_after`]).
+//! - A `QueueFull` or `QueueTimeout` [`Rejected`] carries a `retry_after` in whole seconds
+//!   within `[1 s,` [`RETRY_AFTER_CAP`]`]`, estimated from observed Prefill durations and the
+//!   admissions measured over the last [`WINDOW`], never the queue timeout (see
+//!   [Retry-After](#retry-after)).
 //! - Time is read only through `tokio::time`, so tests run on a paused clock.
 //! - No lock is held while a grant is sent or (except for `rank`/`commit` of waiters) while
 //!   caller code runs; no global lock is taken on the fast path when nobody waits.
 //!
 //! See the [`controller`] module docs for the hand-off and the race argument.
+//!
+//! # Retry-After
+//!
+//! [`Admission::retry_after`] (what a `QueueFull` or `QueueTimeout` rejection carries) is the
+//! expected time until a request that joins the queue now could be admitted, with `q` requests
+//! waiting ahead of it:
+//!
+//! 1. **Service time.** Each worker keeps the average time its permits are held, admission to
+//!    release (an exponentially weighted average, weight 1/8 per permit; a worker with none yet
+//!    uses the mean of the others'). Over the full workers (those a waiting request can be
+//!    waiting for; with a token budget, every worker with something in flight), each in-flight
+//!    permit of age `a` on a worker of average `D` frees its unit in `max(|D − a|, D/8)`: the
+//!    rest of its expected time, never less than an eighth of it, and once overdue, as long again
+//!    as it has overrun (so workers that stopped finishing drive the value to the cap). Each unit
+//!    then frees again every `D`. The estimate is when the `(q + 1)`-th unit frees.
+//! 2. **Drain rate.** `(q + 1) / rate`, the rate being the admissions of the last [`WINDOW`]
+//!    divided by the window. Trusted once the window holds at least as many admissions as the
+//!    full workers' units: fewer measure the arrivals more than the workers.
+//! 3. **Combined.** The smaller of the two when both exist and the rate is trusted, else the
+//!    service time, else the drain rate (no permit released yet, or no worker full), else
+//!    (nothing admitted in the window either) [`RETRY_AFTER_CAP`]. Rounded up to whole seconds and clamped to `[1 s,`
+//!    [`RETRY_AFTER_CAP`]`]`.
+//!
+//! Every permit that reached its caller counts, however its Prefill ended (a failed or cancelled
+//! Prefill frees its unit when it ends, and that is what the estimate is about); a grant whose
+//! caller was gone does not. Recording takes no lock: an atomic cell per in-flight permit on
+//! its worker and one CAS on the worker's average at release. Estimating scans the live workers'
+//! cells, only on rejection.
 
 #![warn(missing_docs)]
 
@@ -116,7 +145,9 @@ mod observer;
 mod permit;
 mod priority;
 mod queue;
+mod retry;
 mod selector;
+mod service;
 pub mod shares;
 
 pub use autosize::{AutoConfig, AutoLimit, Completion, Unit};

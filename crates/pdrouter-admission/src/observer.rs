@@ -49,9 +49,9 @@ pub struct Rejected {
     /// Why the request was not admitted.
     pub reason: Rejection,
     /// For [`Rejection::QueueFull`] and [`Rejection::QueueTimeout`]: the expected time until a
-    /// request arriving now would be admitted, from the measured drain rate (see
-    /// [`Admission::retry_after`](crate::Admission::retry_after)); `None` for
-    /// [`Rejection::Unavailable`], where no admission rate says when a worker comes back.
+    /// request arriving now would be admitted, from observed Prefill durations and the measured
+    /// drain rate (see [`Admission::retry_after`](crate::Admission::retry_after)); `None` for
+    /// [`Rejection::Unavailable`], where nothing says when a worker comes back.
     pub retry_after: Option<Duration>,
 }
 

@@ -4,8 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::ledger::Slot;
 use crate::priority::Priority;
+use crate::service::Hold;
 
 /// What a permit's unit goes back to: the controller that granted it. A trait, so that the
 /// controller (which creates permits and hands them to waiters) depends on this module and
@@ -35,6 +38,9 @@ pub struct Admitted<C> {
 /// body), and shares it between all backend sub-requests of one client request by wrapping it in
 /// an `Arc<Permit>`: the slot is released when the last clone drops, so a batch holds one slot.
 /// Releasing hands the unit directly to the oldest waiter that can use it.
+///
+/// Its life, from admission to release, is one observed Prefill duration of its worker (what
+/// `Retry-After` is estimated from), once it has reached its caller.
 #[must_use = "dropping the permit releases the slot at once"]
 pub struct Permit {
     slot: Arc<Slot>,
@@ -42,23 +48,39 @@ pub struct Permit {
     owner: Option<Arc<dyn Release>>,
     tokens: u32,
     priority: Priority,
+    /// Its admission, in the slot's in-flight set.
+    hold: Hold,
+    /// It reached its caller, so its release is an observed hold.
+    delivered: bool,
 }
 
 impl Permit {
-    /// Counts the reservation in its priority's in-flight total, which its release undoes.
+    /// Counts the reservation in its priority's in-flight total, which its release undoes, and
+    /// in its slot's in-flight set as admitted at `now`. `delivered`: it is handed to its caller
+    /// now (else [`delivered`](Permit::delivered) says when).
     pub(crate) fn new(
         slot: Arc<Slot>,
         owner: Arc<dyn Release>,
         tokens: u32,
         priority: Priority,
+        now: Instant,
+        delivered: bool,
     ) -> Self {
         owner.held(priority);
+        let hold = slot.service.start(now, slot.inflight());
         Permit {
             slot,
             owner: Some(owner),
             tokens,
             priority,
+            hold,
+            delivered,
         }
+    }
+
+    /// The permit reached its caller: its release will be an observed hold.
+    pub(crate) fn delivered(&mut self) {
+        self.delivered = true;
     }
 
     /// The reserved worker's slot.
@@ -77,8 +99,10 @@ impl Permit {
     }
 
     /// Takes the reservation out without releasing it (the caller releases it).
+    /// Its hold is not observed: nobody received it.
     pub(crate) fn disarm(mut self) -> (Arc<Slot>, u32, Priority) {
         self.owner = None;
+        self.slot.service.end(self.hold, None);
         (Arc::clone(&self.slot), self.tokens, self.priority)
     }
 }
@@ -86,6 +110,9 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
+            // Out of the in-flight set before the unit is handed on.
+            let released = self.delivered.then(Instant::now);
+            self.slot.service.end(self.hold, released);
             owner.release(&self.slot, self.tokens, self.priority);
         }
     }

@@ -943,46 +943,6 @@ async fn stress_cancel_timeout_races_multi_thread() {
     assert!(max <= Some(N));
 }
 
-// ---------------------------------------------------------------- retry-after estimate
-
-#[tokio::test(start_paused = true)]
-async fn rejections_carry_retry_after_from_the_drain_rate_never_the_timeout() {
-    let f = Fixture::new(1, 2, 600, &["w0"]);
-    // Nothing admitted yet: the cap.
-    assert_eq!(f.adm.retry_after(), RETRY_AFTER_CAP);
-    // 21 admissions in the window: 2.1 per second.
-    for _ in 0..20 {
-        drop(f.get(Target::Any).await.unwrap());
-    }
-    let held = f.get(Target::Any).await.unwrap();
-    let waiters = [f.spawn(Target::Any), f.spawn(Target::Any)];
-    settle().await;
-    assert_eq!(f.adm.queued(), 2);
-    // Two ahead plus itself at 2.1 per second: 1.43 s, rounded up.
-    let full = f.get(Target::Any).await.unwrap_err();
-    assert_eq!(full, Rejection::QueueFull);
-    assert_eq!(full.retry_after, Some(Duration::from_secs(2)));
-    // The admissions leave the window: nothing drains, so the cap.
-    tokio::time::advance(WINDOW).await;
-    let full = f.get(Target::Any).await.unwrap_err();
-    assert_eq!(full.retry_after, Some(RETRY_AFTER_CAP));
-    // A queue timeout of 600 s is not what the waiters are told.
-    tokio::time::advance(Duration::from_secs(600)).await;
-    settle().await;
-    for w in waiters {
-        let timed_out = done(w).await.unwrap_err();
-        assert_eq!(timed_out, Rejection::QueueTimeout);
-        assert_eq!(timed_out.retry_after, Some(RETRY_AFTER_CAP));
-    }
-    drop(held);
-    // No worker at all: no rate says when one comes back.
-    let none = Fixture::new(1, 2, 600, &[]);
-    let unavailable = none.get(Target::Any).await.unwrap_err();
-    assert_eq!(unavailable, Rejection::Unavailable);
-    assert_eq!(unavailable.retry_after, None);
-    f.assert_clean();
-}
-
 // ---------------------------------------------------------------- priority classes
 
 /// Classes with the given (queue size, timeout s, starvation s) each, lowest first.
@@ -1276,4 +1236,5 @@ async fn outcomes_cover_admit_reject_timeout_and_cancel() {
     assert_eq!(*rec.1.lock(), [(0, 0); 4]);
 }
 
+mod retry_after;
 mod shares;

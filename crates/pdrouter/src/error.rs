@@ -254,8 +254,9 @@ impl ApiError {
     }
 
     /// A local Prefill admission rejection (never retried). The two queue rejections carry
-    /// `Retry-After`: the controller's estimate from the queue's measured drain rate, in whole
-    /// seconds (already rounded up and clamped to at least 1 s and at most the admission cap).
+    /// `Retry-After`: the controller's estimate from observed Prefill durations and the queue's
+    /// measured drain rate, in whole seconds (already rounded up and clamped to at least 1 s and
+    /// at most the admission cap).
     pub fn admission(rejected: Rejected, queue_timeout_secs: u64) -> Self {
         let retry_after = rejected
             .retry_after

@@ -455,8 +455,9 @@ async fn streaming_responses_get_the_real_429_not_a_200_stream(t: Transport) {
     assert_eq!(first.await.unwrap().0.status, 200);
 }
 
-/// `Retry-After` follows the measured drain rate: one admission in the window suggests the cap,
-/// many quick admissions suggest one second. Neither is the queue timeout.
+/// `Retry-After` follows the measured drain rate and the observed Prefill durations: one
+/// admission in the window and no Prefill ended yet suggests the cap, many quick Prefills suggest
+/// one second. Neither is the queue timeout.
 #[tokio::test]
 async fn retry_after_follows_the_drain_rate() {
     let Pd { ps, d: _d, r, adm } = pd_with_admission(Transport::Http, 1, 0, 60).await;

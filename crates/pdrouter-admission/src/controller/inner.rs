@@ -21,6 +21,7 @@ use crate::observer::{Observer, PriorityOutcome, Rejected, Rejection};
 use crate::permit::{Admitted, Permit, Release};
 use crate::priority::{Priority, PriorityClasses};
 use crate::queue::{Entry, Grant, Reserve, TypedWaiter, WaitQueue, Waiter, WaiterId, rank_reserve};
+use crate::retry;
 use crate::selector::Selector;
 
 /// What every clone of an [`Admission`](crate::Admission) shares.
@@ -167,7 +168,7 @@ impl Inner {
         self.outcome(priority, PriorityOutcome::Rejected { reason, waited });
         let retry_after = match reason {
             Rejection::QueueFull | Rejection::QueueTimeout => {
-                Some(self.drain.retry_after(self.waiting.load(SeqCst)))
+                Some(self.retry_after(self.waiting.load(SeqCst)))
             }
             Rejection::Unavailable => None,
         };
@@ -175,6 +176,12 @@ impl Inner {
             reason,
             retry_after,
         }
+    }
+
+    /// When a request that joins the queue behind `queued` waiters could be admitted (see
+    /// `crate::retry`). Scans the live slots: for rejections only, never on the fast path.
+    pub(super) fn retry_after(&self, queued: usize) -> Duration {
+        retry::retry_after(&self.drain, &self.ledger.live(), queued)
     }
 
     /// `Ok(Some)`: admitted. `Ok(None)`: everything full, go slow. `Err(Some(slot))`: reserved,
@@ -212,9 +219,10 @@ impl Inner {
             self.ledger.reserved_forgotten(&slot);
         }
         self.report(&slot);
-        self.drain.record();
+        let now = Instant::now();
+        self.drain.record(now);
         self.observer.admitted(Duration::ZERO);
-        let permit = Permit::new(slot, Arc::<Self>::clone(self), tokens, priority);
+        let permit = Permit::new(slot, Arc::<Self>::clone(self), tokens, priority, now, true);
         self.outcome(
             priority,
             PriorityOutcome::Admitted {
@@ -390,7 +398,7 @@ impl Inner {
             }
             self.report(&slot);
             let waited = now.saturating_duration_since(enqueued_at);
-            let permit = Permit::new(slot, Arc::<Self>::clone(self), tokens, priority);
+            let permit = Permit::new(slot, Arc::<Self>::clone(self), tokens, priority, now, false);
             if let Err(permit) = waiter.grant(permit, waited, promoted) {
                 let (slot, tokens, priority) = permit.disarm();
                 let mut more = Vec::new();

@@ -231,11 +231,13 @@ impl Admission {
                 }
             };
             guard.id = None;
-            inner.drain.record();
+            inner.drain.record(Instant::now());
             let waited = grant.waited();
+            let mut permit = grant.permit;
+            permit.delivered();
             inner.observer.admitted(waited);
             inner.outcome(
-                grant.permit.priority(),
+                permit.priority(),
                 PriorityOutcome::Admitted {
                     waited,
                     promoted: grant.promoted,
@@ -243,7 +245,7 @@ impl Admission {
             );
             Ok(Admitted {
                 choice: grant.choice,
-                permit: grant.permit,
+                permit,
                 waited,
             })
         }
@@ -284,13 +286,17 @@ impl Admission {
         });
     }
 
-    /// Expected time until a request that joined the queue now would be admitted: the waiters
-    /// ahead of it plus itself, divided by the admissions per second measured over the last
-    /// [`WINDOW`](crate::WINDOW), rounded up and clamped to `[1 s,`
-    /// [`RETRY_AFTER_CAP`](crate::RETRY_AFTER_CAP)`]` (the cap when nothing was admitted in the
-    /// window). This is what a `QueueFull` or `QueueTimeout` rejection carries.
+    /// Expected time until a request that joined the queue now would be admitted, in whole
+    /// seconds within `[1 s,` [`RETRY_AFTER_CAP`](crate::RETRY_AFTER_CAP)`]`: what a
+    /// `QueueFull` or `QueueTimeout` rejection carries.
+    ///
+    /// From service times (each worker's observed Prefill duration against the age of what it
+    /// has in flight, the waiters ahead taking the units as they free) and, where the last
+    /// [`WINDOW`](crate::WINDOW) measures one, the drain rate; the cap with no observation at
+    /// all. The rule is in the [crate docs](crate#retry-after). Scans the live workers, so it
+    /// is meant for rejections, not for every request.
     pub fn retry_after(&self) -> Duration {
-        self.inner.drain.retry_after(self.queued())
+        self.inner.retry_after(self.queued())
     }
 
     /// Completes once a request has started waiting since the last call completed (one stored
