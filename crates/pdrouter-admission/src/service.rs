@@ -21,7 +21,8 @@
 //! * **In flight.** Each slot has [`CELLS`] cells of one atomic each. A permit claims a free one
 //!   at admission (a load and a CAS, starting at a hint so that claims rarely collide), stores
 //!   its admission instant in it, and clears it at release. Beyond `CELLS` in flight on one
-//!   worker a permit is not tracked; the estimate counts it as just admitted.
+//!   worker a permit is not tracked: the estimate counts it as just admitted, and its hold is
+//!   not observed. The permit keeps only its cell's index, so it stays as small as before.
 //! * **Remaining.** A permit of age `a` on a worker whose Prefills take `D` is expected to free
 //!   its unit in `max(|D − a|, D/8)` (see [`remaining`]).
 //!
@@ -58,10 +59,10 @@ pub(crate) struct Service {
     since: [AtomicU64; CELLS],
 }
 
-/// What a permit keeps of its admission: its stamp and the cell that holds it.
+/// What a permit keeps of its admission: the cell that holds its stamp (one byte, so a permit,
+/// which every waiting request's future has room for, does not grow).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Hold {
-    stamp: u64,
     cell: u8,
 }
 
@@ -93,23 +94,24 @@ impl Service {
             if cell.load(Relaxed) == 0 && cell.compare_exchange(0, stamp, Relaxed, Relaxed).is_ok()
             {
                 let cell = u8::try_from(index).unwrap_or(UNTRACKED);
-                return Hold { stamp, cell };
+                return Hold { cell };
             }
         }
-        Hold {
-            stamp,
-            cell: UNTRACKED,
-        }
+        Hold { cell: UNTRACKED }
     }
 
     /// The permit is released (`at` its release instant, if its hold is observed) or was never
-    /// held for anybody (`None`): frees its cell and, with `at`, adds its hold to the average.
+    /// held for anybody (`None`): frees its cell and, with `at`, adds its hold to the average
+    /// (an untracked permit's hold is not observed: the tracked ones are enough to average).
     pub(crate) fn end(&self, hold: Hold, at: Option<Instant>) {
-        if let Some(cell) = self.since.get(usize::from(hold.cell)) {
-            cell.store(0, Relaxed);
-        }
-        if let Some(at) = at {
-            let held = self.stamp(at).saturating_sub(hold.stamp);
+        let Some(cell) = self.since.get(usize::from(hold.cell)) else {
+            return;
+        };
+        let since = cell.swap(0, Relaxed);
+        if let Some(at) = at
+            && since != 0
+        {
+            let held = self.stamp(at).saturating_sub(since);
             self.observe(Duration::from_nanos(held));
         }
     }
