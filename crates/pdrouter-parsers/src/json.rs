@@ -18,6 +18,8 @@ pub(crate) struct BracketEnd {
     quote: Option<u8>,
     escape: bool,
     python: bool,
+    /// The end, once found: later calls return it again.
+    end: Option<usize>,
 }
 
 impl BracketEnd {
@@ -37,6 +39,9 @@ impl BracketEnd {
     /// The byte length of the value at the start of `text` once its closing bracket has
     /// arrived. `text` must start with an opening bracket and only ever grow between calls.
     pub(crate) fn scan(&mut self, text: &str) -> Option<usize> {
+        if self.end.is_some() {
+            return self.end;
+        }
         let bytes = text.as_bytes();
         while self.pos < bytes.len() {
             let b = bytes[self.pos];
@@ -58,7 +63,8 @@ impl BracketEnd {
             } else if opens {
                 self.depth += 1;
             } else if closes && self.close() {
-                return Some(self.pos);
+                self.end = Some(self.pos);
+                return self.end;
             }
         }
         None
@@ -223,6 +229,7 @@ mod tests {
         let mut s = BracketEnd::json();
         assert_eq!(s.scan(&text[..10]), None);
         assert_eq!(s.scan(&text[..20]), None);
+        assert_eq!(s.scan(text), Some(text.len() - 5));
         assert_eq!(s.scan(text), Some(text.len() - 5));
         let mut p = BracketEnd::python();
         assert_eq!(p.scan("[f(a=')'), g()] x"), Some(15));

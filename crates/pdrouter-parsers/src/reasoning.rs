@@ -103,6 +103,7 @@ const MODEL_PATTERNS: &[(&str, Option<ReasoningKind>)] = &[
     ("a22b-thinking", Some(ReasoningKind::Qwen3Thinking)),
     ("a3b-thinking", Some(ReasoningKind::Qwen3Thinking)),
     ("qwq", Some(ReasoningKind::Qwen3Thinking)),
+    ("qwq-32b", Some(ReasoningKind::Qwen3Thinking)),
     ("kimi", Some(ReasoningKind::Kimi)),
     ("kimi-k2-thinking", Some(ReasoningKind::KimiThinking)),
     ("glm45", Some(ReasoningKind::Glm45)),

@@ -5,16 +5,22 @@
 //! format and any chunking of the same output:
 //! - the deltas of [`ToolParser::push`]… then [`ToolParser::finish`], joined by
 //!   [`ToolParse::from_deltas`], equal [`parse_all`] of the whole text;
-//! - a call is emitted once complete and valid, as `Call { index, name }` then
-//!   `Args { index, fragment }` with the whole arguments; indices count from 0;
+//! - a call is emitted once its markup has closed and checked out, as `Call { index, name }`
+//!   then one `Args { index, fragment }` holding the whole arguments (a call that turns out
+//!   malformed or never closes must still be able to come out as text, so nothing of it is
+//!   sent earlier); indices count from 0 over the calls emitted;
 //! - `arguments` is a compact JSON object, keys in the model's order;
-//! - only functions in the [`ToolSet`] are called; markup that does not make a valid call to
-//!   one of them (unknown name, malformed arguments, never closed) comes out as text, verbatim;
+//! - only functions in the [`ToolSet`] are called; a call block that does not make a valid
+//!   call to one of them (unknown name, malformed arguments, never closed) comes out as text,
+//!   verbatim. Pure framing is consumed either way: the section markers of `deepseek`,
+//!   `deepseek31`, `kimik2` and `step3`, Llama's `<|python_tag|>`; `harmony` drops analysis
+//!   bodies (the reasoning parser reports them) and stray end tokens;
 //! - text that could be the start of markup is held back until it is decided; whitespace
-//!   directly around a call is dropped, other text passes through unchanged.
+//!   directly before a call, and after the last one at the end, is dropped; other text
+//!   passes through unchanged.
 //!
 //! The router should detokenize with the special tokens of [`ToolKind::trigger_tokens`]
-//! kept, or the markup never reaches the parser.
+//! kept, or the markup never reaches the parser. Run it on the reasoning parser's content.
 
 mod bodies;
 mod calls;
@@ -172,7 +178,7 @@ const NAMES: [(ToolKind, &[&str]); 14] = [
 ];
 
 /// Model-name patterns (lowercase, `_` written `-`), matched as substrings of the normalized
-/// model name; the longest matching pattern decides. `None`: a family whose format is not
+/// model name; the longest matching pattern decides (the first listed on a tie). `None`: a family whose format is not
 /// one of these (so a shorter pattern must not claim it).
 const MODEL_PATTERNS: &[(&str, Option<ToolKind>)] = &[
     ("qwen", Some(ToolKind::Qwen)),

@@ -279,12 +279,16 @@ impl Mistral {
         let name = &buf[i..i + len];
         let mut j = i + len;
         if let Some(id) = buf[j..].strip_prefix(CALL_ID) {
-            match id.find(ARGS) {
-                Some(k) if id[..k].chars().all(|c| c.is_ascii_alphanumeric()) => {
-                    j += CALL_ID.len() + k;
-                }
-                None if id.chars().all(|c| c.is_ascii_alphanumeric()) => return Block::NeedMore,
-                _ => return Block::Invalid(j),
+            let id_len = id
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(id.len());
+            let after = &id[id_len..];
+            if after.starts_with(ARGS) {
+                j += CALL_ID.len() + id_len;
+            } else if after.is_empty() || scan::is_proper_prefix(after, &[ARGS]) {
+                return Block::NeedMore;
+            } else {
+                return Block::Invalid(j);
             }
         } else if scan::is_proper_prefix(&buf[j..], &[ARGS, CALL_ID]) {
             return Block::NeedMore;

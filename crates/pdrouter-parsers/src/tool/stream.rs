@@ -6,8 +6,9 @@
 //!   `Args` with the complete arguments (so a call that turns out malformed or never closes
 //!   can still come out as text: nothing about it was sent);
 //! - call indices count 0, 1, 2… over the calls actually emitted;
-//! - whitespace directly before or after a call is dropped (it is layout between markup, not
-//!   content), other text is passed through unchanged, adjacent `Text` deltas are merged.
+//! - whitespace directly before a call, and after the last call when nothing else follows, is
+//!   dropped (layout between markup, not content); all other text passes through unchanged;
+//!   adjacent `Text` deltas are merged.
 
 use super::{ToolDelta, ToolParser};
 use crate::scan::{self, Step};
@@ -29,23 +30,13 @@ pub(crate) struct Emitter {
     next_index: usize,
     /// Trailing whitespace of the text so far, held until we know whether a call follows.
     pending_ws: String,
-    /// The last thing emitted was a call: leading whitespace is dropped.
+    /// Nothing but whitespace since the last call: dropped if output ends here.
     after_call: bool,
 }
 
 impl Emitter {
     /// Plain text (content).
     pub(crate) fn text(&mut self, s: &str) {
-        let s = if self.after_call {
-            let t = s.trim_start();
-            if t.is_empty() {
-                return;
-            }
-            self.after_call = false;
-            t
-        } else {
-            s
-        };
         let body = s.trim_end();
         if body.is_empty() {
             self.pending_ws.push_str(s);
@@ -54,6 +45,7 @@ impl Emitter {
         let mut out = std::mem::take(&mut self.pending_ws);
         out.push_str(body);
         self.pending_ws.push_str(&s[body.len()..]);
+        self.after_call = false;
         self.push_text(out);
     }
 
@@ -80,7 +72,7 @@ impl Emitter {
 
     fn end(&mut self) {
         let ws = std::mem::take(&mut self.pending_ws);
-        if !ws.is_empty() {
+        if !ws.is_empty() && !self.after_call {
             self.push_text(ws);
         }
     }
@@ -141,8 +133,12 @@ mod tests {
         e.text("Hi ");
         e.text("there\n\n");
         e.call("f".into(), "{}".into());
+        e.text("\n");
+        e.call("f".into(), "{}".into());
         e.text("\n ");
         e.text(" done ");
+        e.call("f".into(), "{}".into());
+        e.text("\n ");
         e.end();
         let d = e.take();
         assert_eq!(
@@ -157,7 +153,23 @@ mod tests {
                     index: 0,
                     fragment: "{}".into()
                 },
-                ToolDelta::Text("done ".into()),
+                ToolDelta::Call {
+                    index: 1,
+                    name: "f".into()
+                },
+                ToolDelta::Args {
+                    index: 1,
+                    fragment: "{}".into()
+                },
+                ToolDelta::Text("\n  done".into()),
+                ToolDelta::Call {
+                    index: 2,
+                    name: "f".into()
+                },
+                ToolDelta::Args {
+                    index: 2,
+                    fragment: "{}".into()
+                },
             ]
         );
     }

@@ -6,9 +6,9 @@
 //! back only a possible start of the entry marker. A block is held until its end marker
 //! arrives; its body is then parsed by the format's body function. A body that gives calls to
 //! known functions emits them; any other block comes out verbatim as text, markers included.
-//! Section markers themselves are consumed; inside a section whitespace between blocks is
-//! dropped and anything else is text. A block or section still open at end of output: the
-//! open block comes out as text, an open section simply ends.
+//! Section markers themselves are consumed; text between the blocks of a section is text
+//! like any other (the emitter drops the layout whitespace before and after calls). A block
+//! still open at end of output comes out as text; an open section simply ends.
 
 use super::ToolSet;
 use super::stream::{Emitter, Format};
@@ -68,13 +68,9 @@ impl Tagged {
         }
     }
 
-    /// Inside a section: blocks, whitespace, the section end, or stray text.
+    /// Inside a section: blocks, the section end, or text between them.
     fn inside(&mut self, buf: &str, eof: bool, out: &mut Emitter) -> Step {
         let (_, section_end) = self.markup.section.unwrap_or_default();
-        let ws = scan::leading_ws(buf);
-        if ws > 0 {
-            return Step::Consumed(ws);
-        }
         if buf.starts_with(section_end) {
             self.in_section = false;
             return Step::Consumed(section_end.len());
