@@ -60,6 +60,8 @@ pub(crate) enum Event<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Splitter {
     in_body: bool,
+    /// How far a pending header has been searched for `<|message|>`.
+    searched: usize,
 }
 
 impl Splitter {
@@ -68,6 +70,7 @@ impl Splitter {
     pub(crate) fn new(in_analysis: bool) -> Self {
         Self {
             in_body: in_analysis,
+            searched: 0,
         }
     }
 
@@ -97,15 +100,21 @@ impl Splitter {
         let markers = [START, CHANNEL, END, CALL, RETURN];
         match scan::find_first(buf, &markers) {
             Hit::Found { at: 0, marker } if marker >= 2 => Step::Consumed(markers[marker].len()),
-            Hit::Found { at: 0, .. } => match buf.find(MESSAGE) {
+            Hit::Found { at: 0, .. } => match buf[self.searched..].find(MESSAGE) {
                 Some(m) => {
-                    let raw = &buf[..m + MESSAGE.len()];
+                    let raw = &buf[..self.searched + m + MESSAGE.len()];
+                    self.searched = 0;
                     f(Event::Header(parse_header(raw)));
                     self.in_body = true;
                     Step::Consumed(raw.len())
                 }
-                None if !eof => Step::NeedMore,
+                None if !eof => {
+                    let safe = buf.len().saturating_sub(MESSAGE.len() - 1);
+                    self.searched = scan::floor_boundary(buf, safe);
+                    Step::NeedMore
+                }
                 None => {
+                    self.searched = 0;
                     f(Event::Text(buf));
                     Step::Consumed(buf.len())
                 }

@@ -28,22 +28,24 @@ pub(crate) enum Hit {
 }
 
 /// The earliest occurrence of any of `markers` in `hay` (the longest marker on a tie), else
-/// the earliest suffix of `hay` that a marker could still complete.
+/// the earliest suffix of `hay` that a marker could still complete. One pass that stops at
+/// the first match, so a marker waiting at the start of a long held-back text costs nothing.
 pub(crate) fn find_first(hay: &str, markers: &[&str]) -> Hit {
-    let mut best: Option<(usize, usize)> = None;
-    for (i, m) in markers.iter().enumerate() {
-        if let Some(at) = hay.find(m) {
-            let better = match best {
-                None => true,
-                Some((b, bi)) => at < b || (at == b && m.len() > markers[bi].len()),
-            };
-            if better {
-                best = Some((at, i));
-            }
+    let bytes = hay.as_bytes();
+    let is_first = |b: &u8| markers.iter().any(|m| m.as_bytes().first() == Some(b));
+    let mut from = 0;
+    while let Some(rel) = bytes[from..].iter().position(is_first) {
+        // The first byte of a marker is never a UTF-8 continuation byte: `at` is a boundary.
+        let at = from + rel;
+        let found = markers
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| hay[at..].starts_with(**m))
+            .max_by_key(|(_, m)| m.len());
+        if let Some((marker, _)) = found {
+            return Hit::Found { at, marker };
         }
-    }
-    if let Some((at, marker)) = best {
-        return Hit::Found { at, marker };
+        from = at + 1;
     }
     match partial_suffix(hay, markers) {
         Some(at) => Hit::Partial(at),

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod fixtures;
+
 use pdrouter_parsers::*;
 use serde_json::json;
 
