@@ -12,10 +12,12 @@
 //!
 //! Invariants (tested for every format at every cut point and under random chunking):
 //! streaming never changes the result, the joined deltas of any chunking equal the whole-text
-//! parse; text that might be the start of markup is held back, never emitted early, and comes
-//! out as text at the end if it was not markup after all; calls name only functions in the
-//! request's [`ToolSet`] and carry a compact JSON object in the model's key order. A response
-//! runs the reasoning parser first and the tool parser on its content.
+//! parse; text that might be the start of markup is held back until decided, never emitted
+//! early, and comes out as text if it was not markup after all (at the latest at `finish`);
+//! calls name only functions in the request's [`ToolSet`] and carry a compact JSON object in
+//! the model's key order. A call is emitted once its markup has closed, its arguments whole:
+//! a call that turns out malformed can then still come out as text. A response runs the
+//! reasoning parser first and the tool parser on its content.
 //!
 //! Knows nothing of networking, async runtimes or tokenizers: plain synchronous state
 //! machines over `&str`, each parser `Send` and owned by one response. The cost is linear in

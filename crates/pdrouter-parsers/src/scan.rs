@@ -31,6 +31,12 @@ pub(crate) enum Hit {
 /// the earliest suffix of `hay` that a marker could still complete. One pass that stops at
 /// the first match, so a marker waiting at the start of a long held-back text costs nothing.
 pub(crate) fn find_first(hay: &str, markers: &[&str]) -> Hit {
+    if let [m] = markers {
+        if let Some(at) = hay.find(m) {
+            return Hit::Found { at, marker: 0 };
+        }
+        return partial_suffix(hay, markers).map_or(Hit::None, Hit::Partial);
+    }
     let bytes = hay.as_bytes();
     let is_first = |b: &u8| markers.iter().any(|m| m.as_bytes().first() == Some(b));
     let mut from = 0;
