@@ -34,6 +34,10 @@ pub struct MockArgs {
     /// Tokens a decode/regular worker generates.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub output_tokens: u32,
+    /// gRPC: the text the model writes (repeated over --output-tokens, the last one EOS)
+    /// instead of its built-in sentence, e.g. tool-call markup.
+    #[arg(long, value_name = "TEXT", requires = "grpc")]
+    pub output_text: Option<String>,
     /// Milliseconds between streamed tokens.
     #[arg(long, default_value_t = 0, value_name = "I")]
     pub token_interval_ms: u64,
@@ -211,6 +215,7 @@ impl MockArgs {
             role: self.role,
             delay: Duration::from_millis(self.delay_ms),
             output_tokens: self.output_tokens,
+            output_text: self.output_text.clone(),
             token_interval: Duration::from_millis(self.token_interval_ms),
             fail_rate: self.fail_rate,
             dp_size: self.dp_size,

@@ -100,6 +100,10 @@ pub struct MockConfig {
     pub delay: Duration,
     /// Tokens a decode/regular worker generates per output.
     pub output_tokens: u32,
+    /// gRPC: the text the model writes (its bytes, repeated over the output's tokens, before a
+    /// final EOS), instead of the built-in sentence: how tests give it tool-call or reasoning
+    /// markup to answer with.
+    pub output_text: Option<String>,
     /// Time between generated tokens (decode/regular).
     pub token_interval: Duration,
     /// Fraction (0..=1) of generation requests answered 500.
@@ -225,6 +229,7 @@ impl MockConfig {
             role,
             delay: Duration::ZERO,
             output_tokens: 8,
+            output_text: None,
             token_interval: Duration::ZERO,
             fail_rate: 0.0,
             dp_size: 1,

@@ -451,6 +451,8 @@ pub(crate) struct Shared {
     pub(crate) kv_connector: KvConnectorKind,
     /// vLLM mode, LMCache: the consumer this worker pushes to, if any.
     pub(crate) lmcache_peer: Option<String>,
+    /// gRPC: the text the model writes instead of the built-in sentence.
+    pub(crate) output_text: Option<String>,
 }
 
 impl Shared {
@@ -471,6 +473,7 @@ impl Shared {
             },
             kv_connector: cfg.kv_connector,
             lmcache_peer: cfg.lmcache_peer.clone(),
+            output_text: cfg.output_text.clone(),
             role: cfg.role,
             model: cfg.model.clone(),
             dp_size: cfg.dp_size,

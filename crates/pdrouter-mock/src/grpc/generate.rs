@@ -152,6 +152,21 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The output as `text`'s bytes (repeated) instead of [`OUTPUT_TEXT`]'s: every id but a
+    /// final EOS (the byte-level tokenizer decodes them back to `text`).
+    pub(crate) fn write_text(&mut self, text: &[u8]) {
+        if text.is_empty() {
+            return;
+        }
+        let eos = usize::from(self.matched_token == Some(EOS) && self.ids.last() == Some(&EOS));
+        let end = self.ids.len() - eos;
+        for (i, id) in self.ids[..end].iter_mut().enumerate() {
+            *id = u32::from(text[i % text.len()]);
+        }
+    }
+}
+
 /// The ids a model answering at `length` generates under the request's `cap` (and `room`
 /// left in the context), and how it ends (finish reason, matched stop token).
 fn generate(

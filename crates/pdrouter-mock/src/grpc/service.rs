@@ -154,7 +154,10 @@ impl Scheduler {
                 s.dp_size
             )));
         }
-        let plan = Plan::new(role, req, length)?;
+        let mut plan = Plan::new(role, req, length)?;
+        if let Some(text) = &s.output_text {
+            plan.write_text(text.as_bytes());
+        }
         let mut abort = self.aborts.register(&req.request_id);
         let work = work(&plan);
         let done = tokio::select! {

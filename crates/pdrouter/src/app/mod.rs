@@ -580,6 +580,7 @@ fn new_dispatcher(
                 images,
                 encode_policy: parts.policies.encode.clone(),
                 client: parts.client.clone(),
+                parsers: parts.cfg.chat_parsers,
             }),
     })
 }

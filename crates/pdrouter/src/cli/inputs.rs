@@ -22,17 +22,53 @@ pub struct TokenizerArgs {
     /// Jinja chat template file overriding the tokenizer's own (grpc:// workers).
     #[arg(long, value_name = "FILE", help_heading = "Tokenizer")]
     pub chat_template: Option<std::path::PathBuf>,
+    /// The tool-call format of the model behind grpc:// workers, turned into tool_calls by the
+    /// router: json, qwen, qwen_xml, llama, pythonic, mistral, deepseek, deepseek31, kimik2,
+    /// glm45_moe, glm47_moe, minimax_m2, step3, harmony [default: chosen from the model's
+    /// name, else none].
+    #[arg(long, value_name = "PARSER", value_parser = tool_parser, help_heading = "Tokenizer")]
+    pub tool_call_parser: Option<pdrouter_parsers::ToolKind>,
+    /// How the model behind grpc:// workers marks its reasoning, split into reasoning_content
+    /// by the router: deepseek_r1, qwen3, qwen3_thinking, kimi, kimi_thinking, glm45, step3,
+    /// minimax, deepseek_v31, harmony [default: chosen from the model's name, else none].
+    #[arg(long, value_name = "PARSER", value_parser = reasoning_parser, help_heading = "Tokenizer")]
+    pub reasoning_parser: Option<pdrouter_parsers::ReasoningKind>,
+}
+
+fn tool_parser(s: &str) -> Result<pdrouter_parsers::ToolKind, String> {
+    pdrouter_parsers::ToolKind::parse(s).ok_or_else(|| {
+        let names: Vec<_> = pdrouter_parsers::ToolKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        format!("unknown tool-call parser; one of {}", names.join(", "))
+    })
+}
+
+fn reasoning_parser(s: &str) -> Result<pdrouter_parsers::ReasoningKind, String> {
+    pdrouter_parsers::ReasoningKind::parse(s).ok_or_else(|| {
+        let names: Vec<_> = pdrouter_parsers::ReasoningKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        format!("unknown reasoning parser; one of {}", names.join(", "))
+    })
 }
 
 impl TokenizerArgs {
     /// The tokenizer source. Whether a chat template suits the workers is
     /// `Config::validate`'s (it depends on the mode).
-    pub(super) fn resolve(self) -> TokenizerSource {
-        TokenizerSource {
+    pub(super) fn resolve(self) -> (TokenizerSource, crate::config::ChatParsers) {
+        let parsers = crate::config::ChatParsers {
+            tool: self.tool_call_parser,
+            reasoning: self.reasoning_parser,
+        };
+        let source = TokenizerSource {
             tokenizer_path: self.tokenizer_path,
             model_path: self.model_path,
             chat_template: self.chat_template,
-        }
+        };
+        (source, parsers)
     }
 }
 

@@ -208,6 +208,8 @@ impl LaunchArgs {
             &self.health.health_check_endpoint,
             self.workers.kv_connector.is_some(),
         )?;
+        let (tokenizer, chat_parsers) = self.tokenizer.resolve();
+        rules::parsers_need_grpc(workers.mode, chat_parsers)?;
         let policies = self.policies.resolve()?;
         let mut limiter = self.limiter.resolve()?;
         let mut admission = self.admission.resolve(workers.mode)?;
@@ -249,7 +251,7 @@ impl LaunchArgs {
             admission,
             admission_store,
             prefill_grace_after_decode: PREFILL_GRACE_AFTER_DECODE,
-            tokenizer: self.tokenizer.resolve(),
+            tokenizer,
             edge,
             prefix_hash: policies.prefix_hash,
             manual: policies.manual,
@@ -260,6 +262,7 @@ impl LaunchArgs {
             http_engine: workers.http_engine,
             kv_connector: workers.kv_connector,
             images: self.images.resolve(),
+            chat_parsers,
         };
         config.validate()?;
         Ok(config)

@@ -57,6 +57,26 @@ pub(super) fn flags_the_mode_uses(
     Ok(())
 }
 
+/// `--tool-call-parser` and `--reasoning-parser` are the router's parsing of what gRPC workers
+/// generate; HTTP workers' servers parse their own output, so there they would do nothing.
+pub(super) fn parsers_need_grpc(
+    mode: Mode,
+    parsers: crate::config::ChatParsers,
+) -> Result<(), ConfigError> {
+    if mode.is_grpc() || !parsers.given() {
+        return Ok(());
+    }
+    let flag = if parsers.tool.is_some() {
+        "--tool-call-parser"
+    } else {
+        "--reasoning-parser"
+    };
+    Err(ConfigError(format!(
+        "{flag} applies to grpc:// workers, whose output the router parses; http(s):// \
+         workers' servers parse their own (start them with their parser flags)"
+    )))
+}
+
 /// `--priority-scheduler-enabled` (priority classes) orders a wait queue: Prefill
 /// admission's or the global limiter's, so one of them must be on.
 pub(super) fn priority_needs_a_queue(

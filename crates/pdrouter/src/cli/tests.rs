@@ -517,6 +517,8 @@ fn every_numeric_flag_states_its_range_in_its_help() {
         "priority_scheduler_default_max_class",
         "priority_scheduler_config",
         "tenant_header_name",
+        "tool_call_parser",
+        "reasoning_parser",
     ];
     let mut seen = 0;
     for arg in launch.get_arguments() {
@@ -749,4 +751,27 @@ fn bad_new_flags_name_the_flag() {
         let err = parse(&[&w[..], extra].concat()).unwrap_err();
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
+}
+
+#[test]
+fn chat_parsers_are_named_and_only_for_grpc_workers() {
+    use pdrouter_parsers::{ReasoningKind, ToolKind};
+    let grpc = ["--worker-urls", "grpc://w:1"];
+    let c = parse(&[&grpc[..], &["--tool-call-parser", "qwen"]].concat()).unwrap();
+    assert_eq!(c.chat_parsers.tool, Some(ToolKind::Qwen));
+    assert_eq!(c.chat_parsers.reasoning, None);
+    let c = parse(&[&grpc[..], &["--reasoning-parser", "deepseek_r1"]].concat()).unwrap();
+    assert_eq!(c.chat_parsers.reasoning, Some(ReasoningKind::DeepSeekR1));
+    let e = parse(&[&grpc[..], &["--tool-call-parser", "bogus"]].concat()).unwrap_err();
+    assert!(e.contains("bogus") && e.contains("qwen_xml"), "{e}");
+    let e = parse(&[&grpc[..], &["--reasoning-parser", "think"]].concat()).unwrap_err();
+    assert!(e.contains("deepseek_r1"), "{e}");
+    let http = ["--worker-urls", "http://w:1"];
+    let e = parse(&[&http[..], &["--tool-call-parser", "qwen"]].concat()).unwrap_err();
+    assert!(
+        e.starts_with("--tool-call-parser applies to grpc://"),
+        "{e}"
+    );
+    let e = parse(&[&http[..], &["--reasoning-parser", "qwen3"]].concat()).unwrap_err();
+    assert!(e.starts_with("--reasoning-parser"), "{e}");
 }

@@ -14,6 +14,23 @@ pub struct TokenizerSource {
     pub chat_template: Option<std::path::PathBuf>,
 }
 
+/// `--tool-call-parser` and `--reasoning-parser`: how gRPC chat answers are parsed (absent:
+/// chosen from the model's name, or none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatParsers {
+    /// The tool-call format the model writes.
+    pub tool: Option<pdrouter_parsers::ToolKind>,
+    /// How the model marks its reasoning.
+    pub reasoning: Option<pdrouter_parsers::ReasoningKind>,
+}
+
+impl ChatParsers {
+    /// Whether either was given.
+    pub fn given(&self) -> bool {
+        self.tool.is_some() || self.reasoning.is_some()
+    }
+}
+
 /// Default `--image-fetch-timeout-secs`: an image server that has not delivered a 20 MiB
 /// image in 10 s is better refused than waited for while the client waits too.
 pub const DEFAULT_IMAGE_FETCH_TIMEOUT_SECS: u64 = 10;

@@ -41,7 +41,7 @@ pub use admission::{
     Unit,
 };
 pub use edge::EdgeConfig;
-pub use inputs::{DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, ImageConfig, TokenizerSource};
+pub use inputs::{ChatParsers, DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, ImageConfig, TokenizerSource};
 pub use limiter::{
     DEFAULT_LIMITER_QUEUE_SIZE, DEFAULT_LIMITER_QUEUE_TIMEOUT_SECS, LimiterConfig, RawLimiter,
 };
@@ -160,6 +160,8 @@ pub struct Config {
     pub kv_connector: KvConnector,
     /// Limits on image inputs.
     pub images: ImageConfig,
+    /// How gRPC chat answers' tool calls and reasoning are parsed.
+    pub chat_parsers: ChatParsers,
 }
 
 impl Config {
@@ -222,6 +224,7 @@ impl Config {
             http_engine: None,
             kv_connector: KvConnector::default(),
             images: ImageConfig::default(),
+            chat_parsers: ChatParsers::default(),
         }
     }
 

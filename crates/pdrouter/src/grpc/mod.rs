@@ -17,6 +17,8 @@
 //!   and SSE events (per endpoint).
 //! - [`plan`]: a request translated once ([`plan::Plan`]), what every attempt sends.
 //! - [`output`]: the engine's messages turned into choices (text, finish, usage, logprobs).
+//! - [`chat_parse`]: a chat choice's text split into reasoning, content and tool calls, whole
+//!   or streamed (the parsers chosen per request).
 //!
 //! Below this module, and used by it: `crate::engine`, `crate::cpu_pool` (the low-priority
 //! threads prompts are tokenized on) and `crate::images` (a request's images, which plans and
@@ -26,6 +28,7 @@
 //! core's and the gRPC backend's (`backends::grpc`); this module knows neither.
 
 pub mod bulk;
+pub mod chat_parse;
 pub mod client;
 pub mod encoded;
 pub mod info;

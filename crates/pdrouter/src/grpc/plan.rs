@@ -62,6 +62,8 @@ pub struct Plan {
     /// The images of a chat request with image parts (EPD): sent to Encode workers, and
     /// described (without pixels) in both legs' requests.
     pub images: Option<Arc<crate::images::PromptImages>>,
+    /// Chat: how the answer's tool calls and reasoning are parsed (none: the text as is).
+    pub chat: Option<Arc<super::chat_parse::ChatParsing>>,
 }
 
 impl Plan {

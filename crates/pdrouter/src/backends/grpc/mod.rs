@@ -41,6 +41,8 @@ pub struct GrpcBackend {
     pub(crate) images: crate::images::ImageSupport,
     /// Chooses each image's Encode worker (EPD).
     pub(crate) encode_policy: Arc<Policy>,
+    /// How chat answers' tool calls and reasoning are parsed.
+    pub(crate) parsers: crate::config::ChatParsers,
     /// HTTP requests a vLLM Mooncake pair needs (its Prefill's bootstrap server).
     pub(crate) client: crate::proxy::client::UpstreamClient,
 }
@@ -51,7 +53,8 @@ impl GrpcBackend {
         let Some(t) = &self.tokenizer else {
             return Err(ApiError::internal("gRPC mode without a tokenizer"));
         };
-        let plan = crate::grpc::translate::plan_with(req, &t.tokenizer, &self.images).await?;
+        let plan = crate::grpc::translate::plan_with(req, &t.tokenizer, &self.images, self.parsers)
+            .await?;
         Ok(Box::new(GrpcPlan::new(Arc::new(plan), t.tokenizer.clone())))
     }
 }

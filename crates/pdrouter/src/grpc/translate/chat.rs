@@ -11,6 +11,7 @@ use super::{
 };
 use crate::chat_template::chat_input;
 use crate::error::ApiError;
+use crate::grpc::chat_parse::{ChatAsk, ChatDelta, ChoiceParser};
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;
 
@@ -55,6 +56,7 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
         include_usage: include_usage(o),
         instructions: None,
         echo: false,
+        chat: Some(ChatAsk::of(o)?),
     })
 }
 
@@ -66,20 +68,89 @@ fn choice_logprobs(a: &Answer<'_>, index: usize, range: std::ops::Range<usize>) 
     logprobs::chat(&a.out.tokenizer, lps)
 }
 
+/// A choice's finish: `tool_calls` when it called a function and stopped on its own.
+fn finish_of(a: &Answer<'_>, index: usize, called: bool) -> Value {
+    let f = a.out.choices[index].finish.as_ref();
+    match finish_str(f) {
+        Value::String(s) if called && s == "stop" => json!("tool_calls"),
+        other => other,
+    }
+}
+
+/// The usage, with the reasoning's length in tokens when reasoning is parsed.
+fn usage_with(a: &Answer<'_>, reasoning: &[&str]) -> Value {
+    let mut usage = usage_json(a.out.usage());
+    if a.plan.chat.as_ref().is_some_and(|c| c.reasons()) {
+        let tokens: usize = reasoning
+            .iter()
+            .map(|r| a.out.tokenizer.encode(r).map_or(0, |ids| ids.len()))
+            .sum();
+        usage["completion_tokens_details"] = json!({"reasoning_tokens": tokens});
+    }
+    usage
+}
+
+fn tool_calls_json(calls: &[(String, pdrouter_parsers::ToolCall)]) -> Value {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, (id, c))| {
+            json!({"index": i, "id": id, "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments}})
+        })
+        .collect()
+}
+
 pub(crate) fn body(a: &Answer<'_>) -> Value {
-    let choices = final_choices(a, |i, c| {
+    let parsed: Vec<_> = a
+        .out
+        .choices
+        .iter()
+        .map(|c| a.plan.chat.as_ref().map(|p| p.parse_whole(&c.full)))
+        .collect();
+    let reasoning: Vec<&str> = parsed
+        .iter()
+        .flatten()
+        .map(|p| p.reasoning.as_str())
+        .collect();
+    let mut choices = final_choices(a, |i, c| {
+        let message = match &parsed[i] {
+            None => json!({"role": "assistant", "content": c.full}),
+            Some(p) => {
+                let called = !p.calls.is_empty();
+                let mut m = json!({"role": "assistant",
+                    "content": if called && p.content.is_empty() { Value::Null } else { json!(p.content) }});
+                if a.plan.chat.as_ref().is_some_and(|c| c.reasons()) {
+                    m["reasoning_content"] = match p.reasoning.as_str() {
+                        "" => Value::Null,
+                        r => json!(r),
+                    };
+                }
+                if called {
+                    m["tool_calls"] = tool_calls_json(&p.calls);
+                }
+                m
+            }
+        };
         json!({
-            "message": {"role": "assistant", "content": c.full},
+            "message": message,
             "logprobs": choice_logprobs(a, i, 0..c.logprobs.len()),
         })
     });
+    for (i, p) in parsed.iter().enumerate() {
+        if let (Some(p), Some(choice)) = (p, choices.get_mut(i))
+            && !p.calls.is_empty()
+        {
+            choice["finish_reason"] = finish_of(a, i, true);
+        }
+    }
     json!({
         "id": format!("chatcmpl-{}", a.id),
         "object": "chat.completion",
         "created": a.created,
         "model": a.model,
         "choices": choices,
-        "usage": usage_json(a.out.usage()),
+        "usage": usage_with(a, &reasoning),
     })
 }
 
@@ -107,19 +178,62 @@ pub(crate) fn start(a: &Answer<'_>) -> Vec<Bytes> {
         .collect()
 }
 
-pub(crate) fn delta(a: &Answer<'_>, d: &Delta) -> Vec<Bytes> {
+/// One parsed piece of a streamed choice as its `delta` object.
+fn delta_json(d: ChatDelta) -> Value {
+    match d {
+        ChatDelta::Content(s) => json!({"content": s}),
+        ChatDelta::Reasoning(s) => json!({"reasoning_content": s}),
+        ChatDelta::Call { index, id, name } => json!({"tool_calls": [{
+            "index": index, "id": id, "type": "function",
+            "function": {"name": name, "arguments": ""}}]}),
+        ChatDelta::Args { index, fragment } => json!({"tool_calls": [{
+            "index": index, "function": {"arguments": fragment}}]}),
+    }
+}
+
+/// The events of what one message added to a choice; `parsers` holds each choice's parsing
+/// state when the request's answers are parsed.
+pub(crate) fn delta(
+    a: &Answer<'_>,
+    d: &Delta,
+    parsers: &mut Vec<Option<ChoiceParser>>,
+) -> Vec<Bytes> {
     let mut out = Vec::new();
-    if !d.text.is_empty() || !d.logprobs.is_empty() {
-        out.push(chunk(
+    let logprobs = choice_logprobs(a, d.index, d.logprobs.clone());
+    let mut called = false;
+    match a.plan.chat.as_deref() {
+        Some(p) => {
+            if parsers.len() < a.out.choices.len() {
+                parsers.resize_with(a.out.choices.len(), || None);
+            }
+            let state = parsers[d.index].get_or_insert_with(|| p.choice());
+            let mut pieces = state.push(p, &d.text, d.finished);
+            called = state.called();
+            if pieces.is_empty() && !d.logprobs.is_empty() {
+                pieces.push(ChatDelta::Content(String::new()));
+            }
+            let mut logprobs = Some(logprobs);
+            for piece in pieces {
+                out.push(chunk(
+                    a,
+                    json!([{"index": d.index, "delta": delta_json(piece),
+                        "logprobs": logprobs.take().unwrap_or(Value::Null),
+                        "finish_reason": null}]),
+                    Value::Null,
+                ));
+            }
+        }
+        None if !d.text.is_empty() || !d.logprobs.is_empty() => out.push(chunk(
             a,
             json!([{
                 "index": d.index,
                 "delta": {"content": d.text},
-                "logprobs": choice_logprobs(a, d.index, d.logprobs.clone()),
+                "logprobs": logprobs,
                 "finish_reason": null,
             }]),
             Value::Null,
-        ));
+        )),
+        None => {}
     }
     if d.finished {
         let f = a.out.choices[d.index].finish.as_ref();
@@ -129,7 +243,7 @@ pub(crate) fn delta(a: &Answer<'_>, d: &Delta) -> Vec<Bytes> {
                 "index": d.index,
                 "delta": {},
                 "logprobs": null,
-                "finish_reason": finish_str(f),
+                "finish_reason": finish_of(a, d.index, called),
                 "matched_stop": matched(f),
             }]),
             Value::Null,
@@ -138,10 +252,11 @@ pub(crate) fn delta(a: &Answer<'_>, d: &Delta) -> Vec<Bytes> {
     out
 }
 
-pub(crate) fn end(a: &Answer<'_>) -> Vec<Bytes> {
+pub(crate) fn end(a: &Answer<'_>, parsers: &[Option<ChoiceParser>]) -> Vec<Bytes> {
     let mut out = Vec::new();
     if a.plan.include_usage {
-        out.push(chunk(a, json!([]), usage_json(a.out.usage())));
+        let reasoning: Vec<&str> = parsers.iter().flatten().map(|p| p.reasoning()).collect();
+        out.push(chunk(a, json!([]), usage_with(a, &reasoning)));
     }
     out.push(DONE);
     out

@@ -70,6 +70,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         include_usage: include_usage(o),
         instructions: None,
         echo,
+        chat: None,
     })
 }
 

@@ -90,6 +90,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         include_usage: false,
         instructions: None,
         echo: false,
+        chat: None,
     })
 }
 

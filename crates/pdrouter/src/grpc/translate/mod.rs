@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 use super::output::{Delta, Output, Usage};
 pub use super::plan::{LogprobAsk, Plan};
 use super::runtime::Runtime;
+use crate::config::ChatParsers;
 use crate::error::ApiError;
 use crate::request::{Endpoint, ParsedRequest};
 
@@ -232,6 +233,8 @@ pub(crate) struct Input {
     pub(crate) include_usage: bool,
     pub(crate) instructions: Option<String>,
     pub(crate) echo: bool,
+    /// Chat: what the answer's parsing is asked.
+    pub(crate) chat: Option<crate::grpc::chat_parse::ChatAsk>,
 }
 
 /// `stream_options.include_usage`.
@@ -266,7 +269,8 @@ fn tokenize(t: &Tokenizer, s: Source) -> Result<(String, Vec<u32>), ApiError> {
 
 /// Translates a request for gRPC workers that are sent no images (image parts are refused).
 pub async fn plan(req: &ParsedRequest, tokenizer: &Arc<Tokenizer>) -> Result<Plan, ApiError> {
-    plan_with(req, tokenizer, &crate::images::ImageSupport::NoEncoders).await
+    let images = crate::images::ImageSupport::NoEncoders;
+    plan_with(req, tokenizer, &images, ChatParsers::default()).await
 }
 
 /// Translates a request for gRPC workers; a chat request's image parts are served or refused
@@ -275,6 +279,7 @@ pub async fn plan_with(
     req: &ParsedRequest,
     tokenizer: &Arc<Tokenizer>,
     images: &crate::images::ImageSupport,
+    parsers: ChatParsers,
 ) -> Result<Plan, ApiError> {
     let body = request_tree(req)?;
     let o = &*body;
@@ -292,6 +297,7 @@ pub async fn plan_with(
         include_usage,
         instructions,
         echo,
+        chat,
     } = input;
     let n = req.n.max(1);
     // Request parsing bounded prompts and prompts × n (`crate::request::MAX_CHOICES`).
@@ -313,8 +319,20 @@ pub async fn plan_with(
         params.no_stop_trim,
     )
     .map_err(|e| ApiError::invalid_field("stop", e))?;
+    let model = req.model.as_deref().unwrap_or_default();
+    let chat = chat.and_then(|ask| {
+        // The model's name picks the parsers; without one, the tokenizer's directory name.
+        let named = match model {
+            "" => tokenizer.source().to_string_lossy().into_owned(),
+            m => m.to_owned(),
+        };
+        let prompt = tokenized.first().map_or("", |(text, _)| text.as_str());
+        crate::grpc::chat_parse::ChatParsing::new(ask, parsers, &named, prompt, tokenizer)
+            .map(Arc::new)
+    });
     let decode = DecodeOptions {
-        skip_special_tokens: params.skip_special_tokens,
+        skip_special_tokens: params.skip_special_tokens
+            && !chat.as_ref().is_some_and(|c| c.keeps_special_tokens()),
         spaces_between_special_tokens: false,
     };
     let prompt_tokens = tokenized
@@ -326,7 +344,7 @@ pub async fn plan_with(
         requests,
         endpoint: req.endpoint,
         stream: req.stream,
-        model: req.model.as_deref().unwrap_or_default().to_owned(),
+        model: model.to_owned(),
         stop,
         decode,
         include_usage,
@@ -338,6 +356,7 @@ pub async fn plan_with(
         instructions,
         echo,
         images,
+        chat,
     })
 }
 
@@ -506,6 +525,8 @@ pub struct Events {
     pub created: u64,
     /// Next `/v1/responses` sequence number.
     seq: u64,
+    /// Chat: each choice's parsing state, once it streamed.
+    chat: Vec<Option<crate::grpc::chat_parse::ChoiceParser>>,
 }
 
 impl Default for Events {
@@ -520,6 +541,7 @@ impl Events {
         Self {
             created: now(),
             seq: 0,
+            chat: Vec::new(),
         }
     }
 
@@ -536,7 +558,7 @@ impl Events {
     /// The events of what one message added.
     pub fn delta(&mut self, a: &Answer<'_>, d: &Delta) -> Vec<Bytes> {
         match a.plan.endpoint {
-            Endpoint::ChatCompletions => chat::delta(a, d),
+            Endpoint::ChatCompletions => chat::delta(a, d, &mut self.chat),
             Endpoint::Completions => completions::delta(a, d),
             Endpoint::Responses => responses::delta(a, d, &mut self.seq),
             Endpoint::Generate => generate::delta(a, d),
@@ -546,7 +568,7 @@ impl Events {
     /// The events after the last choice ended.
     pub fn end(&mut self, a: &Answer<'_>) -> Vec<Bytes> {
         match a.plan.endpoint {
-            Endpoint::ChatCompletions => chat::end(a),
+            Endpoint::ChatCompletions => chat::end(a, &self.chat),
             Endpoint::Completions => completions::end(a),
             Endpoint::Responses => responses::end(a, &mut self.seq),
             Endpoint::Generate => vec![DONE],

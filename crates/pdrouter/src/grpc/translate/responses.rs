@@ -134,6 +134,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         include_usage: false,
         instructions,
         echo: false,
+        chat: None,
     })
 }
 

@@ -1,0 +1,172 @@
+//! gRPC chat answers parsed by the router, end to end: a mock that writes a model's reasoning
+//! and tool-call markup, and the router turning it into `reasoning_content`, `tool_calls` and
+//! `finish_reason: "tool_calls"`, whole and streamed (the streamed deltas joining to the whole
+//! answer), in regular and PD mode; without tools the markup stays text.
+
+mod support;
+
+use pdrouter::config::{ChatParsers, Config};
+use pdrouter_parsers::{ReasoningKind, ToolKind};
+use serde_json::{Value, json};
+use support::*;
+
+const OUT: &str = "<think>The user wants the weather.</think>Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
+
+const ARGS: &str = r#"{"city":"Paris","days":2}"#;
+
+fn qwen(cfg: &mut Config) {
+    cfg.chat_parsers = ChatParsers {
+        tool: Some(ToolKind::Qwen),
+        reasoning: Some(ReasoningKind::Qwen3),
+    };
+}
+
+/// A mock of `role` writing `OUT` then EOS.
+async fn writer(role: Role) -> MockWorker {
+    grpc_mock(role, |c| {
+        c.output_text = Some(OUT.to_owned());
+        c.output_tokens = u32::try_from(OUT.len()).unwrap() + 1;
+    })
+    .await
+}
+
+fn chat(stream: bool, tools: bool) -> String {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": "weather in Paris?"}],
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+    });
+    if tools {
+        body["tools"] = json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    }
+    if !stream {
+        body.as_object_mut().unwrap().remove("stream_options");
+    }
+    body.to_string()
+}
+
+fn assert_whole(v: &Value) {
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let m = &choice["message"];
+    assert_eq!(m["reasoning_content"], "The user wants the weather.", "{v}");
+    assert_eq!(m["content"], "Let me check.", "{v}");
+    let call = &m["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "get_weather");
+    assert_eq!(call["function"]["arguments"], ARGS);
+    let id = call["id"].as_str().unwrap();
+    assert!(id.starts_with("call_") && id.len() == 29, "{id}");
+    let details = &v["usage"]["completion_tokens_details"];
+    assert!(details["reasoning_tokens"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// A streamed call: name, id, arguments.
+type Call = (String, String, String);
+
+/// The streamed chunks joined: reasoning, content, the calls, the finish reason, and the
+/// usage chunk.
+fn joined(body: &str) -> (String, String, Vec<Call>, Value, Value) {
+    let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::new());
+    let (mut finish, mut usage) = (Value::Null, Value::Null);
+    for e in sse_events(body) {
+        if !e["usage"].is_null() {
+            usage = e["usage"].clone();
+        }
+        let Some(c) = e["choices"].get(0) else {
+            continue;
+        };
+        let d = &c["delta"];
+        reasoning.push_str(d["reasoning_content"].as_str().unwrap_or_default());
+        content.push_str(d["content"].as_str().unwrap_or_default());
+        for t in d["tool_calls"].as_array().into_iter().flatten() {
+            let i = t["index"].as_u64().unwrap() as usize;
+            if calls.len() <= i {
+                let name = t["function"]["name"].as_str().unwrap().to_owned();
+                let id = t["id"].as_str().unwrap().to_owned();
+                calls.push((name, id, String::new()));
+            }
+            calls[i]
+                .2
+                .push_str(t["function"]["arguments"].as_str().unwrap_or_default());
+        }
+        if !c["finish_reason"].is_null() {
+            finish = c["finish_reason"].clone();
+        }
+    }
+    (reasoning, content, calls, finish, usage)
+}
+
+#[tokio::test]
+async fn regular_mode_answers_carry_reasoning_and_tool_calls() {
+    let w = writer(Role::Regular).await;
+    let mut cfg = regular_config(&[&w]);
+    qwen(&mut cfg);
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", &chat(false, true)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_whole(&reply.json());
+
+    let reply = post(r.addr(), "/v1/chat/completions", &chat(true, true)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let (reasoning, content, calls, finish, usage) = joined(&reply.text());
+    assert_eq!(reasoning, "The user wants the weather.");
+    assert_eq!(content, "Let me check.");
+    assert_eq!(calls.len(), 1, "{}", reply.text());
+    assert_eq!(calls[0].0, "get_weather");
+    assert!(calls[0].1.starts_with("call_"));
+    assert_eq!(calls[0].2, ARGS);
+    assert_eq!(finish, "tool_calls");
+    assert!(
+        usage["completion_tokens_details"]["reasoning_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(eventually(std::time::Duration::from_secs(10), || total_load(&r) == 0).await);
+}
+
+#[tokio::test]
+async fn without_tools_the_markup_stays_text_and_without_parsers_everything_does() {
+    let w = writer(Role::Regular).await;
+    let mut cfg = regular_config(&[&w]);
+    qwen(&mut cfg);
+    let r = router(cfg).await;
+    let v = post(r.addr(), "/v1/chat/completions", &chat(false, false))
+        .await
+        .json();
+    let m = &v["choices"][0]["message"];
+    assert_eq!(m["reasoning_content"], "The user wants the weather.");
+    assert!(
+        m["content"].as_str().unwrap().contains("<tool_call>"),
+        "{v}"
+    );
+    assert!(m.get("tool_calls").is_none(), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    // No parser configured and a model name that suggests none: the text as generated.
+    let plain = router(regular_config(&[&w])).await;
+    let v = post(plain.addr(), "/v1/chat/completions", &chat(false, true))
+        .await
+        .json();
+    let m = &v["choices"][0]["message"];
+    assert_eq!(m["content"], OUT, "{v}");
+    assert!(m.get("reasoning_content").is_none(), "{v}");
+}
+
+#[tokio::test]
+async fn pd_answers_are_parsed_like_regular_ones() {
+    let p = grpc_mock(Role::Prefill, |_| {}).await;
+    let d = writer(Role::Decode).await;
+    let mut cfg = pd_config(&[&p], &[&d]);
+    cfg.mode = pdrouter::config::Mode::PdGrpc;
+    cfg.workers[0].bootstrap_port = Some(p.addr().port());
+    cfg.admission = admission(64, 16, 30);
+    qwen(&mut cfg);
+    let r = router(cfg).await;
+    let reply = post(r.addr(), "/v1/chat/completions", &chat(false, true)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_whole(&reply.json());
+    assert_legs_released(&r, &p, &d).await;
+}
