@@ -170,3 +170,73 @@ async fn pd_answers_are_parsed_like_regular_ones() {
     assert_whole(&reply.json());
     assert_legs_released(&r, &p, &d).await;
 }
+
+#[tokio::test]
+async fn response_format_becomes_the_output_constraint() {
+    let w = grpc_mock(Role::Regular, |_| {}).await;
+    let r = router(regular_config(&[&w])).await;
+    let sent = |body: Value| {
+        let addr = r.addr();
+        async move {
+            let reply = post(addr, "/v1/chat/completions", &body.to_string()).await;
+            (reply.status, reply.text())
+        }
+    };
+    let msgs = json!([{"role": "user", "content": "json please"}]);
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let (status, text) = sent(json!({"messages": msgs, "response_format":
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}))
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let sp = w.stats().last_request.unwrap()["sampling_params"].clone();
+    let sent_schema: Value = serde_json::from_str(sp["json_schema"].as_str().unwrap()).unwrap();
+    assert_eq!(sent_schema, schema);
+    let (status, _) =
+        sent(json!({"messages": msgs, "response_format": {"type": "json_object"}})).await;
+    assert_eq!(status, 200);
+    let sp = w.stats().last_request.unwrap()["sampling_params"].clone();
+    assert_eq!(sp["json_schema"], r#"{"type":"object"}"#);
+    let (status, _) = sent(json!({"messages": msgs, "response_format": {"type": "text"}})).await;
+    assert_eq!(status, 200);
+    assert!(
+        w.stats().last_request.unwrap()["sampling_params"]
+            .get("json_schema")
+            .is_none()
+    );
+    for bad in [json!({"type": "json_schema"}), json!({"type": "yaml"})] {
+        let (status, text) = sent(json!({"messages": msgs, "response_format": bad})).await;
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains("response_format"), "{text}");
+    }
+    let (status, text) = sent(json!({"messages": msgs, "regex": "a+",
+        "response_format": {"type": "json_object"}}))
+    .await;
+    assert_eq!(status, 400, "{text}");
+}
+
+#[tokio::test]
+async fn the_second_turn_of_a_tool_conversation_is_rendered() {
+    let w = grpc_mock(Role::Regular, |_| {}).await;
+    let r = router(regular_config(&[&w])).await;
+    let body = json!({
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+                "type": "function", "function": {"name": "get_weather",
+                "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+    });
+    let reply = post(r.addr(), "/v1/chat/completions", &body.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let mut bad = body.clone();
+    bad["messages"][1]["tool_calls"][0]["function"]["arguments"] = json!("not json");
+    let reply = post(r.addr(), "/v1/chat/completions", &bad.to_string()).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply
+            .text()
+            .contains("messages[1].tool_calls[0].function.arguments")
+    );
+}

@@ -34,14 +34,12 @@ pub(crate) struct ChatAsk {
 }
 
 impl ChatAsk {
-    /// Reads `tools`, `tool_choice` and `separate_reasoning` from a chat body.
-    pub(crate) fn of(o: &Map<String, Value>) -> Result<Self, ApiError> {
-        let tools = match o.get("tools") {
-            None | Some(Value::Null) => None,
-            Some(t @ Value::Array(_)) => Some(ToolSet::from_openai_tools(t)),
-            Some(_) => return Err(ApiError::invalid_field("tools", "must be an array")),
-        };
-        let none = matches!(o.get("tool_choice"), Some(Value::String(s)) if s == "none");
+    /// Reads `tool_choice` (or the deprecated `function_call`) and `separate_reasoning` from a
+    /// chat body whose tools are `tools`.
+    pub(crate) fn of(o: &Map<String, Value>, tools: Option<&Value>) -> Result<Self, ApiError> {
+        let tools = tools.map(ToolSet::from_openai_tools);
+        let choice = o.get("tool_choice").or(o.get("function_call"));
+        let none = matches!(choice, Some(Value::String(s)) if s == "none");
         let separate_reasoning = match o.get("separate_reasoning") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,

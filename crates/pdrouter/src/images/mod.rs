@@ -205,6 +205,7 @@ impl ImageInputs {
     ) -> Result<(ExpandedPrompt, u32), ApiError> {
         let bad =
             |e: &dyn std::fmt::Display| ApiError::bad_request("invalid_request", e.to_string());
+        let messages = &*crate::chat_template::template_messages(messages)?;
         let counts: Vec<usize> = items.iter().map(|i| i.image.placeholders).collect();
         let format = tokenizer
             .chat_template()

@@ -9,7 +9,7 @@ use super::{
     Answer, DONE, Input, LogprobAsk, Source, data, final_choices, finish_str, flag, include_usage,
     matched, sampling, top_count, usage_json,
 };
-use crate::chat_template::chat_input;
+use crate::chat_template::{chat_input, request_tools, template_messages};
 use crate::error::ApiError;
 use crate::grpc::chat_parse::{ChatAsk, ChatDelta, ChoiceParser};
 use crate::grpc::output::Delta;
@@ -26,10 +26,11 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
     // the prompt), which `plan` takes or refuses; rendered as text they would reach the
     // engine as an image token without an image.
     let images = pdrouter_vision::image_parts(messages).map_err(|e| ApiError::image_prompt(&e))?;
+    let tools = request_tools(o)?;
     let prompt = if images.is_empty() {
         Source::Chat(chat_input(
-            messages,
-            o.get("tools"),
+            &*template_messages(messages)?,
+            tools.as_deref(),
             o.get("chat_template_kwargs"),
         ))
     } else {
@@ -43,7 +44,16 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
             "needs 'logprobs': true",
         ));
     }
-    let (params, unset) = sampling(o, &["max_completion_tokens", "max_tokens"])?;
+    let (mut params, unset) = sampling(o, &["max_completion_tokens", "max_tokens"])?;
+    if let Some(c) = response_format(o)? {
+        if params.constraint.is_some() {
+            return Err(ApiError::invalid_field(
+                "response_format",
+                "cannot be combined with regex, json_schema or ebnf: one constraint per request",
+            ));
+        }
+        params.constraint = Some(c);
+    }
     Ok(Input {
         prompts: vec![prompt],
         params,
@@ -56,8 +66,32 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
         include_usage: include_usage(o),
         instructions: None,
         echo: false,
-        chat: Some(ChatAsk::of(o)?),
+        chat: Some(ChatAsk::of(o, tools.as_deref())?),
     })
+}
+
+/// `response_format` as an output constraint: `json_object` any JSON object, `json_schema` its
+/// `schema`, `text` none.
+fn response_format(
+    o: &Map<String, Value>,
+) -> Result<Option<pdrouter_proto::scheduler::sampling_params::Constraint>, ApiError> {
+    use pdrouter_proto::scheduler::sampling_params::Constraint;
+    let Some(f) = o.get("response_format").filter(|f| !f.is_null()) else {
+        return Ok(None);
+    };
+    let bad = |what: &str| ApiError::invalid_field("response_format", what);
+    match f.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Constraint::JsonSchema(r#"{"type":"object"}"#.into()))),
+        Some("json_schema") => {
+            let schema = f
+                .pointer("/json_schema/schema")
+                .filter(|s| s.is_object() || s.is_boolean())
+                .ok_or_else(|| bad("json_schema needs a 'json_schema.schema' object"))?;
+            Ok(Some(Constraint::JsonSchema(schema.to_string())))
+        }
+        _ => Err(bad("'type' must be text, json_object or json_schema")),
+    }
 }
 
 fn choice_logprobs(a: &Answer<'_>, index: usize, range: std::ops::Range<usize>) -> Value {
