@@ -240,3 +240,88 @@ async fn the_second_turn_of_a_tool_conversation_is_rendered() {
             .contains("messages[1].tool_calls[0].function.arguments")
     );
 }
+
+/// A mock writing `text` then EOS.
+async fn writing(text: &str) -> MockWorker {
+    let text = text.to_owned();
+    grpc_mock(Role::Regular, move |c| {
+        c.output_tokens = u32::try_from(text.len()).unwrap() + 1;
+        c.output_text = Some(text);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_forced_call_is_constrained_and_read_as_json() {
+    let calls = r#"[{"name": "get_weather", "parameters": {"city": "Paris"}}, {"name": "get_weather", "parameters": {"city": "Rome"}}]"#;
+    let w = writing(calls).await;
+    let mut cfg = regular_config(&[&w]);
+    qwen(&mut cfg);
+    let r = router(cfg).await;
+    let mut body: Value = serde_json::from_str(&chat(false, true)).unwrap();
+    body["tool_choice"] = json!("required");
+    let reply = post(r.addr(), "/v1/chat/completions", &body.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    let sp = w.stats().last_request.unwrap()["sampling_params"].clone();
+    let schema: Value = serde_json::from_str(sp["json_schema"].as_str().unwrap()).unwrap();
+    assert_eq!(schema["type"], "array", "{schema}");
+    let tool_calls = v["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_calls.len(), 2, "{v}");
+    assert_eq!(tool_calls[1]["function"]["arguments"], r#"{"city":"Rome"}"#);
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+
+    // One call at most: the schema says so and the parse keeps the first.
+    body["parallel_tool_calls"] = json!(false);
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "get_weather"}});
+    let v = post(r.addr(), "/v1/chat/completions", &body.to_string())
+        .await
+        .json();
+    let sp = w.stats().last_request.unwrap()["sampling_params"].clone();
+    let schema: Value = serde_json::from_str(sp["json_schema"].as_str().unwrap()).unwrap();
+    assert_eq!(schema["maxItems"], 1, "{schema}");
+    let tool_calls = v["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_calls.len(), 1, "{v}");
+    assert_eq!(
+        tool_calls[0]["function"]["arguments"],
+        r#"{"city":"Paris"}"#
+    );
+
+    // Streamed: the same one call.
+    body["stream"] = json!(true);
+    let reply = post(r.addr(), "/v1/chat/completions", &body.to_string()).await;
+    let (_, _, calls, finish, _) = joined(&reply.text());
+    assert_eq!(calls.len(), 1, "{}", reply.text());
+    assert_eq!(calls[0].2, r#"{"city":"Paris"}"#);
+    assert_eq!(finish, "tool_calls");
+
+    for (bad, what) in [
+        (
+            json!({"tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "tool_choice",
+        ),
+        (
+            json!({"tool_choice": "required", "response_format": {"type": "json_object"}}),
+            "tool_choice",
+        ),
+        (json!({"parallel_tool_calls": "no"}), "parallel_tool_calls"),
+    ] {
+        let mut b: Value = serde_json::from_str(&chat(false, true)).unwrap();
+        for (k, v) in bad.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let reply = post(r.addr(), "/v1/chat/completions", &b.to_string()).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        assert!(reply.text().contains(what), "{}", reply.text());
+    }
+    let mut b: Value = serde_json::from_str(&chat(false, false)).unwrap();
+    b["tool_choice"] = json!("required");
+    let reply = post(r.addr(), "/v1/chat/completions", &b.to_string()).await;
+    assert_eq!(reply.status, 400, "no tools: {}", reply.text());
+}

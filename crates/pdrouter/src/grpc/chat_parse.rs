@@ -5,7 +5,10 @@
 //! Which parsers run is decided once per request ([`ChatParsing::new`]): the configured
 //! `--tool-call-parser` / `--reasoning-parser`, else the ones the model's name suggests, else
 //! none. A tool parser runs only when the request offers tools and `tool_choice` is not
-//! `"none"`; a reasoning parser unless `separate_reasoning` is false. The reasoning parser
+//! `"none"`; a forced call (`"required"`, a named function) is read with the bare-JSON parser,
+//! its output being constrained to that JSON (`super::tool_choice`); `parallel_tool_calls:
+//! false` keeps at most the first call. A reasoning parser runs unless `separate_reasoning`
+//! is false. The reasoning parser
 //! starts inside the reasoning when the rendered prompt opened it (and outside when the
 //! template closed it, thinking turned off), else as the model family usually does.
 //!
@@ -21,39 +24,57 @@ use pdrouter_parsers::{
 use pdrouter_tokenizer::Tokenizer;
 use serde_json::{Map, Value};
 
+use super::tool_choice::{self, Choice};
 use crate::config::ChatParsers;
 use crate::error::ApiError;
 
 /// What the client's chat body asks of the answer's parsing.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct ChatAsk {
     /// The functions offered (`tools`), when tool calls are to be parsed.
     tools: Option<ToolSet>,
     /// `separate_reasoning` (default true).
     separate_reasoning: bool,
+    /// `tool_choice`.
+    choice: Choice,
+    /// `parallel_tool_calls` (default true).
+    parallel: bool,
+}
+
+/// Boolean field `k` of `o`, true when absent.
+fn flag_or_true(o: &Map<String, Value>, k: &str) -> Result<bool, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::invalid_field(k, "must be a boolean")),
+    }
 }
 
 impl ChatAsk {
     /// Reads `tool_choice` (or the deprecated `function_call`) and `separate_reasoning` from a
     /// chat body whose tools are `tools`.
     pub(crate) fn of(o: &Map<String, Value>, tools: Option<&Value>) -> Result<Self, ApiError> {
+        let choice = tool_choice::choice(o, tools)?;
+        let parallel = flag_or_true(o, "parallel_tool_calls")?;
+        let none = choice == Choice::None;
         let tools = tools.map(ToolSet::from_openai_tools);
-        let choice = o.get("tool_choice").or(o.get("function_call"));
-        let none = matches!(choice, Some(Value::String(s)) if s == "none");
-        let separate_reasoning = match o.get("separate_reasoning") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::invalid_field(
-                    "separate_reasoning",
-                    "must be a boolean",
-                ));
-            }
-        };
+        let separate_reasoning = flag_or_true(o, "separate_reasoning")?;
         Ok(ChatAsk {
             tools: tools.filter(|t| !t.is_empty() && !none),
             separate_reasoning,
+            choice,
+            parallel,
         })
+    }
+
+    /// The output constraint a forced call needs (the JSON schema of the allowed calls).
+    pub(crate) fn constraint(&self, tools: Option<&Value>) -> Option<String> {
+        tool_choice::forced_schema(&self.choice, tools?, self.parallel)
+    }
+
+    /// Whether the answer must be a call (its output constrained to the calls' JSON).
+    fn forced(&self) -> bool {
+        matches!(self.choice, Choice::Required | Choice::Named(_))
     }
 }
 
@@ -66,6 +87,8 @@ pub struct ChatParsing {
     starts_in_reasoning: bool,
     /// Trigger tokens kept in the decoded text for the tool parser, removed from the client's.
     strip: &'static [&'static str],
+    /// `parallel_tool_calls: false`: at most one call.
+    max_calls: Option<usize>,
 }
 
 impl ChatParsing {
@@ -78,10 +101,11 @@ impl ChatParsing {
         prompt: &str,
         tokenizer: &Tokenizer,
     ) -> Option<Self> {
-        let tool = ask
-            .tools
-            .as_ref()
-            .and_then(|_| parsers.tool.or_else(|| ToolKind::for_model(model)));
+        // A forced call's output is constrained to the calls' JSON, read as such.
+        let tool = ask.tools.as_ref().and_then(|_| match ask.forced() {
+            true => Some(ToolKind::Json),
+            false => parsers.tool.or_else(|| ToolKind::for_model(model)),
+        });
         let reasoning = ask
             .separate_reasoning
             .then(|| {
@@ -107,6 +131,7 @@ impl ChatParsing {
             reasoning,
             starts_in_reasoning: reasoning.is_some_and(|r| r.starts_in_reasoning_after(prompt)),
             strip,
+            max_calls: (!ask.parallel).then_some(1),
         })
     }
 
@@ -150,6 +175,7 @@ impl ChatParsing {
             content: self.clean(content),
             calls: calls
                 .into_iter()
+                .take(self.max_calls.unwrap_or(usize::MAX))
                 .enumerate()
                 .map(|(i, c)| (self.call_id(&c.name, i), c))
                 .collect(),
@@ -246,7 +272,13 @@ impl ChoiceParser {
                 if end {
                     deltas.extend(t.finish());
                 }
+                let max = p.max_calls.unwrap_or(usize::MAX);
                 for d in deltas {
+                    if let ToolDelta::Call { index, .. } | ToolDelta::Args { index, .. } = &d
+                        && *index >= max
+                    {
+                        continue;
+                    }
                     out.push(match d {
                         ToolDelta::Text(s) => ChatDelta::Content(p.clean(s)),
                         ToolDelta::Call { index, name } => {

@@ -17,6 +17,7 @@
 //!   and SSE events (per endpoint).
 //! - [`plan`]: a request translated once ([`plan::Plan`]), what every attempt sends.
 //! - [`output`]: the engine's messages turned into choices (text, finish, usage, logprobs).
+//! - [`tool_choice`]: a forced call (`tool_choice`) as an output constraint.
 //! - [`chat_parse`]: a chat choice's text split into reasoning, content and tool calls, whole
 //!   or streamed (the parsers chosen per request).
 //!
@@ -37,5 +38,6 @@ pub mod plan;
 pub mod runtime;
 pub mod stream;
 pub mod tokenizer;
+pub mod tool_choice;
 pub mod translate;
 pub mod vllm;

@@ -54,6 +54,18 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
         }
         params.constraint = Some(c);
     }
+    let ask = ChatAsk::of(o, tools.as_deref())?;
+    if let Some(schema) = ask.constraint(tools.as_deref()) {
+        if params.constraint.is_some() {
+            return Err(ApiError::invalid_field(
+                "tool_choice",
+                "forces a call, whose output is constrained; it cannot be combined with \
+                 response_format, regex, json_schema or ebnf",
+            ));
+        }
+        params.constraint =
+            Some(pdrouter_proto::scheduler::sampling_params::Constraint::JsonSchema(schema));
+    }
     Ok(Input {
         prompts: vec![prompt],
         params,
@@ -66,7 +78,7 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
         include_usage: include_usage(o),
         instructions: None,
         echo: false,
-        chat: Some(ChatAsk::of(o, tools.as_deref())?),
+        chat: Some(ask),
     })
 }
 
