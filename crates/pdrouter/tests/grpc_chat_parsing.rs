@@ -325,3 +325,75 @@ async fn a_forced_call_is_constrained_and_read_as_json() {
     let reply = post(r.addr(), "/v1/chat/completions", &b.to_string()).await;
     assert_eq!(reply.status, 400, "no tools: {}", reply.text());
 }
+
+#[tokio::test]
+async fn logit_bias_and_seed_reach_the_engines_that_take_them() {
+    let body = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b.to_string()
+    };
+    let sp = |w: &MockWorker| w.stats().last_request.unwrap()["sampling_params"].clone();
+    // SGLang: the bias; its message has no seed (documented as not sent).
+    let w = grpc_mock(Role::Regular, |_| {}).await;
+    let r = router(regular_config(&[&w])).await;
+    let reply = post(
+        r.addr(),
+        "/v1/chat/completions",
+        &body(json!({"logit_bias": {"65": 5}, "seed": 3})),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(sp(&w)["logit_bias"], json!({"65": 5.0}));
+    for bad in [
+        json!({"logit_bias": {"a": 1}}),
+        json!({"logit_bias": {"1": 500}}),
+        json!({"logit_bias": [1]}),
+    ] {
+        let reply = post(r.addr(), "/v1/chat/completions", &body(bad)).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        assert!(reply.text().contains("logit_bias"));
+    }
+    let reply = post(r.addr(), "/v1/chat/completions", &body(json!({"seed": -1}))).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    // TokenSpeed: both.
+    let t = grpc_mock(Role::Regular, |c| {
+        c.grpc_runtime = pdrouter_mock::GrpcRuntime::TokenSpeed
+    })
+    .await;
+    let r = router(regular_config(&[&t])).await;
+    let reply = post(
+        r.addr(),
+        "/v1/completions",
+        &json!({"prompt": "x", "seed": 42, "logit_bias": {"7": -2}}).to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(sp(&t)["sampling_seed"], 42);
+    assert_eq!(sp(&t)["logit_bias"], json!({"7": -2.0}));
+    // vLLM: both, the seed within its int32.
+    let v = grpc_mock(Role::Regular, |c| {
+        c.grpc_runtime = pdrouter_mock::GrpcRuntime::Vllm
+    })
+    .await;
+    let r = router(regular_config(&[&v])).await;
+    let reply = post(
+        r.addr(),
+        "/v1/chat/completions",
+        &body(json!({"seed": 42, "logit_bias": {"9": 1.5}})),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(sp(&v)["seed"], 42);
+    assert_eq!(sp(&v)["logit_bias"], json!({"9": 1.5}));
+    let reply = post(
+        r.addr(),
+        "/v1/chat/completions",
+        &body(json!({"seed": 1u64 << 40})),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("seed"));
+}

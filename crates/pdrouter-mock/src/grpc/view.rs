@@ -105,6 +105,15 @@ pub(crate) fn tokenspeed_request(r: &ts::GenerateRequest) -> Value {
         map.insert("stop_token_ids".to_owned(), json!(p.stop_token_ids));
         map.insert("n".to_owned(), json!(p.n));
         map.insert("ignore_eos".to_owned(), json!(p.ignore_eos));
+        map.insert("sampling_seed".to_owned(), json!(p.sampling_seed));
+        map.insert(
+            "logit_bias".to_owned(),
+            p.logit_bias
+                .iter()
+                .map(|(k, b)| (k.clone(), float(*b)))
+                .collect::<Map<_, _>>()
+                .into(),
+        );
         Value::Object(map)
     });
     json!({

@@ -541,6 +541,7 @@ mod tests {
             images: Default::default(),
             shared: None,
             kv_params: None,
+            seed: None,
         };
         let size = std::mem::size_of_val(&channel.generate(call));
         eprintln!("generate future: {size} bytes");

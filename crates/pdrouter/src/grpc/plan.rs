@@ -64,6 +64,8 @@ pub struct Plan {
     pub images: Option<Arc<crate::images::PromptImages>>,
     /// Chat: how the answer's tool calls and reasoning are parsed (none: the text as is).
     pub chat: Option<Arc<super::chat_parse::ChatParsing>>,
+    /// `seed`: the sampling seed, for the engines whose message carries one.
+    pub seed: Option<u64>,
 }
 
 impl Plan {
@@ -119,6 +121,7 @@ impl Plan {
                 },
                 shared: None,
                 kv_params: None,
+                seed: self.seed,
             })
             .collect()
     }

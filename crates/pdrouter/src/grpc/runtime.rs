@@ -47,6 +47,8 @@ pub struct Call {
     pub shared: Option<super::encoded::SharedEncoding>,
     /// vLLM: the KV connector's parameters for this leg, a JSON object's text.
     pub kv_params: Option<String>,
+    /// The sampling seed (TokenSpeed's and vLLM's messages carry it; SGLang's has no field).
+    pub seed: Option<u64>,
 }
 
 impl Call {
@@ -66,6 +68,7 @@ impl Call {
             && b.images.encode.is_empty()
             && a.unset == b.unset
             && a.kv_params == b.kv_params
+            && a.seed == b.seed
             && a.req == b.req;
         if same {
             let shared = super::encoded::SharedEncoding::default();
@@ -118,6 +121,7 @@ impl Call {
             images,
             shared: _,
             kv_params: _,
+            seed,
         } = self;
         let set = |k: &str| !unset.contains(&k);
         let sampling_params = req.sampling_params.map(|p| {
@@ -155,7 +159,7 @@ impl Call {
                 }),
                 custom_params: p.custom_params,
                 no_stop_trim: p.no_stop_trim,
-                sampling_seed: None,
+                sampling_seed: seed,
             }
         });
         ts::GenerateRequest {
@@ -315,6 +319,7 @@ mod tests {
             images: Default::default(),
             shared: None,
             kv_params: None,
+            seed: None,
         }
     }
 

@@ -34,6 +34,7 @@ impl Call {
             unset,
             dp_rank,
             kv_params,
+            seed,
             ..
         } = self;
         let set = |k: &str| !unset.contains(&k);
@@ -67,7 +68,8 @@ impl Call {
             }),
             logprobs: req.return_logprob.then_some(top),
             prompt_logprobs: prompt_logprobs.then_some(top),
-            seed: None,
+            // vLLM's seed is an int32; larger ones were refused ([`unsupported`]).
+            seed: seed.and_then(|s| i32::try_from(s).ok()),
             include_stop_str_in_output: p.no_stop_trim,
             // Keys were checked to be token ids ([`unsupported`]).
             logit_bias: p
@@ -91,6 +93,11 @@ impl Call {
             data_parallel_rank: dp_rank.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
         }
     }
+}
+
+/// Whether vLLM's `int32` seed can carry `seed`.
+pub fn seed_fits(seed: Option<u64>) -> bool {
+    seed.is_none_or(|s| i32::try_from(s).is_ok())
 }
 
 /// The first field of `req` vLLM's message cannot carry, if any (the caller refuses the

@@ -45,6 +45,12 @@ pub(super) fn check(plan: &Plan, runtime: Runtime) -> Result<(), ApiError> {
             runtime,
         ));
     }
+    if runtime == Runtime::Vllm && !crate::grpc::vllm::seed_fits(plan.seed) {
+        return Err(ApiError::invalid_field(
+            "seed",
+            "must be below 2^31 for vLLM workers (their seed is an int32)",
+        ));
+    }
     if runtime == Runtime::Vllm
         && let Some(field) = plan
             .requests

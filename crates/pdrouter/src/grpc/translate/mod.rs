@@ -204,9 +204,42 @@ pub(crate) fn sampling(
             .unwrap_or(0),
         ignore_eos: flag(o, "ignore_eos")?.unwrap_or(false),
         no_stop_trim: flag(o, "no_stop_trim")?.unwrap_or(false),
+        logit_bias: logit_bias(o)?,
         ..Default::default()
     };
     Ok((params, unset))
+}
+
+/// `logit_bias`: token ids (as JSON object keys) to biases in [-100, 100].
+fn logit_bias(o: &Map<String, Value>) -> Result<std::collections::HashMap<String, f32>, ApiError> {
+    let bad = |what: String| ApiError::invalid_field("logit_bias", what);
+    match o.get("logit_bias") {
+        None | Some(Value::Null) => Ok(Default::default()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                k.parse::<u32>()
+                    .map_err(|_| bad(format!("key '{k}' is not a token id")))?;
+                let b = v
+                    .as_f64()
+                    .filter(|b| (-100.0..=100.0).contains(b))
+                    .ok_or_else(|| bad(format!("'{k}' must map to a number in [-100, 100]")))?;
+                Ok((k.clone(), b as f32))
+            })
+            .collect(),
+        Some(_) => Err(bad("must be an object of token ids to biases".into())),
+    }
+}
+
+/// `seed`: a non-negative integer.
+pub(crate) fn seed(o: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    match o.get("seed") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid_field("seed", "must be a non-negative integer")),
+    }
 }
 
 /// One prompt before tokenization.
@@ -283,6 +316,10 @@ pub async fn plan_with(
 ) -> Result<Plan, ApiError> {
     let body = request_tree(req)?;
     let o = &*body;
+    let seed = match req.endpoint {
+        Endpoint::Generate => None,
+        _ => seed(o)?,
+    };
     let input = match req.endpoint {
         Endpoint::ChatCompletions => chat::input(&body)?,
         Endpoint::Completions => completions::input(o)?,
@@ -357,6 +394,7 @@ pub async fn plan_with(
         echo,
         images,
         chat,
+        seed,
     })
 }
 

@@ -33,6 +33,7 @@ fn call(unset: &[&'static str]) -> Call {
         images: Default::default(),
         shared: None,
         kv_params: Some(r#"{"do_remote_decode":true}"#.to_owned()),
+        seed: Some(7),
     }
 }
 
@@ -64,6 +65,8 @@ fn a_call_becomes_vllms_message() {
         Some(vl::sampling_params::Constraint::Grammar("g".to_owned()))
     );
     assert_eq!((p.logprobs, p.prompt_logprobs), (None, None));
+    assert_eq!(p.seed, Some(7));
+    assert!(seed_fits(Some(7)) && !seed_fits(Some(1 << 40)));
 }
 
 #[test]
