@@ -21,7 +21,7 @@
 mod harmony;
 mod think;
 
-use crate::names::{match_model, normalize};
+use crate::names::{canonical, lookup, match_model};
 use crate::scan;
 use harmony::HarmonySplit;
 use think::Think;
@@ -136,19 +136,12 @@ impl ReasoningKind {
 
     /// The canonical `--reasoning-parser` name.
     pub fn name(self) -> &'static str {
-        NAMES
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map_or("", |(_, n)| n[0])
+        canonical(&NAMES, self)
     }
 
     /// The kind a parser name (canonical or alias, any case, `-` or `_`) names.
     pub fn parse(name: &str) -> Option<Self> {
-        let name = normalize(name);
-        NAMES
-            .iter()
-            .find(|(_, names)| names.contains(&name.as_str()))
-            .map(|(k, _)| *k)
+        lookup(&NAMES, name)
     }
 
     /// The reasoning markup a served model uses, from its name (case-insensitive substring

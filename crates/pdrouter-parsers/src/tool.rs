@@ -34,7 +34,7 @@ mod xml;
 
 pub use toolset::ToolSet;
 
-use crate::names::{match_model, normalize};
+use crate::names::{canonical, lookup, match_model};
 use stream::Stream;
 use tagged::Tagged;
 
@@ -235,19 +235,12 @@ impl ToolKind {
 
     /// The canonical `--tool-call-parser` name.
     pub fn name(self) -> &'static str {
-        NAMES
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map_or("", |(_, n)| n[0])
+        canonical(&NAMES, self)
     }
 
     /// The kind a parser name (canonical or alias, any case, `-` or `_`) names.
     pub fn parse(name: &str) -> Option<Self> {
-        let name = normalize(name);
-        NAMES
-            .iter()
-            .find(|(_, names)| names.contains(&name.as_str()))
-            .map(|(k, _)| *k)
+        lookup(&NAMES, name)
     }
 
     /// The format a served model uses, from its name (case-insensitive substring patterns,

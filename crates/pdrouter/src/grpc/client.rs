@@ -168,36 +168,34 @@ impl WorkerChannel {
 
     /// One runtime's `HealthCheck`.
     async fn health_of(&self, rt: Runtime, timeout: Duration) -> Result<bool, Status> {
-        let late = |_| Status::deadline_exceeded("HealthCheck did not answer in time");
-        match rt {
+        // Each runtime's client and message; the answer is `healthy` in all three.
+        let healthy = match rt {
             Runtime::Sglang => {
                 let mut c = self.sglang()?;
-                let call = c.health_check(self.call(HealthCheckRequest {}));
-                Ok(tokio::time::timeout(timeout, call)
-                    .await
-                    .map_err(late)??
-                    .get_ref()
-                    .healthy)
+                health_within(timeout, c.health_check(self.call(HealthCheckRequest {})))
+                    .await?
+                    .healthy
             }
             Runtime::TokenSpeed => {
                 let mut c = self.tokenspeed()?;
-                let call = c.health_check(self.call(ts::HealthCheckRequest {}));
-                Ok(tokio::time::timeout(timeout, call)
-                    .await
-                    .map_err(late)??
-                    .get_ref()
-                    .healthy)
+                health_within(
+                    timeout,
+                    c.health_check(self.call(ts::HealthCheckRequest {})),
+                )
+                .await?
+                .healthy
             }
             Runtime::Vllm => {
                 let mut c = self.vllm()?;
-                let call = c.health_check(self.call(vl::HealthCheckRequest {}));
-                Ok(tokio::time::timeout(timeout, call)
-                    .await
-                    .map_err(late)??
-                    .get_ref()
-                    .healthy)
+                health_within(
+                    timeout,
+                    c.health_check(self.call(vl::HealthCheckRequest {})),
+                )
+                .await?
+                .healthy
             }
-        }
+        };
+        Ok(healthy)
     }
 
     /// `HealthCheck` of the known runtime, or of each known service in turn (the hint first)
@@ -490,6 +488,19 @@ impl WorkerChannel {
             }
         };
         Ok(LegStream::new(stream, samples, guard.disarm_into()))
+    }
+}
+
+/// A `HealthCheck` call's answer, within `timeout`.
+async fn health_within<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(r) => Ok(r?.into_inner()),
+        Err(_) => Err(Status::deadline_exceeded(
+            "HealthCheck did not answer in time",
+        )),
     }
 }
 

@@ -245,41 +245,35 @@ pub(crate) fn delta(
     parsers: &mut Vec<Option<ChoiceParser>>,
 ) -> Vec<Bytes> {
     let mut out = Vec::new();
-    let logprobs = choice_logprobs(a, d.index, d.logprobs.clone());
     let mut called = false;
-    match a.plan.chat.as_deref() {
+    let mut pieces = match a.plan.chat.as_deref() {
         Some(p) => {
             if parsers.len() < a.out.choices.len() {
                 parsers.resize_with(a.out.choices.len(), || None);
             }
             let state = parsers[d.index].get_or_insert_with(|| p.choice());
-            let mut pieces = state.push(p, &d.text, d.finished);
+            let pieces = state.push(p, &d.text, d.finished);
             called = state.called();
-            if pieces.is_empty() && !d.logprobs.is_empty() {
-                pieces.push(ChatDelta::Content(String::new()));
-            }
-            let mut logprobs = Some(logprobs);
-            for piece in pieces {
-                out.push(chunk(
-                    a,
-                    json!([{"index": d.index, "delta": delta_json(piece),
-                        "logprobs": logprobs.take().unwrap_or(Value::Null),
-                        "finish_reason": null}]),
-                    Value::Null,
-                ));
-            }
+            pieces
         }
-        None if !d.text.is_empty() || !d.logprobs.is_empty() => out.push(chunk(
+        None if !d.text.is_empty() => vec![ChatDelta::Content(d.text.clone())],
+        None => Vec::new(),
+    };
+    // Logprobs of tokens whose text is held back (or empty) still go out, with no text.
+    if pieces.is_empty() && !d.logprobs.is_empty() {
+        pieces.push(ChatDelta::Content(String::new()));
+    }
+    // The logprobs ride on the first event of the message.
+    let mut logprobs =
+        (!pieces.is_empty()).then(|| choice_logprobs(a, d.index, d.logprobs.clone()));
+    for piece in pieces {
+        out.push(chunk(
             a,
-            json!([{
-                "index": d.index,
-                "delta": {"content": d.text},
-                "logprobs": logprobs,
-                "finish_reason": null,
-            }]),
+            json!([{"index": d.index, "delta": delta_json(piece),
+                "logprobs": logprobs.take().unwrap_or(Value::Null),
+                "finish_reason": null}]),
             Value::Null,
-        )),
-        None => {}
+        ));
     }
     if d.finished {
         let f = a.out.choices[d.index].finish.as_ref();
