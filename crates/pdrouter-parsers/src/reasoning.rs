@@ -177,20 +177,21 @@ impl ReasoningKind {
     /// analysis message), no when it ends with the end marker (thinking turned off by an
     /// empty block), else the family's default.
     pub fn starts_in_reasoning_after(self, prompt: &str) -> bool {
+        self.prompt_opens_reasoning(prompt) || {
+            let p = prompt.trim_end();
+            !self.markers().is_some_and(|(_, end)| p.ends_with(end))
+                && self.starts_in_reasoning_by_default()
+        }
+    }
+
+    /// Whether `prompt` itself opens the reasoning block: it ends (trailing whitespace aside)
+    /// with the start marker, or Harmony's open analysis message. A request that turned
+    /// thinking off starts inside the block only then.
+    pub fn prompt_opens_reasoning(self, prompt: &str) -> bool {
         let p = prompt.trim_end();
-        let (start, end) = match self.markers() {
-            Some(m) => m,
-            None => {
-                let open = "<|channel|>analysis<|message|>";
-                return p.ends_with(open) || self.starts_in_reasoning_by_default();
-            }
-        };
-        if p.ends_with(start) {
-            true
-        } else if p.ends_with(end) {
-            false
-        } else {
-            self.starts_in_reasoning_by_default()
+        match self.markers() {
+            Some((start, _)) => p.ends_with(start),
+            None => p.ends_with("<|channel|>analysis<|message|>"),
         }
     }
 

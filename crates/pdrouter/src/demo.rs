@@ -5,7 +5,9 @@
 //! `--epd` the mocks speak TokenSpeed's protocol, an Encode mock joins them, and the router
 //! serves images for a Qwen2-VL-shaped model over that tokenizer (written to a temporary
 //! directory, removed at exit). With `--vllm` the mocks imitate vLLM's servers with the NIXL
-//! connector (the router detects them).
+//! connector (the router detects them). With `--grpc` the Decode mock's model reasons, then
+//! calls the weather tool; the router parses both (Qwen's formats) and the demo shows one such
+//! answer before serving.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,13 @@ use crate::proxy::client::{UpstreamClient, json_post};
 const LIMIT: u32 = 2;
 const QUEUE: usize = 16;
 const BURST: usize = 12;
+
+/// What the gRPC demo's model writes: its reasoning, a sentence, then a call in Qwen's format.
+const AGENT_TEXT: &str = "<think>The user wants the weather in Paris; get_weather gives it.</think>\
+Let me look that up.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+/// The tool the agent example offers.
+const AGENT_TOOLS: &str = r#"[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]"#;
 
 /// A small PNG (8 x 8, one colour) for the EPD demo's example request.
 const DEMO_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGM4ISeHFTEMLQkAkL9BAbKfPiIAAAAASUVORK5CYII=";
@@ -74,6 +83,12 @@ async fn mock(role: Role, delay_ms: u64, kind: Kind) -> Result<MockWorker, Strin
     cfg.delay = Duration::from_millis(delay_ms);
     cfg.token_interval = Duration::from_millis(15);
     cfg.output_tokens = 8;
+    if kind == Kind::Grpc && role == Role::Decode {
+        // The byte-level tokenizer: a token per byte, then EOS.
+        cfg.output_text = Some(AGENT_TEXT.to_owned());
+        cfg.output_tokens = u32::try_from(AGENT_TEXT.len()).unwrap_or(u32::MAX) + 1;
+        cfg.token_interval = Duration::from_millis(1);
+    }
     MockWorker::start(cfg)
         .await
         .map_err(|e| format!("cannot start a mock {role:?} worker: {e}"))
@@ -91,6 +106,9 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let router = crate::start(cfg).await.map_err(|e| e.to_string())?;
     wait_until_routable(&router).await;
     print_intro(&router, kind, &mocks);
+    if kind == Kind::Grpc {
+        agent_example(router.addr()).await;
+    }
     if args.burst {
         burst(&router, router.addr()).await;
     }
@@ -174,6 +192,12 @@ fn router_config(
     model_dir: Option<&DemoModel>,
 ) -> Result<Config, String> {
     let mut cfg = Config::with_workers(kind.mode(), workers);
+    if kind == Kind::Grpc {
+        cfg.chat_parsers = crate::config::ChatParsers {
+            tool: Some(pdrouter_parsers::ToolKind::Qwen),
+            reasoning: Some(pdrouter_parsers::ReasoningKind::Qwen3),
+        };
+    }
     cfg.tokenizer.model_path = model_dir.map(|m| m.0.clone());
     cfg.host = args.host;
     cfg.port = args.port;
@@ -268,6 +292,52 @@ impl Drop for DemoModel {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// One chat request with a tool, its answer as the router parsed it.
+async fn agent_example(addr: std::net::SocketAddr) {
+    println!(
+        "Agent example: a chat offering get_weather; the model reasons, then calls it, and the \
+         router parses both (--tool-call-parser qwen --reasoning-parser qwen3):"
+    );
+    let body = format!(
+        r#"{{"model":"mock-model","messages":[{{"role":"user","content":"Weather in Paris?"}}],"tools":{AGENT_TOOLS}}}"#
+    );
+    let req = json_post(
+        &format!("http://{addr}"),
+        "/v1/chat/completions",
+        Bytes::from(body),
+        None,
+        "demo-agent",
+    );
+    let answer = match UpstreamClient::new()
+        .send(req, Duration::from_secs(30))
+        .await
+    {
+        Ok(resp) => resp.into_body().collect().await.ok().map(|b| b.to_bytes()),
+        Err(_) => None,
+    };
+    let v: serde_json::Value = answer
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let choice = &v["choices"][0];
+    let m = &choice["message"];
+    println!("  reasoning_content: {}", m["reasoning_content"]);
+    println!("  content:           {}", m["content"]);
+    for (i, c) in m["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        let f = &c["function"];
+        println!(
+            "  tool_calls[{i}]:     {} {}",
+            f["name"].as_str().unwrap_or_default(),
+            f["arguments"].as_str().unwrap_or_default()
+        );
+    }
+    println!("  finish_reason:     {}", choice["finish_reason"]);
+    println!(
+        "  try it: curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    \
+         -d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Weather in Paris?\"}}],\"tools\":{AGENT_TOOLS}}}'"
+    );
+    println!();
 }
 
 async fn burst(router: &crate::RouterHandle, addr: std::net::SocketAddr) {

@@ -39,6 +39,8 @@ pub(crate) struct ChatAsk {
     choice: Choice,
     /// `parallel_tool_calls` (default true).
     parallel: bool,
+    /// Thinking turned off (`reasoning_effort: "none"`, `enable_thinking`/`thinking` false).
+    thinking_off: bool,
 }
 
 /// Boolean field `k` of `o`, true when absent.
@@ -57,13 +59,31 @@ impl ChatAsk {
         let choice = tool_choice::choice(o, tools)?;
         let parallel = flag_or_true(o, "parallel_tool_calls")?;
         let none = choice == Choice::None;
-        let tools = tools.map(ToolSet::from_openai_tools);
+        let tools = tools.map(|t| match &choice {
+            // Calls of other functions are text: the parser knows only the allowed ones.
+            Choice::Allowed { .. } | Choice::Named(_) => {
+                let offered: Vec<Value> = t
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|f| {
+                        f.pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .is_some_and(|n| choice.allows(n))
+                    })
+                    .cloned()
+                    .collect();
+                ToolSet::from_openai_tools(&Value::Array(offered))
+            }
+            _ => ToolSet::from_openai_tools(t),
+        });
         let separate_reasoning = flag_or_true(o, "separate_reasoning")?;
         Ok(ChatAsk {
             tools: tools.filter(|t| !t.is_empty() && !none),
             separate_reasoning,
             choice,
             parallel,
+            thinking_off: crate::chat_template::thinking_off(o),
         })
     }
 
@@ -74,7 +94,7 @@ impl ChatAsk {
 
     /// Whether the answer must be a call (its output constrained to the calls' JSON).
     fn forced(&self) -> bool {
-        matches!(self.choice, Choice::Required | Choice::Named(_))
+        self.choice.forced()
     }
 }
 
@@ -125,11 +145,15 @@ impl ChatParsing {
             });
             if special { k.trigger_tokens() } else { &[] }
         });
+        let starts_in_reasoning = reasoning.is_some_and(|r| match ask.thinking_off {
+            true => r.prompt_opens_reasoning(prompt),
+            false => r.starts_in_reasoning_after(prompt),
+        });
         Some(ChatParsing {
             tools: ask.tools.unwrap_or_default(),
             tool,
             reasoning,
-            starts_in_reasoning: reasoning.is_some_and(|r| r.starts_in_reasoning_after(prompt)),
+            starts_in_reasoning,
             strip,
             max_calls: (!ask.parallel).then_some(1),
         })

@@ -1,9 +1,16 @@
 //! `tool_choice` and `parallel_tool_calls` of a chat request with tools: a forced call
-//! (`"required"` or a named function) becomes an output constraint, the JSON schema of a list
+//! (`"required"`, a named function, or `allowed_tools` in mode `required`) becomes an output
+//! constraint, the JSON schema of a list
 //! of `{"name", "parameters"}` objects naming only the allowed functions, and its answer is
 //! read with the bare-JSON tool parser whatever the model family, so the constrained output
 //! and its parse always agree; `parallel_tool_calls: false` caps that list (and every parse)
-//! at one call.
+//! at one call. `allowed_tools` in mode `auto` constrains nothing; its calls of functions
+//! outside the allowed list are read as text. All of `tools` is rendered in the prompt either
+//! way (the point of `allowed_tools`: the prompt, and so its cache, stays the same).
+//!
+//! We constrain a forced call with a JSON schema for every model family rather than with the
+//! family's structural tag: the engine's grammar backends all take JSON schemas, and the
+//! parse of a constrained output is then one format, whatever the family writes unforced.
 //!
 //! Invariants: a forced choice without tools, a named function the request does not offer,
 //! or a choice of another shape is a 400 naming `tool_choice`; the constraint is built from
@@ -24,6 +31,29 @@ pub(crate) enum Choice {
     Required,
     /// A call of this function.
     Named(String),
+    /// Calls of these functions only (`allowed_tools`); at least one when `required`.
+    Allowed { names: Vec<String>, required: bool },
+}
+
+impl Choice {
+    /// Whether the answer must be a call (its output constrained to the calls' JSON).
+    pub(crate) fn forced(&self) -> bool {
+        match self {
+            Choice::Required | Choice::Named(_) => true,
+            Choice::Allowed { required, .. } => *required,
+            Choice::Auto | Choice::None => false,
+        }
+    }
+
+    /// Whether function `name` may be called.
+    pub(crate) fn allows(&self, name: &str) -> bool {
+        match self {
+            Choice::Auto | Choice::Required => true,
+            Choice::Named(n) => n == name,
+            Choice::Allowed { names, .. } => names.iter().any(|n| n == name),
+            Choice::None => false,
+        }
+    }
 }
 
 fn bad(what: &str) -> ApiError {
@@ -41,7 +71,12 @@ pub(crate) fn choice(o: &Map<String, Value>, tools: Option<&Value>) -> Result<Ch
     let has_tools = tools
         .and_then(Value::as_array)
         .is_some_and(|t| !t.is_empty());
-    let c = match o.get("tool_choice").or(o.get("function_call")) {
+    let field = match o.get("tool_choice") {
+        Some(v) if !v.is_null() => "tool_choice",
+        _ => "function_call",
+    };
+    let bad = |what: &str| ApiError::invalid_field(field, what);
+    let c = match o.get(field) {
         None | Some(Value::Null) => return Ok(Choice::Auto),
         Some(Value::String(s)) => match s.as_str() {
             "auto" => Choice::Auto,
@@ -49,6 +84,12 @@ pub(crate) fn choice(o: &Map<String, Value>, tools: Option<&Value>) -> Result<Ch
             "required" => Choice::Required,
             other => return Err(bad(&format!("'{other}' is not auto, none or required"))),
         },
+        Some(Value::Object(m)) if m.get("type") == Some(&json!("allowed_tools")) => {
+            allowed(m.get("allowed_tools"), &offered)?
+        }
+        Some(Value::Object(m)) if m.get("type").is_some_and(|t| t != "function") => {
+            return Err(bad("'type' must be function or allowed_tools"));
+        }
         Some(Value::Object(m)) => {
             let name = m
                 .get("function")
@@ -69,14 +110,46 @@ pub(crate) fn choice(o: &Map<String, Value>, tools: Option<&Value>) -> Result<Ch
     Ok(c)
 }
 
+/// `allowed_tools: {"mode": "auto" | "required", "tools": [{"type": "function", "function":
+/// {"name": …}}]}`, every name offered in `tools`.
+fn allowed(spec: Option<&Value>, offered: &dyn Fn(&str) -> bool) -> Result<Choice, ApiError> {
+    let spec = spec.and_then(Value::as_object).ok_or_else(|| {
+        bad("allowed_tools needs an 'allowed_tools' object with 'mode' and 'tools'")
+    })?;
+    let required = match spec.get("mode").and_then(Value::as_str) {
+        Some("auto") => false,
+        Some("required") => true,
+        _ => return Err(bad("allowed_tools.mode must be auto or required")),
+    };
+    let list = spec
+        .get("tools")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| bad("allowed_tools.tools must be a non-empty array"))?;
+    let mut names = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        let name = t
+            .pointer("/function/name")
+            .or(t.get("name"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(&format!("allowed_tools.tools[{i}] must name a function")))?;
+        if !offered(name) {
+            return Err(bad(&format!(
+                "allowed_tools.tools[{i}] names '{name}', which is not in 'tools'"
+            )));
+        }
+        names.push(name.to_owned());
+    }
+    Ok(Choice::Allowed { names, required })
+}
+
 /// The JSON schema a forced call's output must follow: a list of one (or, with `parallel`,
 /// one or more) calls of the allowed functions.
 pub(crate) fn forced_schema(choice: &Choice, tools: &Value, parallel: bool) -> Option<String> {
-    let allowed = |name: &str| match choice {
-        Choice::Required => true,
-        Choice::Named(n) => n == name,
-        Choice::Auto | Choice::None => false,
-    };
+    if !choice.forced() {
+        return None;
+    }
+    let allowed = |name: &str| choice.allows(name);
     let branches: Vec<Value> = tools
         .as_array()?
         .iter()
@@ -169,5 +242,41 @@ mod tests {
         );
         assert_eq!(s["maxItems"], 1);
         assert!(forced_schema(&Choice::Auto, &t, true).is_none());
+    }
+
+    #[test]
+    fn allowed_tools_restrict_the_calls_and_force_one_when_required() {
+        let t = tools();
+        let spec = |mode: &str, names: &[&str]| {
+            let tools: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"type": "function", "function": {"name": n}}))
+                .collect();
+            obj(json!({"tool_choice": {"type": "allowed_tools",
+                "allowed_tools": {"mode": mode, "tools": tools}}}))
+        };
+        let auto = choice(&spec("auto", &["b"]), Some(&t)).unwrap();
+        assert!(!auto.forced() && auto.allows("b") && !auto.allows("a"));
+        assert!(forced_schema(&auto, &t, true).is_none());
+        let req = choice(&spec("required", &["a"]), Some(&t)).unwrap();
+        assert!(req.forced());
+        let s: Value = serde_json::from_str(&forced_schema(&req, &t, true).unwrap()).unwrap();
+        assert_eq!(s["items"]["anyOf"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            s["items"]["anyOf"][0]["properties"]["name"]["enum"],
+            json!(["a"])
+        );
+        for (bad, says) in [
+            (spec("auto", &["zz"]), "not in 'tools'"),
+            (spec("sometimes", &["a"]), "mode"),
+            (spec("auto", &[]), "non-empty"),
+            (
+                obj(json!({"tool_choice": {"type": "allowed_tools"}})),
+                "allowed_tools",
+            ),
+        ] {
+            let e = format!("{:?}", choice(&bad, Some(&t)).unwrap_err());
+            assert!(e.contains(says) && e.contains("tool_choice"), "{e}");
+        }
     }
 }

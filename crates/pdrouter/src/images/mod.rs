@@ -195,12 +195,12 @@ impl ImageInputs {
     /// string content gets each message's image anchors before its text, joined by newlines;
     /// one that takes OpenAI content parts places the images itself. `items` are
     /// [`ImageInputs::prepare`]'s, in order. CPU-bound like tokenization.
-    pub fn chat_prompt(
+    pub(crate) fn chat_prompt(
         &self,
         tokenizer: &Tokenizer,
         messages: &Value,
         tools: Option<&Value>,
-        kwargs: Option<&Value>,
+        vars: &crate::chat_template::TemplateVars,
         items: &[ImageItem],
     ) -> Result<(ExpandedPrompt, u32), ApiError> {
         let bad =
@@ -215,7 +215,7 @@ impl ImageInputs {
                 let token = self.model.anchor_token_id();
                 let flat = flatten_content(messages).map_err(|e| ApiError::image_prompt(&e))?;
                 let text = tokenizer
-                    .apply_chat_template(&chat_input(&flat, tools, kwargs))
+                    .apply_chat_template(&chat_input(&flat, tools, vars))
                     .map_err(|e| bad(&e))?;
                 let p =
                     expand_marked(&text, &counts, token, |s| tokenizer.encode(s)).map_err(|e| {
@@ -235,7 +235,7 @@ impl ImageInputs {
             ContentFormat::OpenAi => {
                 let token = self.model.image_token_id();
                 let text = tokenizer
-                    .apply_chat_template(&chat_input(messages, tools, kwargs))
+                    .apply_chat_template(&chat_input(messages, tools, vars))
                     .map_err(|e| bad(&e))?;
                 let ids = tokenizer.encode(&text).map_err(|e| bad(&e))?;
                 let p = expand_ids(text, &ids, &counts, token)
@@ -263,12 +263,18 @@ pub enum ImageSupport {
 #[derive(Debug, Default)]
 pub struct ImageChat {
     body: Arc<serde_json::Map<String, Value>>,
+    tools: Option<Value>,
+    vars: crate::chat_template::TemplateVars,
 }
 
 impl ImageChat {
-    /// The chat of `body`.
-    pub fn new(body: Arc<serde_json::Map<String, Value>>) -> Self {
-        ImageChat { body }
+    /// The chat of `body`, whose tools and template variables the caller read and checked.
+    pub(crate) fn new(
+        body: Arc<serde_json::Map<String, Value>>,
+        tools: Option<Value>,
+        vars: crate::chat_template::TemplateVars,
+    ) -> Self {
+        ImageChat { body, tools, vars }
     }
 
     fn messages(&self) -> &Value {
@@ -276,11 +282,11 @@ impl ImageChat {
     }
 
     fn tools(&self) -> Option<&Value> {
-        self.body.get("tools").filter(|t| !t.is_null())
+        self.tools.as_ref()
     }
 
-    fn kwargs(&self) -> Option<&Value> {
-        self.body.get("chat_template_kwargs")
+    fn vars(&self) -> &crate::chat_template::TemplateVars {
+        &self.vars
     }
 }
 
@@ -328,7 +334,7 @@ impl ImageSupport {
         let (inputs, tok) = (inputs.clone(), tokenizer.clone());
         cpu_pool::offload(size, move || {
             let (p, token_id) =
-                inputs.chat_prompt(&tok, chat.messages(), chat.tools(), chat.kwargs(), &items)?;
+                inputs.chat_prompt(&tok, chat.messages(), chat.tools(), chat.vars(), &items)?;
             let images = PromptImages {
                 items,
                 placeholders: p.placeholders,

@@ -238,7 +238,7 @@ async fn prompt_for(
 ) -> (Vec<ImageItem>, ExpandedPrompt) {
     let items = inputs.prepare(messages).await.unwrap();
     let out = inputs
-        .chat_prompt(tokenizer, messages, None, None, &items)
+        .chat_prompt(tokenizer, messages, None, &Default::default(), &items)
         .unwrap()
         .0;
     (items, out)
@@ -308,7 +308,7 @@ async fn a_string_template_gets_anchors_before_the_text() {
         {"type": "text", "text": "see <image>"}, image_part(&data_url(&png(60, 40))),
     ]}]);
     let err = inputs
-        .chat_prompt(&tokenizer, &forged, None, None, &items)
+        .chat_prompt(&tokenizer, &forged, None, &Default::default(), &items)
         .unwrap_err();
     assert_eq!(err.status, http::StatusCode::BAD_REQUEST);
     assert!(err.message.contains("placeholder token"), "{}", err.message);
@@ -317,13 +317,13 @@ async fn a_string_template_gets_anchors_before_the_text() {
         {"type": "text", "text": "see \u{1}"}, image_part(&data_url(&png(60, 40))),
     ]}]);
     let err = inputs
-        .chat_prompt(&tokenizer, &forged, None, None, &items)
+        .chat_prompt(&tokenizer, &forged, None, &Default::default(), &items)
         .unwrap_err();
     assert!(err.message.contains("placeholder token"), "{}", err.message);
     // A part the template cannot show is refused, naming it.
     let audio = json!([{"role": "user", "content": [{"type": "input_audio"}]}]);
     let err = inputs
-        .chat_prompt(&tokenizer, &audio, None, None, &[])
+        .chat_prompt(&tokenizer, &audio, None, &Default::default(), &[])
         .unwrap_err();
     assert!(
         err.message.starts_with("messages[0].content[0] "),

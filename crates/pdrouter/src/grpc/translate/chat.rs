@@ -9,7 +9,7 @@ use super::{
     Answer, DONE, Input, LogprobAsk, Source, data, final_choices, finish_str, flag, include_usage,
     matched, sampling, top_count, usage_json,
 };
-use crate::chat_template::{chat_input, request_tools, template_messages};
+use crate::chat_template::{ChatPrompt, request_tools, template_messages, template_vars};
 use crate::error::ApiError;
 use crate::grpc::chat_parse::{ChatAsk, ChatDelta, ChoiceParser};
 use crate::grpc::output::Delta;
@@ -22,19 +22,25 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
         .get("messages")
         .filter(|m| m.is_array())
         .ok_or_else(|| ApiError::invalid_field("messages", "must be an array"))?;
+    check_messages(messages)?;
     // Image parts need the encode path (pixels to encode workers, placeholders expanded in
     // the prompt), which `plan` takes or refuses; rendered as text they would reach the
     // engine as an image token without an image.
     let images = pdrouter_vision::image_parts(messages).map_err(|e| ApiError::image_prompt(&e))?;
     let tools = request_tools(o)?;
+    let vars = template_vars(o)?;
     let prompt = if images.is_empty() {
-        Source::Chat(chat_input(
+        Source::Chat(ChatPrompt::new(
             &*template_messages(messages)?,
             tools.as_deref(),
-            o.get("chat_template_kwargs"),
-        ))
+            &vars,
+        )?)
     } else {
-        Source::Images(crate::images::ImageChat::new(Arc::clone(body)))
+        Source::Images(crate::images::ImageChat::new(
+            Arc::clone(body),
+            tools.as_deref().cloned(),
+            vars,
+        ))
     };
     let output = flag(o, "logprobs")?.unwrap_or(false);
     let top = top_count(o, "top_logprobs")?;
@@ -75,11 +81,40 @@ pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
             top: top.unwrap_or(0),
             ..LogprobAsk::default()
         },
-        include_usage: include_usage(o),
+        include_usage: include_usage(o)?,
         instructions: None,
         echo: false,
         chat: Some(ask),
     })
+}
+
+/// Each message an object with a string `role` and a `content` that is a string, a list of
+/// parts or null (absent: an assistant turn of tool calls).
+fn check_messages(messages: &Value) -> Result<(), ApiError> {
+    for (i, m) in messages.as_array().into_iter().flatten().enumerate() {
+        let Some(m) = m.as_object() else {
+            return Err(ApiError::invalid_field(
+                &format!("messages[{i}]"),
+                "must be an object with 'role' and 'content'",
+            ));
+        };
+        if !m.get("role").is_some_and(Value::is_string) {
+            return Err(ApiError::invalid_field(
+                &format!("messages[{i}].role"),
+                "must be a string",
+            ));
+        }
+        match m.get("content") {
+            None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
+            Some(_) => {
+                return Err(ApiError::invalid_field(
+                    &format!("messages[{i}].content"),
+                    "must be a string, a list of content parts or null",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `response_format` as an output constraint: `json_object` any JSON object, `json_schema` its

@@ -67,7 +67,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
             top: top.unwrap_or(0),
             ..LogprobAsk::default()
         },
-        include_usage: include_usage(o),
+        include_usage: include_usage(o)?,
         instructions: None,
         echo,
         chat: None,

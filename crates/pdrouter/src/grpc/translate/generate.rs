@@ -95,8 +95,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
 }
 
 /// One `/generate` answer item, serialized as it is built: no JSON tree per answer. Fields
-/// are declared in name order, so the text is the one a `serde_json::Value` (whose object
-/// keys sort) would print.
+/// are declared in name order, the order these answers have always printed.
 #[derive(Serialize)]
 struct Item<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -17,6 +17,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod fields;
 pub mod generate;
 pub mod logprobs;
 pub mod responses;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pdrouter_proto::scheduler::{GenerateRequest, SamplingParams, TokenizedInput, sampling_params};
-use pdrouter_tokenizer::{ChatInput, DecodeOptions, FinishReason, StopConditions, Tokenizer};
+use pdrouter_tokenizer::{DecodeOptions, FinishReason, StopConditions, Tokenizer};
 use serde_json::{Map, Value, json};
 
 use super::output::{Delta, Output, Usage};
@@ -174,12 +175,7 @@ pub(crate) fn sampling(
             .and_then(|n| i32::try_from(n).ok())
             .ok_or_else(|| ApiError::invalid_field("top_k", "must be an integer"))?,
     };
-    let constraint = match (o.get("regex"), o.get("json_schema"), o.get("ebnf")) {
-        (Some(Value::String(r)), _, _) => Some(sampling_params::Constraint::Regex(r.clone())),
-        (_, Some(Value::String(j)), _) => Some(sampling_params::Constraint::JsonSchema(j.clone())),
-        (_, _, Some(Value::String(e))) => Some(sampling_params::Constraint::EbnfGrammar(e.clone())),
-        _ => None,
-    };
+    let constraint = constraint(o)?;
     debug_assert!(unset.iter().all(|k| WORKER_DEFAULTABLE.contains(k)));
     let params = SamplingParams {
         temperature,
@@ -208,6 +204,31 @@ pub(crate) fn sampling(
         ..Default::default()
     };
     Ok((params, unset))
+}
+
+/// `regex`, `json_schema` or `ebnf` (strings; at most one) as the output constraint.
+fn constraint(o: &Map<String, Value>) -> Result<Option<sampling_params::Constraint>, ApiError> {
+    use sampling_params::Constraint;
+    let mut found = None;
+    for k in ["regex", "json_schema", "ebnf"] {
+        let text = match o.get(k) {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(ApiError::invalid_field(k, "must be a string")),
+        };
+        if found.is_some() {
+            return Err(ApiError::invalid_field(
+                k,
+                "cannot be combined with another of regex, json_schema and ebnf",
+            ));
+        }
+        found = Some(match k {
+            "regex" => Constraint::Regex(text),
+            "json_schema" => Constraint::JsonSchema(text),
+            _ => Constraint::EbnfGrammar(text),
+        });
+    }
+    Ok(found)
 }
 
 /// `logit_bias`: token ids (as JSON object keys) to biases in [-100, 100].
@@ -246,7 +267,7 @@ pub(crate) fn seed(o: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
 #[derive(Debug)]
 pub(crate) enum Source {
     /// Messages rendered with the chat template (with the generation prompt).
-    Chat(ChatInput),
+    Chat(crate::chat_template::ChatPrompt),
     /// Text encoded as is.
     Text(String),
     /// Token ids.
@@ -270,19 +291,35 @@ pub(crate) struct Input {
     pub(crate) chat: Option<crate::grpc::chat_parse::ChatAsk>,
 }
 
-/// `stream_options.include_usage`.
-pub(crate) fn include_usage(o: &Map<String, Value>) -> bool {
-    matches!(
-        o.get("stream_options"),
-        Some(Value::Object(so)) if so.get("include_usage") == Some(&Value::Bool(true))
-    )
+/// `stream_options.include_usage` (an object whose flags are booleans).
+pub(crate) fn include_usage(o: &Map<String, Value>) -> Result<bool, ApiError> {
+    match o.get("stream_options") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Object(so)) => {
+            for (k, v) in so {
+                if !v.is_boolean() && !v.is_null() {
+                    return Err(ApiError::invalid_field(
+                        &format!("stream_options.{k}"),
+                        "must be a boolean",
+                    ));
+                }
+            }
+            Ok(so.get("include_usage") == Some(&Value::Bool(true)))
+        }
+        Some(_) => Err(ApiError::invalid_field(
+            "stream_options",
+            "must be an object",
+        )),
+    }
 }
 
 fn tokenize(t: &Tokenizer, s: Source) -> Result<(String, Vec<u32>), ApiError> {
     let bad = |e: &dyn std::fmt::Display| ApiError::bad_request("invalid_request", e.to_string());
     match s {
         Source::Chat(input) => {
-            let text = t.apply_chat_template(&input).map_err(|e| bad(&e))?;
+            let text = t
+                .apply_chat_template(input.for_template(t))
+                .map_err(|e| bad(&e))?;
             let ids = t.encode(&text).map_err(|e| bad(&e))?;
             Ok((text, ids))
         }
@@ -316,6 +353,7 @@ pub async fn plan_with(
 ) -> Result<Plan, ApiError> {
     let body = request_tree(req)?;
     let o = &*body;
+    fields::check(req.endpoint, o)?;
     let seed = match req.endpoint {
         Endpoint::Generate => None,
         _ => seed(o)?,

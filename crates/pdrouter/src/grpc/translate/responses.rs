@@ -11,7 +11,7 @@ use pdrouter_tokenizer::FinishReason;
 use serde_json::{Map, Value, json};
 
 use super::{Answer, Input, LogprobAsk, Source, flag, sampling, unsupported};
-use crate::chat_template::chat_input;
+use crate::chat_template::ChatPrompt;
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
 
@@ -115,19 +115,25 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
     {
         return Err(unsupported("'tools' on /v1/responses"));
     }
-    if let Some(fmt) = o.get("text").and_then(|t| t.get("format"))
-        && fmt.get("type").and_then(Value::as_str) != Some("text")
-    {
-        return Err(unsupported("'text.format' other than text"));
+    match o.get("text") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(t)) => {
+            if let Some(fmt) = t.get("format").filter(|f| !f.is_null())
+                && fmt.get("type").and_then(Value::as_str) != Some("text")
+            {
+                return Err(unsupported("'text.format' other than text"));
+            }
+        }
+        Some(_) => return Err(ApiError::invalid_field("text", "must be an object")),
     }
     let (messages, instructions) = messages(o)?;
     let (params, unset) = sampling(o, &["max_output_tokens"])?;
     Ok(Input {
-        prompts: vec![Source::Chat(chat_input(
+        prompts: vec![Source::Chat(ChatPrompt::new(
             &Value::Array(messages),
             None,
-            None,
-        ))],
+            &crate::chat_template::TemplateVars::default(),
+        )?)],
         params,
         unset,
         logprobs: LogprobAsk::default(),
