@@ -214,7 +214,10 @@ fn tables(endpoint: Endpoint) -> &'static [Table] {
 /// Every field `endpoint` knows at the top level of its body, with its fate (for the tests
 /// and the docs).
 pub fn known(endpoint: Endpoint) -> Vec<(&'static str, Fate)> {
-    tables(endpoint).iter().flat_map(|t| t.iter().copied()).collect()
+    tables(endpoint)
+        .iter()
+        .flat_map(|t| t.iter().copied())
+        .collect()
 }
 
 /// Every field `/generate` knows in `sampling_params`.
