@@ -70,7 +70,8 @@
 #   default_rps_per_core_c64=… cpu_per_request_ratio_default_vs_round_robin_c64=… …
 # then the transport table (transport, prompt tokens, the same columns) and
 # one line grpc_vs_http_cpu_per_request_p16=… grpc_vs_http_cpu_per_request_p1024=…
-# (target at 16 tokens: at most 2). A run with any unsuccessful request prints
+# (target at 16 tokens: at most 2); then gRPC chat without and with tools through a router
+# with a tool-call parser, and grpc_chat_tools_vs_plain_cpu_per_request=… (target: 1.2). A run with any unsuccessful request prints
 # a warning. Default 10 s per measurement; --quick uses 3 s. Needs only the
 # Rust toolchain (plus bash, awk and, for pinning, taskset; valgrind for --callgrind).
 
@@ -422,6 +423,46 @@ for p in "${PROMPTS[@]}"; do
     ratios+=("grpc_vs_http_cpu_per_request_p$p=$(calc %.2f "$(us_per_req "grpc-p$p") / $(us_per_req "http-p$p")")")
 done
 echo "${ratios[*]}"
+
+# gRPC chat with tools: the same chat request without and with `tools` through one gRPC PD
+# router started with --tool-call-parser qwen (and no reasoning parser, so without tools
+# nothing is parsed), over mocks whose model writes a sentence and a Qwen-style tool call
+# (about 90 byte-level tokens), 16-token prompts, concurrency 64. Alternated AGENT_RUNS times
+# to show the spread; the line reports each run's ratio and their median (target: 1.2).
+AGENT_TEXT=$'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+AGENT_TOOLS='{"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}'
+AGENT_RUNS=3
+start_grpc_pair agent --output-text "$AGENT_TEXT" --output-tokens "$(( ${#AGENT_TEXT} + 1 ))"
+use_router current
+start_router router-agent --pd-disaggregation "${PAIR_ARGS[@]}" --policy round_robin \
+    --disable-health-check --tool-call-parser qwen
+ROUTER=$SPAWNED_URL
+ROUTER_PID=$SPAWNED_PID
+AGENT=(--path /v1/chat/completions --prompt-mean-tokens "$(words_for 16)" --max-tokens 200)
+wait_ready "$ROUTER" "${AGENT[@]}"
+reply=$(http "$ROUTER" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"weather?"}],"tools":'"${AGENT_TOOLS#*:}")
+grep -q '"finish_reason":"tool_calls"' <<<"$reply" ||
+    echo "warning: the agent router did not parse the tool call: $reply" >&2
+agent_ratios=()
+for ((r = 1; r <= AGENT_RUNS; r++)); do
+    echo "running gRPC chat without and with tools (run $r of $AGENT_RUNS) for ${DURATION}s each" >&2
+    measure "agent-plain-$r" "$ROUTER" 64 "${AGENT[@]}"
+    measure "agent-tools-$r" "$ROUTER" 64 "${AGENT[@]}" --body-extra "$AGENT_TOOLS"
+    agent_ratios+=("$(calc %.3f "$(us_per_req "agent-tools-$r") / $(us_per_req "agent-plain-$r")")")
+done
+stop "$ROUTER_PID"
+echo
+printf '%-14s %4s %12s %10s %10s %18s\n' grpc_chat run ok_req/s p50_ms p99_ms router_cpu_us/req
+for ((r = 1; r <= AGENT_RUNS; r++)); do
+    for kind in plain tools; do
+        f="$WORK/agent-$kind-$r.txt"
+        printf '%-14s %4s %12.1f %10.3f %10.3f %18.1f\n' "$kind" "$r" "$(kv "$f" ok_rps)" \
+            "$(kv "$f" lat_p50_ms)" "$(kv "$f" lat_p99_ms)" "$(us_per_req "agent-$kind-$r")"
+    done
+done
+median=$(printf '%s\n' "${agent_ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+echo "grpc_chat_tools_vs_plain_cpu_per_request=$median runs=$(IFS=,; echo "${agent_ratios[*]}")"
 if [[ -n $BASELINE ]]; then
     # CPU per request of every router configuration, this checkout's against the baseline's.
     cmp=()

@@ -157,3 +157,46 @@ def test_a_forced_call_of_a_function_not_offered_is_a_400(calling):
             tool_choice={"type": "function", "function": {"name": "nope"}},
         )
     assert "tool_choice" in str(e.value)
+
+
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": TOOLS[0]["function"]["parameters"],
+    }
+]
+
+
+def test_responses_with_a_function_tool(calling):
+    """The Responses API: the SDK's typed items, whole and streamed, and a second turn."""
+    r = calling.responses.create(model=MODEL, input="Weather in Paris?", tools=RESPONSES_TOOLS)
+    kinds = [item.type for item in r.output]
+    assert kinds == ["reasoning", "message", "function_call"], r.output
+    call = r.output[2]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert r.output_text == "Let me check."
+    assert r.usage.output_tokens_details.reasoning_tokens > 0
+
+    with calling.responses.stream(
+        model=MODEL, input="Weather in Paris?", tools=RESPONSES_TOOLS
+    ) as stream:
+        args = "".join(
+            e.delta for e in stream if e.type == "response.function_call_arguments.delta"
+        )
+        final = stream.get_final_response()
+    assert json.loads(args) == {"city": "Paris"}
+    assert [item.type for item in final.output] == kinds
+
+    second = calling.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name,
+             "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "18 C"},
+        ],
+        tools=RESPONSES_TOOLS,
+    )
+    assert second.status == "completed"

@@ -230,7 +230,7 @@ pub(crate) fn template_messages(messages: &Value) -> Result<Cow<'_, Value>, ApiE
 
 /// Checks one tool of `tools` (at `field`): a function with a non-empty name, its
 /// `parameters` an object when given.
-fn check_function(f: Option<&Value>, field: &str) -> Result<(), ApiError> {
+pub(crate) fn check_function(f: Option<&Value>, field: &str) -> Result<(), ApiError> {
     let Some(f) = f.and_then(Value::as_object) else {
         return Err(ApiError::invalid_field(field, "must be an object"));
     };

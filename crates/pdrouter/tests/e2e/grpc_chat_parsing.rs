@@ -8,11 +8,11 @@ use pdrouter::config::{ChatParsers, Config};
 use pdrouter_parsers::{ReasoningKind, ToolKind};
 use serde_json::{Value, json};
 
-const OUT: &str = "<think>The user wants the weather.</think>Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
+pub(crate) const OUT: &str = "<think>The user wants the weather.</think>Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
 
-const ARGS: &str = r#"{"city":"Paris","days":2}"#;
+pub(crate) const ARGS: &str = r#"{"city":"Paris","days":2}"#;
 
-fn qwen(cfg: &mut Config) {
+pub(crate) fn qwen(cfg: &mut Config) {
     cfg.chat_parsers = ChatParsers {
         tool: Some(ToolKind::Qwen),
         reasoning: Some(ReasoningKind::Qwen3),
@@ -20,7 +20,7 @@ fn qwen(cfg: &mut Config) {
 }
 
 /// A mock of `role` writing `OUT` then EOS.
-async fn writer(role: Role) -> MockWorker {
+pub(crate) async fn writer(role: Role) -> MockWorker {
     grpc_mock(role, |c| {
         c.output_text = Some(OUT.to_owned());
         c.output_tokens = u32::try_from(OUT.len()).unwrap() + 1;

@@ -24,6 +24,7 @@ mod grpc_epd_images;
 mod grpc_fields;
 mod grpc_pd;
 mod grpc_regular;
+mod grpc_responses_tools;
 mod grpc_tokenspeed;
 mod grpc_vllm;
 mod help_output;

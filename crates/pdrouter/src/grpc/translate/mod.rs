@@ -577,7 +577,7 @@ pub fn full_body(a: &Answer<'_>) -> Vec<u8> {
     let tree = match a.plan.endpoint {
         Endpoint::ChatCompletions => chat::body(a),
         Endpoint::Completions => completions::body(a),
-        Endpoint::Responses => responses::body(a, None),
+        Endpoint::Responses => responses::body(a),
         Endpoint::Generate => return generate::body(a),
     };
     serde_json::to_vec(&tree).unwrap_or_default()
@@ -603,6 +603,8 @@ pub struct Events {
     seq: u64,
     /// Chat: each choice's parsing state, once it streamed.
     chat: Vec<Option<crate::grpc::chat_parse::ChoiceParser>>,
+    /// `/v1/responses`: the items streamed.
+    responses: responses::Stream,
 }
 
 impl Default for Events {
@@ -618,6 +620,7 @@ impl Events {
             created: now(),
             seq: 0,
             chat: Vec::new(),
+            responses: responses::Stream::default(),
         }
     }
 
@@ -625,7 +628,7 @@ impl Events {
     pub fn start(&mut self, a: &Answer<'_>) -> Vec<Bytes> {
         match a.plan.endpoint {
             Endpoint::ChatCompletions => chat::start(a),
-            Endpoint::Responses => responses::start(a, &mut self.seq),
+            Endpoint::Responses => responses::start(a, &mut self.responses, &mut self.seq),
             Endpoint::Completions => completions::start(a),
             Endpoint::Generate => Vec::new(),
         }
@@ -636,7 +639,7 @@ impl Events {
         match a.plan.endpoint {
             Endpoint::ChatCompletions => chat::delta(a, d, &mut self.chat),
             Endpoint::Completions => completions::delta(a, d),
-            Endpoint::Responses => responses::delta(a, d, &mut self.seq),
+            Endpoint::Responses => responses::delta(a, d, &mut self.responses, &mut self.seq),
             Endpoint::Generate => generate::delta(a, d),
         }
     }
@@ -646,7 +649,7 @@ impl Events {
         match a.plan.endpoint {
             Endpoint::ChatCompletions => chat::end(a, &self.chat),
             Endpoint::Completions => completions::end(a),
-            Endpoint::Responses => responses::end(a, &mut self.seq),
+            Endpoint::Responses => responses::end(a, &mut self.responses, &mut self.seq),
             Endpoint::Generate => vec![DONE],
         }
     }

@@ -11,9 +11,15 @@ use pdrouter_tokenizer::FinishReason;
 use serde_json::{Map, Value, json};
 
 use super::{Answer, Input, LogprobAsk, Source, flag, sampling, unsupported};
-use crate::chat_template::ChatPrompt;
+use crate::chat_template::{ChatPrompt, template_messages};
+use crate::grpc::chat_parse::ChatAsk;
+
+mod items;
+mod tools;
+
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
+pub(crate) use items::Stream;
 
 fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
     match content {
@@ -73,7 +79,31 @@ fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiE
                 };
                 match item.get("type").and_then(Value::as_str) {
                     None | Some("message") => {}
+                    Some("function_call") => {
+                        let call = tools::call(item, &field)?;
+                        // Consecutive calls are one assistant turn.
+                        match out.last_mut() {
+                            Some(m)
+                                if m.get("tool_calls").is_some() && m["role"] == "assistant" =>
+                            {
+                                if let Some(calls) = m["tool_calls"].as_array_mut() {
+                                    calls.push(call);
+                                }
+                            }
+                            _ => out.push(json!({"role": "assistant", "content": null,
+                                "tool_calls": [call]})),
+                        }
+                        continue;
+                    }
+                    Some("function_call_output") => {
+                        out.push(tools::output(item, &field)?);
+                        continue;
+                    }
+                    // An earlier answer's reasoning, handed back: templates drop past
+                    // reasoning, and so does the prompt here.
+                    Some("reasoning") => continue,
                     Some(other) => {
+                        let other: String = other.chars().take(64).collect();
                         return Err(unsupported(&format!("input items of type '{other}'")));
                     }
                 }
@@ -110,11 +140,6 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
     if flag(o, "background")? == Some(true) {
         return Err(unsupported("'background'"));
     }
-    if o.get("tools")
-        .is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty()) && !t.is_null())
-    {
-        return Err(unsupported("'tools' on /v1/responses"));
-    }
     match o.get("text") {
         None | Some(Value::Null) => {}
         Some(Value::Object(t)) => {
@@ -127,11 +152,18 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         Some(_) => return Err(ApiError::invalid_field("text", "must be an object")),
     }
     let (messages, instructions) = messages(o)?;
-    let (params, unset) = sampling(o, &["max_output_tokens"])?;
+    let (mut params, unset) = sampling(o, &["max_output_tokens"])?;
+    let tools = tools::chat_tools(o)?;
+    let ask = ChatAsk::of(&tools::chat_choice(o), tools.as_ref())?;
+    if let Some(schema) = ask.constraint(tools.as_ref()) {
+        params.constraint =
+            Some(pdrouter_proto::scheduler::sampling_params::Constraint::JsonSchema(schema));
+    }
+    let messages = Value::Array(messages);
     Ok(Input {
         prompts: vec![Source::Chat(ChatPrompt::new(
-            &Value::Array(messages),
-            None,
+            &*template_messages(&messages)?,
+            tools.as_ref(),
             &crate::chat_template::TemplateVars::default(),
         )?)],
         params,
@@ -140,7 +172,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         include_usage: false,
         instructions,
         echo: false,
-        chat: None,
+        chat: Some(ask),
     })
 }
 
@@ -160,38 +192,28 @@ fn part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": []})
 }
 
-fn message(a: &Answer<'_>, status: &str, content: Value) -> Value {
-    json!({
-        "type": "message",
-        "id": item_id(a),
-        "status": status,
-        "role": "assistant",
-        "content": content,
-    })
-}
-
-/// The response object; `in_progress` for the events before the output.
-pub(crate) fn body(a: &Answer<'_>, in_progress: Option<()>) -> Value {
+/// The response object around `output` (its items) and `reasoning` (for the usage); `None`
+/// for the events before the output.
+fn response(a: &Answer<'_>, output: Option<(&[Value], &str)>) -> Value {
     let c = &a.out.choices[0];
-    let (status, incomplete, output, usage) = match in_progress {
-        Some(()) => ("in_progress", Value::Null, json!([]), Value::Null),
-        None => {
+    let (status, incomplete, output, usage) = match output {
+        None => ("in_progress", Value::Null, json!([]), Value::Null),
+        Some((items, reasoning)) => {
             let (status, incomplete) = status(c.finish.as_ref());
             let u = a.out.usage();
-            let item_status = if status == "completed" {
-                "completed"
-            } else {
-                "incomplete"
+            let reasoning_tokens = match reasoning {
+                "" => 0,
+                r => a.out.tokenizer.encode(r).map_or(0, |ids| ids.len()),
             };
             (
                 status,
                 incomplete,
-                json!([message(a, item_status, json!([part(&c.full)]))]),
+                Value::Array(items.to_vec()),
                 json!({
                     "input_tokens": u.prompt,
                     "input_tokens_details": {"cached_tokens": u.cached},
                     "output_tokens": u.completion,
-                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                     "total_tokens": u.prompt.saturating_add(u.completion),
                 }),
             )
@@ -215,6 +237,12 @@ pub(crate) fn body(a: &Answer<'_>, in_progress: Option<()>) -> Value {
     })
 }
 
+/// The whole answer.
+pub(crate) fn body(a: &Answer<'_>) -> Value {
+    let (items, reasoning) = items::whole(a);
+    response(a, Some((&items, &reasoning)))
+}
+
 fn event(kind: &str, mut v: Value, seq: &mut u64) -> Bytes {
     v["type"] = json!(kind);
     v["sequence_number"] = json!(*seq);
@@ -222,73 +250,29 @@ fn event(kind: &str, mut v: Value, seq: &mut u64) -> Bytes {
     Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
 }
 
-pub(crate) fn start(a: &Answer<'_>, seq: &mut u64) -> Vec<Bytes> {
-    let resp = body(a, Some(()));
-    vec![
+pub(crate) fn start(a: &Answer<'_>, s: &mut Stream, seq: &mut u64) -> Vec<Bytes> {
+    let resp = response(a, None);
+    let mut out = vec![
         event("response.created", json!({"response": resp}), seq),
         event("response.in_progress", json!({"response": resp}), seq),
-        event(
-            "response.output_item.added",
-            json!({"output_index": 0, "item": message(a, "in_progress", json!([]))}),
-            seq,
-        ),
-        event(
-            "response.content_part.added",
-            json!({"item_id": item_id(a), "output_index": 0, "content_index": 0, "part": part("")}),
-            seq,
-        ),
-    ]
+    ];
+    out.extend(s.start(a, seq));
+    out
 }
 
-pub(crate) fn delta(a: &Answer<'_>, d: &Delta, seq: &mut u64) -> Vec<Bytes> {
-    if d.text.is_empty() {
-        return Vec::new();
-    }
-    vec![event(
-        "response.output_text.delta",
-        json!({
-            "item_id": item_id(a),
-            "output_index": 0,
-            "content_index": 0,
-            "delta": d.text,
-            "logprobs": [],
-        }),
-        seq,
-    )]
+pub(crate) fn delta(a: &Answer<'_>, d: &Delta, s: &mut Stream, seq: &mut u64) -> Vec<Bytes> {
+    s.delta(a, &d.text, d.finished, seq)
 }
 
-pub(crate) fn end(a: &Answer<'_>, seq: &mut u64) -> Vec<Bytes> {
-    let c = &a.out.choices[0];
-    let full = body(a, None);
-    let item = full["output"][0].clone();
+pub(crate) fn end(a: &Answer<'_>, s: &mut Stream, seq: &mut u64) -> Vec<Bytes> {
+    let mut out = s.finish(a, seq);
+    let full = response(a, Some(s.items()));
     let done = match full["status"].as_str() {
         Some("completed") => "response.completed",
         _ => "response.incomplete",
     };
-    vec![
-        event(
-            "response.output_text.done",
-            json!({
-                "item_id": item_id(a),
-                "output_index": 0,
-                "content_index": 0,
-                "text": c.full,
-                "logprobs": [],
-            }),
-            seq,
-        ),
-        event(
-            "response.content_part.done",
-            json!({"item_id": item_id(a), "output_index": 0, "content_index": 0, "part": part(&c.full)}),
-            seq,
-        ),
-        event(
-            "response.output_item.done",
-            json!({"output_index": 0, "item": item}),
-            seq,
-        ),
-        event(done, json!({"response": full}), seq),
-    ]
+    out.push(event(done, json!({"response": full}), seq));
+    out
 }
 
 pub(crate) fn error(e: &ApiError, seq: &mut u64) -> Bytes {
