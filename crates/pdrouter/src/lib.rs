@@ -10,6 +10,7 @@ pub mod config;
 pub mod core;
 pub mod cpu_pool;
 pub mod demo;
+pub mod discovery;
 pub mod dispatch;
 pub mod edge;
 pub mod engine;

@@ -28,10 +28,10 @@ fn ok(source: &str, messages: serde_json::Value) -> String {
 fn tojson_writes_python_json_dumps_output() {
     let value = json!({"b": [1, 2.5, 1.0, true, null], "a": "é\"\n<>&", "c": {}});
     let msgs = json!([value]);
-    // serde_json without preserve_order sorts keys; the template keeps the order it is given.
+    // Keys in the order the client wrote them, as Python's json.dumps keeps a dict's.
     assert_eq!(
         ok("{{ messages[0] | tojson }}", msgs.clone()),
-        r#"{"a": "é\"\n<>&", "b": [1, 2.5, 1.0, true, null], "c": {}}"#
+        r#"{"b": [1, 2.5, 1.0, true, null], "a": "é\"\n<>&", "c": {}}"#
     );
     assert_eq!(
         ok("{{ messages[0].b | tojson(indent=2) }}", msgs.clone()),
@@ -89,7 +89,7 @@ fn python_methods_loop_controls_and_whitespace_settings() {
                {{ messages[0].get('missing', 'dflt') }}|{{ 'hello world'.title() }}";
     assert_eq!(
         ok(src, msgs),
-        "HELLO WORLD|True|x;y|content=32;role=4;|dflt|Hello World"
+        "HELLO WORLD|True|x;y|role=4;content=32;|dflt|Hello World"
     );
     let src = "{% for i in [1, 2, 3, 4] %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 4 %}{% break %}{% endif %}{{ i }}{% endfor %}";
     assert_eq!(ok(src, json!([])), "13");

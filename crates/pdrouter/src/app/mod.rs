@@ -45,6 +45,9 @@ pub enum StartError {
     /// The startup workers were not all ready within `--worker-startup-timeout-secs`.
     #[error("{0}")]
     WorkersNotReady(String),
+    /// Pod discovery could not reach its API server's configuration.
+    #[error("--service-discovery: {0}")]
+    Discovery(String),
 }
 
 /// A running router.
@@ -287,6 +290,15 @@ pub async fn start(cfg: Config) -> Result<RouterHandle, StartError> {
     let mut background = Vec::new();
     let sharer = store::share_through_store(&parts, &mut background).await?;
     spawn_policy_ticks(&parts, &mut background);
+    if let Some(d) = &parts.cfg.discovery {
+        let sink = crate::discovery::Sink {
+            registry: parts.registry.clone(),
+            metrics: parts.metrics.clone(),
+            client: parts.client.clone(),
+            cfg: parts.cfg.clone(),
+        };
+        background.extend(crate::discovery::spawn(d, sink).map_err(StartError::Discovery)?);
+    }
     log_tokenizer_use(&parts.cfg);
     let dispatcher = new_dispatcher(&parts, tokenizer, images);
     let state = new_app_state(&parts, dispatcher, sharer);

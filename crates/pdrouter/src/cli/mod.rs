@@ -15,6 +15,7 @@
 
 mod admission;
 mod demo;
+mod discovery;
 mod edge;
 mod inputs;
 mod limiter;
@@ -81,6 +82,9 @@ pub struct LaunchArgs {
     /// Mode and workers.
     #[command(flatten)]
     pub workers: WorkerArgs,
+    /// Kubernetes pod discovery.
+    #[command(flatten)]
+    pub discovery: discovery::DiscoveryArgs,
     /// The router's tokenizer.
     #[command(flatten)]
     pub tokenizer: TokenizerArgs,
@@ -197,7 +201,8 @@ impl LaunchArgs {
     /// Turns the raw flags into a validated [`Config`]: each group converts and checks its own
     /// flags, `rules` checks the rules across groups, and [`Config::validate`] the whole.
     pub fn into_config(self) -> Result<Config, ConfigError> {
-        let workers = self.workers.resolve()?;
+        let workers = self.workers.resolve(self.discovery.service_discovery)?;
+        let discovery = self.discovery.resolve(workers.mode)?;
         rules::encode_policy_needs_epd(self.policies.encode_policy.as_deref(), workers.mode)?;
         rules::flags_the_mode_uses(
             workers.mode,
@@ -263,6 +268,7 @@ impl LaunchArgs {
             kv_connector: workers.kv_connector,
             images: self.images.resolve(),
             chat_parsers,
+            discovery,
         };
         config.validate()?;
         Ok(config)

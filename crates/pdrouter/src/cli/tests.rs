@@ -519,6 +519,13 @@ fn every_numeric_flag_states_its_range_in_its_help() {
         "tenant_header_name",
         "tool_call_parser",
         "reasoning_parser",
+        "selector",
+        "prefill_selector",
+        "decode_selector",
+        "encode_selector",
+        // A port checked with the discovery flags (their rules come first).
+        "service_discovery_port",
+        "service_discovery_namespace",
     ];
     let mut seen = 0;
     for arg in launch.get_arguments() {

@@ -5,9 +5,6 @@ const MESH: &str = "pdrouter has no router mesh; run one router, or several repl
     behind a load balancer: replicas share their Prefill admission limits through a Redis \
     admission store with --admission-store redis://HOST:PORT (README: Flags pdrouter does not \
     take)";
-const DISCOVERY: &str = "pdrouter does not discover workers in Kubernetes; give them with \
-    --worker-urls, or --prefill/--decode, and add or remove them at runtime through the \
-    /workers API (README: Flags pdrouter does not take)";
 
 /// SMG flags that pdrouter deliberately does not take, each with what to do instead. Given
 /// one, pdrouter exits 2 with that line rather than clap's generic "unexpected argument".
@@ -19,12 +16,6 @@ pub const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
     ("--mesh-port", MESH),
     ("--mesh-peer-urls", MESH),
     ("--router-selector", MESH),
-    ("--service-discovery", DISCOVERY),
-    ("--selector", DISCOVERY),
-    ("--service-discovery-port", DISCOVERY),
-    ("--service-discovery-namespace", DISCOVERY),
-    ("--prefill-selector", DISCOVERY),
-    ("--decode-selector", DISCOVERY),
     (
         "--priority-scheduler-tenant-metric-top-n",
         "pdrouter labels scheduler metrics with the tenants listed in \

@@ -97,9 +97,10 @@ impl WorkerArgs {
     /// The mode and the workers, checked: one disaggregated mode at most, every role's flag
     /// only in a mode that has the role, every URL well formed, at least one worker outside
     /// PD. (Whether the roles a mode needs are all there is `Config::validate`'s.)
-    pub(super) fn resolve(&self) -> Result<Workers, ConfigError> {
+    /// With `discovery` on, workers may all come from it.
+    pub(super) fn resolve(&self, discovery: bool) -> Result<Workers, ConfigError> {
         let mode = self.mode()?;
-        let specs = self.specs(mode)?;
+        let specs = self.specs(mode, discovery)?;
         Ok(Workers {
             mode,
             specs,
@@ -156,7 +157,7 @@ impl WorkerArgs {
         Ok(mode)
     }
 
-    fn specs(&self, mode: Mode) -> Result<Vec<WorkerSpec>, ConfigError> {
+    fn specs(&self, mode: Mode, discovery: bool) -> Result<Vec<WorkerSpec>, ConfigError> {
         let mut workers = Vec::new();
         for raw in &self.worker_urls {
             workers.push(worker("--worker-urls", raw, WorkerType::Regular)?);
@@ -178,7 +179,7 @@ impl WorkerArgs {
             }
             workers.push(spec);
         }
-        if workers.is_empty() && !mode.is_pd() {
+        if workers.is_empty() && !mode.is_pd() && !discovery {
             return Err(ConfigError(
                 "no workers: give --worker-urls URL..., or --pd-disaggregation with --prefill and --decode"
                     .into(),

@@ -24,6 +24,7 @@ use std::time::Duration;
 use pdrouter_policy::{CacheAwareConfig, ManualConfig, PolicyKind, PrefixHashConfig};
 
 pub mod admission;
+pub mod discovery;
 pub mod edge;
 pub mod inputs;
 pub mod limiter;
@@ -40,6 +41,7 @@ pub use admission::{
     DEFAULT_QUEUE_TIMEOUT_SECS, NO_COUNT_LIMIT, PREFILL_GRACE_AFTER_DECODE, RawAdmission, RawAuto,
     Unit,
 };
+pub use discovery::{DEFAULT_DISCOVERY_PORT, DiscoverySettings, KubeSource};
 pub use edge::EdgeConfig;
 pub use inputs::{ChatParsers, DEFAULT_IMAGE_FETCH_TIMEOUT_SECS, ImageConfig, TokenizerSource};
 pub use limiter::{
@@ -162,6 +164,8 @@ pub struct Config {
     pub images: ImageConfig,
     /// How gRPC chat answers' tool calls and reasoning are parsed.
     pub chat_parsers: ChatParsers,
+    /// Kubernetes pod discovery, when on.
+    pub discovery: Option<DiscoverySettings>,
 }
 
 impl Config {
@@ -225,6 +229,7 @@ impl Config {
             kv_connector: KvConnector::default(),
             images: ImageConfig::default(),
             chat_parsers: ChatParsers::default(),
+            discovery: None,
         }
     }
 

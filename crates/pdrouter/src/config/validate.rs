@@ -58,7 +58,11 @@ impl Config {
 
     /// The worker roles the mode needs are all there, and no role it cannot use.
     fn check_roles(&self) -> Result<(), ConfigError> {
-        let count = |t: WorkerType| self.workers.iter().filter(|w| w.worker_type == t).count();
+        // A role that discovery finds may have no worker at startup.
+        let discovered = |t: WorkerType| self.discovery.as_ref().is_some_and(|d| d.discovers(t));
+        let count = |t: WorkerType| {
+            self.workers.iter().filter(|w| w.worker_type == t).count() + usize::from(discovered(t))
+        };
         match self.mode {
             Mode::PdHttp | Mode::PdGrpc => {
                 if count(WorkerType::Encode) > 0 {

@@ -10,8 +10,8 @@
 //! Each submodule owns one group of families (their names, help, labels and buckets, and
 //! how they are updated): `requests` (HTTP and routing), `workers` (load, health, breakers,
 //! retries), `pd` (PD timings, EPD Encode calls, Prefill legs after Decode), `admission`
-//! (Prefill admission), `limiter` (the global limiter), `store` (the admission store) and
-//! `scheduler` (priority classes); `labels` and `family` are what they share. [`Metrics`]
+//! (Prefill admission), `limiter` (the global limiter), `store` (the admission store),
+//! `scheduler` (priority classes) and `discovery` (Kubernetes pod discovery); `labels` and `family` are what they share. [`Metrics`]
 //! registers the groups in a fixed order, which is the exposition's order, and is the one
 //! handle the rest of the router holds. The submodules import nothing from this one.
 //!
@@ -19,6 +19,7 @@
 //! it with a golden file.
 
 mod admission;
+mod discovery;
 mod family;
 mod labels;
 mod limiter;
@@ -65,6 +66,7 @@ pub struct Metrics {
     manual_keys: Gauge,
     store: StoreMetrics,
     scheduler: SchedulerMetrics,
+    discovery: discovery::DiscoveryMetrics,
 }
 
 impl Metrics {
@@ -86,6 +88,7 @@ impl Metrics {
         );
         let store = StoreMetrics::register(&mut registry);
         let scheduler = SchedulerMetrics::register(&mut registry);
+        let discovery = discovery::DiscoveryMetrics::register(&mut registry);
         Arc::new(Self {
             registry,
             requests,
@@ -96,7 +99,23 @@ impl Metrics {
             manual_keys,
             store,
             scheduler,
+            discovery,
         })
+    }
+
+    /// Pod discovery registered a worker of `role`.
+    pub fn discovery_registered(&self, role: &'static str) {
+        self.discovery.registered(role);
+    }
+
+    /// Pod discovery removed a worker of `role`.
+    pub fn discovery_deregistered(&self, role: &'static str) {
+        self.discovery.deregistered(role);
+    }
+
+    /// A pod LIST or WATCH failed, or a pod could not be read.
+    pub fn discovery_sync_error(&self) {
+        self.discovery.sync_error();
     }
 
     /// Prometheus text exposition.

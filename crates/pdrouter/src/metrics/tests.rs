@@ -28,6 +28,10 @@ fn worker(registry: &Registry, url: &str, worker_type: WorkerType) -> Arc<Worker
 /// Records at least one series of every family, with fixed values.
 fn populated() -> Arc<Metrics> {
     let m = Metrics::new();
+    m.discovery_registered("prefill");
+    m.discovery_registered("prefill");
+    m.discovery_deregistered("prefill");
+    m.discovery_sync_error();
     let admission = Admission::new(
         AdmissionConfig {
             max_inflight_per_worker: 4,

@@ -87,13 +87,19 @@ impl Default for UpstreamClient {
 impl UpstreamClient {
     /// A client with keep-alive pooling and Nagle off (small SSE frames must not wait).
     pub fn new() -> Self {
+        Self::with_tls(tls_config())
+    }
+
+    /// The same, trusting what `tls` says for `https://` (a cluster's own CA, a client
+    /// certificate).
+    pub fn with_tls(tls: rustls::ClientConfig) -> Self {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(5)));
         http.set_keepalive(Some(Duration::from_secs(60)));
         http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config())
+            .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);

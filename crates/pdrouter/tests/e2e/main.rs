@@ -13,6 +13,7 @@ mod chaos;
 mod cli;
 mod client_connections;
 mod demo;
+mod discovery;
 mod edge;
 mod flag_ranges;
 mod fuzz_input;
