@@ -325,3 +325,57 @@ impl Watch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path, user: &str, cluster: &str) -> PathBuf {
+        let path = dir.join("config");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 contexts:\n- name: c\n  context: {{cluster: k, user: u}}\n\
+                 clusters:\n- name: k\n  cluster: {{server: 'http://127.0.0.1:1/', {cluster}}}\n\
+                 users:\n- name: u\n  user: {{{user}}}\n"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn a_kubeconfig_gives_the_server_and_credentials_or_says_what_it_cannot_use() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tok"), "abc\n").unwrap();
+        let api = KubeApi::new(&KubeSource::File(config(
+            dir.path(),
+            "tokenFile: tok",
+            "x: 1",
+        )))
+        .unwrap();
+        assert_eq!(api.base, "http://127.0.0.1:1");
+        let req = api.request("/api/v1/pods").unwrap();
+        assert_eq!(req.headers()["authorization"], "Bearer abc");
+        assert_eq!(req.uri(), "http://127.0.0.1:1/api/v1/pods");
+        for (user, cluster, says) in [
+            ("exec: {command: aws}", "x: 1", "exec"),
+            (
+                "token: t",
+                "insecure-skip-tls-verify: true",
+                "insecure-skip-tls-verify",
+            ),
+            ("client-certificate-data: QUJD", "x: 1", "without its key"),
+            ("token: t", "certificate-authority-data: '%%%'", "base64"),
+        ] {
+            let e = KubeApi::new(&KubeSource::File(config(dir.path(), user, cluster))).unwrap_err();
+            assert!(e.contains(says), "{user} {cluster}: {e}");
+        }
+        let e = KubeApi::new(&KubeSource::File(dir.path().join("missing"))).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        std::fs::write(dir.path().join("bad"), "current-context: nowhere\n").unwrap();
+        let e = KubeApi::new(&KubeSource::File(dir.path().join("bad"))).unwrap_err();
+        assert!(e.contains("no context named 'nowhere'"), "{e}");
+    }
+}
