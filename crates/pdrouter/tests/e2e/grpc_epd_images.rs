@@ -90,17 +90,17 @@ async fn ts(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
 
 /// The Encode mocks, the Prefill and Decode mocks, the router's config, and the model
 /// directory it names (kept for the test's length).
-struct Epd(
-    Vec<MockWorker>,
-    MockWorker,
-    MockWorker,
-    Config,
-    tempfile::TempDir,
+pub(crate) struct Epd(
+    pub(crate) Vec<MockWorker>,
+    pub(crate) MockWorker,
+    pub(crate) MockWorker,
+    pub(crate) Config,
+    pub(crate) tempfile::TempDir,
 );
 
 /// `encoders` Encode mocks, a Prefill mock tuned by `prefill`, a Decode mock, and an EPD
 /// config over them for the Qwen2-VL test model (health checks off, retries off).
-async fn epd(encoders: usize, prefill: impl FnOnce(&mut MockConfig)) -> Epd {
+pub(crate) async fn epd(encoders: usize, prefill: impl FnOnce(&mut MockConfig)) -> Epd {
     let mut es = Vec::new();
     for _ in 0..encoders {
         es.push(ts(Role::Encode, |_| {}).await);
