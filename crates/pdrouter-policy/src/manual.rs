@@ -14,6 +14,9 @@
 //!   [`MAX_KEY_BYTES`] (a longer key is remembered by a 128-bit digest of it, so two long
 //!   keys share a worker only if their digests collide); keys idle for longer than
 //!   `max_idle_secs` are dropped by [`Manual::expire_idle`], which the router calls periodically.
+//! - No scan holds every key: keys live in [`SHARDS`] maps, each under its own lock, and
+//!   expiry and a worker's removal walk them one shard at a time, so a request waits for at
+//!   most one shard's walk (about 1/64 of the keys), never for all of them.
 //! - A request without a key is placed by the assignment mode and remembers nothing.
 //! - rank writes a full permutation: the key's worker first (if it is a candidate), then the
 //!   rest in the assignment mode's order.
@@ -85,21 +88,24 @@ struct Entry {
     last_used: u64,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    keys: HashMap<Box<str>, Entry>,
-    /// Keys whose current assignment is each url (for `min_group`).
-    per_url: HashMap<Box<str>, usize>,
-}
+/// Maps the keys are spread over, each under its own lock.
+pub(crate) const SHARDS: usize = 64;
 
-impl State {
+type Shard = HashMap<Box<str>, Entry>;
+
+/// Keys whose current assignment is each url (for `min_group`). Locked after a shard, never
+/// before one.
+#[derive(Debug, Default)]
+struct Counts(HashMap<Box<str>, usize>);
+
+impl Counts {
     fn count(&mut self, url: &str, delta: isize) {
         if delta > 0 {
-            *self.per_url.entry(url.into()).or_default() += 1;
-        } else if let Some(n) = self.per_url.get_mut(url) {
+            *self.0.entry(url.into()).or_default() += 1;
+        } else if let Some(n) = self.0.get_mut(url) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                self.per_url.remove(url);
+                self.0.remove(url);
             }
         }
     }
@@ -109,15 +115,24 @@ impl State {
 #[derive(Debug)]
 pub(crate) struct Manual {
     config: ManualConfig,
-    state: Mutex<State>,
+    shards: Box<[Mutex<Shard>]>,
+    per_url: Mutex<Counts>,
+    /// Keys remembered, over every shard.
+    len: std::sync::atomic::AtomicUsize,
 }
 
 impl Manual {
     pub(crate) fn new(config: ManualConfig) -> Self {
         Self {
             config,
-            state: Mutex::new(State::default()),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            per_url: Mutex::default(),
+            len: Default::default(),
         }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        &self.shards[crate::hash::hash_str(key) as usize % SHARDS]
     }
 
     fn key<'a>(req: &RequestInfo<'a>) -> Option<std::borrow::Cow<'a, str>> {
@@ -146,33 +161,31 @@ impl Manual {
             return;
         }
         let key = Self::key(req);
-        let state = self.state.lock();
-        let sticky = key
-            .as_deref()
-            .and_then(|k| state.keys.get(k))
-            .and_then(|e| {
+        let sticky = key.as_deref().and_then(|k| {
+            let shard = self.shard(k).lock();
+            shard.get(k).and_then(|e| {
                 e.urls
                     .iter()
                     .find_map(|u| workers.iter().position(|w| w.url() == &**u))
-            });
+            })
+        });
         match self.config.assignment_mode {
             AssignmentMode::Random => {
-                drop(state);
                 let start = rand::rng().random_range(0..n);
                 out.extend(sticky);
                 order::rotation_except(n, start, sticky.as_slice(), out);
             }
             AssignmentMode::MinLoad => {
-                drop(state);
                 order::by_load(&mut order::load_keys(workers), sticky, out);
             }
             AssignmentMode::MinGroup => {
+                let counts = self.per_url.lock();
                 let mut keys: Vec<(usize, usize)> = workers
                     .iter()
                     .enumerate()
-                    .map(|(i, w)| (state.per_url.get(w.url()).copied().unwrap_or(0), i))
+                    .map(|(i, w)| (counts.0.get(w.url()).copied().unwrap_or(0), i))
                     .collect();
-                drop(state);
+                drop(counts);
                 keys.sort_unstable();
                 out.extend(sticky);
                 out.extend(
@@ -186,12 +199,12 @@ impl Manual {
 
     /// Records that the request's key now goes to `url`.
     pub(crate) fn commit(&self, url: &str, req: &RequestInfo<'_>) {
+        use std::sync::atomic::Ordering;
         let Some(key) = Self::key(req) else {
             return;
         };
-        let mut state = self.state.lock();
-        let state = &mut *state;
-        if let Some(entry) = state.keys.get_mut(&*key) {
+        let mut shard = self.shard(&key).lock();
+        if let Some(entry) = shard.get_mut(&*key) {
             entry.last_used = req.now_secs;
             if entry.urls.iter().any(|u| &**u == url) {
                 return;
@@ -201,67 +214,100 @@ impl Manual {
                 entry.urls.remove(0);
             }
             entry.urls.push(url.into());
+            let mut counts = self.per_url.lock();
             if let Some(old) = old {
-                state.count(&old, -1);
+                counts.count(&old, -1);
             }
-            state.count(url, 1);
+            counts.count(url, 1);
             return;
         }
-        if state.keys.len() >= MAX_KEYS {
+        // Claim room first, so concurrent inserts in other shards cannot overshoot.
+        if self
+            .len
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_KEYS).then_some(n + 1)
+            })
+            .is_err()
+        {
             return;
         }
-        state.keys.insert(
+        shard.insert(
             key.into_owned().into_boxed_str(),
             Entry {
                 urls: vec![url.into()],
                 last_used: req.now_secs,
             },
         );
-        state.count(url, 1);
+        self.per_url.lock().count(url, 1);
     }
 
-    /// Forgets keys unused for longer than `max_idle_secs` at `now_secs`; returns how many.
+    /// Forgets keys unused for longer than `max_idle_secs` at `now_secs`, one shard at a
+    /// time; returns how many.
     pub(crate) fn expire_idle(&self, now_secs: u64) -> usize {
         let max_idle = self.config.max_idle_secs;
-        let mut state = self.state.lock();
-        let state = &mut *state;
-        let before = state.keys.len();
-        let mut dropped: Vec<Box<str>> = Vec::new();
-        state.keys.retain(|_, e| {
-            let keep = now_secs.saturating_sub(e.last_used) <= max_idle;
-            if !keep && let Some(u) = e.urls.last() {
-                dropped.push(u.clone());
+        let mut total = 0;
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            let mut dropped: Vec<Box<str>> = Vec::new();
+            shard.retain(|_, e| {
+                let keep = now_secs.saturating_sub(e.last_used) <= max_idle;
+                if !keep && let Some(u) = e.urls.last() {
+                    dropped.push(u.clone());
+                }
+                keep
+            });
+            if dropped.is_empty() {
+                continue;
             }
-            keep
-        });
-        for u in &dropped {
-            state.count(u, -1);
+            let mut counts = self.per_url.lock();
+            for u in &dropped {
+                counts.count(u, -1);
+            }
+            drop(counts);
+            self.len
+                .fetch_sub(dropped.len(), std::sync::atomic::Ordering::AcqRel);
+            total += dropped.len();
         }
-        before - state.keys.len()
+        total
     }
 
-    /// Forgets the url in every key (a removed worker): keys left with no worker are dropped.
+    /// Forgets the url in every key (a removed worker), one shard at a time: keys left with
+    /// no worker are dropped, a key whose current worker it was counts for its other one.
     pub(crate) fn remove_worker(&self, url: &str) {
-        let mut state = self.state.lock();
-        let state = &mut *state;
-        state.keys.retain(|_, e| {
-            e.urls.retain(|u| &**u != url);
-            !e.urls.is_empty()
-        });
-        state.per_url.remove(url);
-        // Recount: a key whose current worker was removed now counts for its other one.
-        let mut per_url: HashMap<Box<str>, usize> = HashMap::new();
-        for e in state.keys.values() {
-            if let Some(u) = e.urls.last() {
-                *per_url.entry(u.clone()).or_default() += 1;
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            let (mut moved, mut gone): (Vec<Box<str>>, usize) = (Vec::new(), 0);
+            shard.retain(|_, e| {
+                let was_current = e.urls.last().is_some_and(|u| &**u == url);
+                e.urls.retain(|u| &**u != url);
+                match e.urls.last() {
+                    None => {
+                        gone += 1;
+                        false
+                    }
+                    Some(now) => {
+                        if was_current {
+                            moved.push(now.clone());
+                        }
+                        true
+                    }
+                }
+            });
+            if !moved.is_empty() {
+                let mut counts = self.per_url.lock();
+                for u in &moved {
+                    counts.count(u, 1);
+                }
             }
+            self.len
+                .fetch_sub(gone, std::sync::atomic::Ordering::AcqRel);
         }
-        state.per_url = per_url;
+        self.per_url.lock().0.remove(url);
     }
 
     /// Keys currently remembered.
     pub(crate) fn keys(&self) -> usize {
-        self.state.lock().keys.len()
+        self.len.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -364,8 +410,9 @@ mod tests {
         }
         m.commit(&ws[0].url, &req(&other, 2));
         assert_eq!(m.keys(), 2, "two long keys, two entries");
-        let state = m.state.lock();
-        assert!(state.keys.keys().all(|k| k.len() <= MAX_KEY_BYTES));
+        for shard in m.shards.iter() {
+            assert!(shard.lock().keys().all(|k| k.len() <= MAX_KEY_BYTES));
+        }
     }
 
     #[test]
@@ -381,10 +428,7 @@ mod tests {
         assert_eq!(m.expire_idle(250), 0);
         assert_eq!(m.expire_idle(251), 1);
         assert_eq!(m.keys(), 0);
-        assert!(
-            m.state.lock().per_url.is_empty(),
-            "group counts back to zero"
-        );
+        assert!(m.per_url.lock().0.is_empty(), "group counts back to zero");
     }
 
     #[test]
@@ -399,6 +443,31 @@ mod tests {
         let w = route(&m, &ws, "k", 0);
         m.remove_worker(&ws[w].url);
         assert_eq!(m.keys(), 0);
-        assert!(m.state.lock().per_url.is_empty());
+        assert!(m.per_url.lock().0.is_empty());
+    }
+
+    /// Keys spread over every shard; a removed worker's keys move their group count to their
+    /// other worker, and expiry walks every shard.
+    #[test]
+    fn group_counts_follow_keys_across_shards() {
+        let m = manual(AssignmentMode::MinGroup);
+        let ws = workers(&[0; 3]);
+        for k in 0..600 {
+            route(&m, &ws, &format!("key-{k}"), 0);
+        }
+        assert_eq!(m.keys(), 600);
+        assert!(
+            m.shards.iter().all(|s| !s.lock().is_empty()),
+            "every shard used"
+        );
+        let total = |m: &Manual| m.per_url.lock().0.values().sum::<usize>();
+        assert_eq!(total(&m), 600);
+        // min_group spread them evenly.
+        assert!(m.per_url.lock().0.values().all(|&n| n == 200));
+        m.remove_worker(&ws[0].url);
+        assert_eq!(m.keys(), 400, "keys only on the removed worker are gone");
+        assert_eq!(total(&m), 400);
+        assert_eq!(m.expire_idle(1_000), 400);
+        assert_eq!((m.keys(), total(&m)), (0, 0));
     }
 }
