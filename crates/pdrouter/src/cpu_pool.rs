@@ -13,8 +13,11 @@
 //! leave idle.
 //!
 //! Invariants:
-//! - At most [`threads`] jobs run at once; later ones wait in arrival order. The queue holds
-//!   one job per request being tokenized, so it is bounded by the requests the router admits.
+//! - At most [`threads`] jobs run at once; later ones wait in arrival order, at most
+//!   [`MAX_WAITING`] of them: past that a job is refused at once ([`PoolError::Full`], a 503
+//!   with `Retry-After` to the client), and a job that waited longer than [`MAX_WAIT`] is
+//!   dropped unrun when its turn comes ([`PoolError::Late`], the same 503), so the queue can
+//!   hold neither unbounded work nor work nobody will wait for.
 //! - A job whose caller went away before the job started is dropped unrun (what it holds,
 //!   a request's body or pixels, is freed then); one already running runs to its end and only
 //!   its result is dropped.
@@ -35,6 +38,70 @@ use crate::error::ApiError;
 pub const NICE: i32 = 19;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Most jobs waiting for a thread at once.
+pub const MAX_WAITING: usize = 256;
+/// Longest a job may wait for a thread.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Jobs waiting for a thread now.
+static WAITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Why a job did not give its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolError {
+    /// [`MAX_WAITING`] jobs were waiting already.
+    Full,
+    /// It waited longer than [`MAX_WAIT`].
+    Late,
+    /// It panicked.
+    Panicked,
+    /// The pool is gone.
+    Stopped,
+}
+
+impl std::fmt::Display for PoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PoolError::Full => "the tokenizer queue is full",
+            PoolError::Late => "the tokenizer queue was too slow",
+            PoolError::Panicked => "tokenizer job panicked",
+            PoolError::Stopped => "tokenizer pool stopped",
+        })
+    }
+}
+
+impl PoolError {
+    /// The client's answer: busy (503, retry in a second) or the router's own failure.
+    pub(crate) fn into_api_error(self) -> ApiError {
+        match self {
+            PoolError::Full | PoolError::Late => ApiError::tokenizer_busy(),
+            other => ApiError::internal(format!("tokenizer task failed: {other}")),
+        }
+    }
+}
+
+/// A waiting job's place in [`WAITING`], given back when the job starts or is dropped.
+struct Waiting;
+
+impl Waiting {
+    /// A place while fewer than `limit` jobs wait.
+    fn claim(limit: usize) -> Option<Waiting> {
+        use std::sync::atomic::Ordering;
+        WAITING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Waiting)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
 
 /// How many threads tokenize at once: one per core, at most four.
 pub fn threads() -> usize {
@@ -101,26 +168,41 @@ pub(crate) fn lower_priority(what: &str) {
 pub(crate) fn lower_priority(_what: &str) {}
 
 /// Runs `f` on the pool and waits for its result without blocking the runtime.
-pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+pub async fn run<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PoolError> {
+    run_within(MAX_WAIT, MAX_WAITING, f).await
+}
+
+/// [`run`], refused while `max_waiting` jobs wait and dropped unrun once it waited
+/// `max_wait`.
+async fn run_within<T: Send + 'static>(
+    max_wait: std::time::Duration,
+    max_waiting: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PoolError> {
+    let place = Waiting::claim(max_waiting).ok_or(PoolError::Full)?;
+    let queued = std::time::Instant::now();
     let (tx, rx) = oneshot::channel();
     let job: Job = Box::new(move || {
+        drop(place);
         // Nobody waits for the result any more (the client left): skip the work.
         if tx.is_closed() {
             return;
         }
-        let out = catch_unwind(AssertUnwindSafe(f)).map_err(|_| "tokenizer job panicked");
+        if queued.elapsed() >= max_wait {
+            let _ = tx.send(Err(PoolError::Late));
+            return;
+        }
+        let out = catch_unwind(AssertUnwindSafe(f)).map_err(|_| PoolError::Panicked);
         let _ = tx.send(out);
     });
     queue()
         .lock()
-        .map_err(|_| "tokenizer pool unavailable".to_owned())?
+        .map_err(|_| PoolError::Stopped)?
         .send(job)
-        .map_err(|_| "tokenizer pool stopped".to_owned())?;
-    match rx.await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_owned()),
-        Err(_) => Err("tokenizer pool stopped".to_owned()),
-    }
+        .map_err(|_| PoolError::Stopped)?;
+    rx.await.unwrap_or(Err(PoolError::Stopped))
 }
 
 /// Runs `f` inline for a small input, on these threads for a large one (`size` in bytes
@@ -132,9 +214,7 @@ pub(crate) async fn offload<T: Send + 'static>(
     if size <= OFFLOAD_THRESHOLD_BYTES {
         return Ok(f());
     }
-    run(f)
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))
+    run(f).await.map_err(PoolError::into_api_error)
 }
 
 #[cfg(test)]
@@ -184,7 +264,7 @@ pub(crate) mod tests {
         assert_eq!(run(|| 2 + 2).await.unwrap(), 4);
         for _ in 0..threads() + 1 {
             let err = run(|| -> u32 { panic!("boom") }).await.unwrap_err();
-            assert!(err.contains("panicked"), "{err}");
+            assert_eq!(err, PoolError::Panicked);
         }
         // Every thread has survived a panic and still serves.
         let all: Vec<_> = (0..8).map(|i| run(move || i * 10)).collect();
@@ -193,6 +273,59 @@ pub(crate) mod tests {
             got.push(f.await.unwrap());
         }
         assert_eq!(got, (0..8).map(|i| i * 10).collect::<Vec<_>>());
+    }
+
+    /// With every thread held, a job that waited past its deadline is dropped unrun and
+    /// answered Late; the bound on waiting jobs refuses the one past it at once.
+    #[tokio::test]
+    async fn a_late_job_is_dropped_and_a_full_queue_refuses_at_once() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        let mut gates: Vec<_> = (0..threads())
+            .map(|_| {
+                let gate = gate.clone();
+                Box::pin(run(move || {
+                    let _ = gate.lock().map(|g| g.recv());
+                }))
+            })
+            .collect();
+        for g in &mut gates {
+            assert!(futures_util::poll!(g.as_mut()).is_pending());
+        }
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let late = tokio::spawn(run_within(
+            std::time::Duration::ZERO,
+            MAX_WAITING,
+            move || flag.store(true, Ordering::SeqCst),
+        ));
+        // A small bound (other tests share the pool, whose own bound they must not meet):
+        // filled, the next job is refused without waiting.
+        const LIMIT: usize = 4;
+        let mut fillers = Vec::new();
+        loop {
+            let mut f = Box::pin(run_within(MAX_WAIT, LIMIT, || ()));
+            match futures_util::poll!(f.as_mut()) {
+                std::task::Poll::Ready(r) => {
+                    assert_eq!(r, Err(PoolError::Full));
+                    break;
+                }
+                std::task::Poll::Pending => fillers.push(f),
+            }
+            assert!(fillers.len() <= LIMIT, "the queue has no bound");
+        }
+        for _ in 0..threads() {
+            open.send(()).unwrap();
+        }
+        for g in gates {
+            g.await.unwrap();
+        }
+        assert_eq!(late.await.unwrap(), Err(PoolError::Late));
+        assert!(!ran.load(Ordering::SeqCst), "the late job ran");
+        for f in fillers {
+            f.await.unwrap();
+        }
     }
 
     #[cfg(target_os = "linux")]

@@ -284,6 +284,19 @@ impl ApiError {
         }
     }
 
+    /// The queue of prompts waiting to be tokenized (or images to be decoded) is full, or a
+    /// request waited in it too long: 503 with `Retry-After: 1`.
+    pub fn tokenizer_busy() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tokenizer_busy",
+                "the router's tokenizer queue is full; retry later",
+            )
+        }
+    }
+
     /// The global limiter's queue is full (429 with `Retry-After: 1`, never retried).
     pub fn rate_limited() -> Self {
         Self {

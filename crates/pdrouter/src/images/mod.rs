@@ -181,7 +181,7 @@ impl ImageInputs {
                 model.process(&bytes, &limits, dtype)
             })
             .await
-            .map_err(ApiError::internal)?
+            .map_err(cpu_pool::PoolError::into_api_error)?
             .map_err(|e| ImageInputError::from(e).into_api_error(path))?;
             items.push(ImageItem {
                 part: path,
