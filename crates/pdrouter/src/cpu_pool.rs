@@ -182,7 +182,7 @@ async fn run_within<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PoolError> {
     let place = Waiting::claim(max_waiting).ok_or(PoolError::Full)?;
-    let queued = std::time::Instant::now();
+    let queued = tokio::time::Instant::now();
     let (tx, rx) = oneshot::channel();
     let job: Job = Box::new(move || {
         drop(place);
