@@ -361,8 +361,8 @@ async fn fields_not_served_over_grpc_answer_501_naming_them() {
         ),
         (
             "/v1/responses",
-            r#"{"input":"x","tools":[{"type":"function","name":"f"}]}"#,
-            "'tools'",
+            r#"{"input":"x","tools":[{"type":"web_search"}]}"#,
+            "tools[0] of type 'web_search'",
         ),
         (
             "/generate",
@@ -376,8 +376,8 @@ async fn fields_not_served_over_grpc_answer_501_naming_them() {
         ),
         (
             "/v1/responses",
-            r#"{"input":[{"type":"function_call_output","call_id":"c","output":"o"}]}"#,
-            "function_call_output",
+            r#"{"input":[{"type":"computer_call","call_id":"c"}]}"#,
+            "computer_call",
         ),
     ] {
         let reply = post(r.addr(), path, body).await;
