@@ -40,6 +40,14 @@ use super::stream::{AbortOnDrop, Auth, Inner, with_auth};
 pub use super::stream::{LegStream, Legs};
 use super::vllm::{self, VllmKv};
 
+/// Streams the router cancelled whose late frames are still recognised, and for how long.
+/// The router cancels a stream whenever it is done before the engine (a stop string, a
+/// client gone, a Prefill leg past its grace); at thousands of requests a second h2's
+/// defaults (10 streams, 30 s) forget them at once, and every frame the engine had in flight
+/// on one then counts as a protocol error.
+const RESET_STREAMS: usize = 4096;
+const RESET_STREAM_DURATION: Duration = Duration::from_secs(2);
+
 /// HTTP/2 keep-alive ping period on worker channels.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a keep-alive ping may go unanswered before the connection is dropped.
@@ -122,6 +130,14 @@ impl WorkerChannel {
                         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
                         .keep_alive_while_idle(true)
                         .http2_adaptive_window(true)
+                        .http2_max_concurrent_reset_streams(RESET_STREAMS)
+                        .http2_reset_stream_duration(RESET_STREAM_DURATION)
+                        // h2 counts those frames over the connection's whole life and, past
+                        // 1,024, closes it (ENHANCE_YOUR_CALM), failing every stream on it: a
+                        // guard against hostile servers that an engine the router is
+                        // configured with is not. Measured: a busy gRPC PD router lost its
+                        // Decode connection after ~30k requests.
+                        .http2_max_local_error_reset_streams(None)
                         .connect_lazy()
                 })
                 .map_err(|e| e.to_string())
