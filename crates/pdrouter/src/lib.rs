@@ -13,6 +13,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod edge;
 pub mod engine;
+pub mod entry;
 pub mod error;
 pub mod grpc;
 pub mod http;

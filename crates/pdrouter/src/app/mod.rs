@@ -106,7 +106,14 @@ impl RouterHandle {
 
     /// Waits for SIGTERM or Ctrl-C, then shuts down with the configured grace period.
     pub async fn run_until_signal(self) {
-        wait_for_signal().await;
+        self.run_until(wait_for_signal()).await;
+    }
+
+    /// Serves until `stop` completes, then shuts down as on a signal: stops accepting and
+    /// lets in-flight requests finish within the configured grace period. For embedders that
+    /// own the process's signals (the Python API stops a router from a method call).
+    pub async fn run_until(self, stop: impl std::future::Future<Output = ()>) {
+        stop.await;
         tracing::info!("shutdown requested; finishing in-flight requests");
         let grace = self.state.cfg.shutdown_grace;
         self.shutdown(grace).await;
