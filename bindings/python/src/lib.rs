@@ -184,10 +184,9 @@ impl Router {
         }
         argv.extend(args);
         let cli = Cli::try_parse_args(argv).map_err(|e| PyValueError::new_err(parse_error(&e)))?;
+        // `launch` was put first above, so clap read every other word as its flags.
         let Command::Launch(launch) = cli.command else {
-            return Err(PyValueError::new_err(
-                "a Router runs `launch`; use run() for demo",
-            ));
+            return Err(PyValueError::new_err("a Router runs `launch` only"));
         };
         let launch = Launch::new(*launch).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let rt = runtime()?;
@@ -315,8 +314,11 @@ impl Router {
 fn seconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
     timeout
         .map(|t| {
-            Duration::try_from_secs_f64(t)
-                .map_err(|_| PyValueError::new_err(format!("timeout must be >= 0, not {t}")))
+            Duration::try_from_secs_f64(t).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "timeout must be a finite number of seconds >= 0, not {t}"
+                ))
+            })
         })
         .transpose()
 }

@@ -1,9 +1,12 @@
 """The Python API: Router/start serve real pdrouter-mock workers and stop on request; the name
 lists are the ones the flags take; the wheel is one abi3 wheel for CPython 3.9 and later."""
 
+import gc
 import os
 import re
 import socket
+import struct
+import sys
 import threading
 import time
 import urllib.request
@@ -43,6 +46,21 @@ def test_the_router_is_closed_after_stop(mocks):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     with pytest.raises(RuntimeError, match="stopped"):
         router.wait_ready(timeout=1)
+
+
+def test_a_router_dropped_without_stop_stops(mocks):
+    router = pdrouter.start(pd_flags(*mocks))
+    port = int(router.url.rsplit(":", 1)[1])
+    del router
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            break
+        assert time.monotonic() < deadline, "the dropped router still listens"
+        time.sleep(0.05)
 
 
 def test_routers_in_one_process_are_independent(mocks):
@@ -112,6 +130,8 @@ def test_stop_abandons_a_start_that_waits_for_workers():
     router = pdrouter.Router(flags)
     with pytest.raises(TimeoutError):
         router.wait_ready(timeout=0.2)
+    with pytest.raises(ValueError, match="timeout must be"):
+        router.wait_ready(timeout=-1)
     began = time.monotonic()
     router.stop(timeout=30)
     assert time.monotonic() - began < 30
@@ -158,3 +178,36 @@ def test_the_wheel_is_abi3_for_cpython_39_and_later():
     for stub in ("pdrouter/py.typed", "pdrouter/_pdrouter.pyi", "pdrouter/launch_router.py"):
         assert stub in names
     assert re.search(r"^pdrouter\s*=\s*pdrouter:main$", entry_points, re.M), entry_points
+
+
+def elf_needed(path):
+    """The DT_NEEDED entries (shared libraries) of the ELF64 little-endian file at `path`."""
+    data = Path(path).read_bytes()
+    assert data[:6] == b"\x7fELF\x02\x01", "not an ELF64 little-endian file"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+    ]
+    needed = []
+    for _name, kind, _flags, _addr, offset, size, link, *_ in sections:
+        if kind != 6:  # SHT_DYNAMIC; its sh_link is the string table's index
+            continue
+        strtab = sections[link][4]
+        for at in range(offset, offset + size, 16):
+            tag, value = struct.unpack_from("<qQ", data, at)
+            if tag == 1:  # DT_NEEDED
+                end = data.index(b"\0", strtab + value)
+                needed.append(data[strtab + value:end].decode())
+    return needed
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF check")
+def test_the_extension_does_not_link_libpython():
+    # A wheel's extension must take Python's symbols from the interpreter that loads it (the
+    # abi3 promise, and manylinux's rule): maturin builds it without linking libpython.
+    so = Path(pdrouter._pdrouter.__file__)
+    assert so.name == "_pdrouter.abi3.so"
+    needed = elf_needed(so)
+    assert "libc.so.6" in needed, needed
+    assert not any(n.startswith("libpython") for n in needed), needed
