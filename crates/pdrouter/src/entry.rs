@@ -4,9 +4,10 @@
 //! [`run`] never exits the process: help, version, usage errors and failures are printed as the
 //! binary prints them and come back as the exit code (0, 1, or 2 for argument errors), so an
 //! embedder (a Python interpreter) can unwind normally. The process-wide choices stay with the
-//! caller: the binary's allocator (jemalloc) is `main.rs`'s, and signal handlers are installed
-//! by [`RouterHandle::run_until_signal`](crate::RouterHandle::run_until_signal) only once the
-//! router is listening.
+//! caller: the binary's allocator (jemalloc) is `main.rs`'s. `launch` installs its SIGTERM and
+//! SIGINT handlers ([`shutdown_signal`](crate::app::shutdown_signal)) once the router has
+//! started and before it prints `pdrouter listening on ...`, so a signal sent after that line
+//! always shuts down gracefully, and one sent before it has the signal's default action.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -78,11 +79,13 @@ where
             runtime.block_on(async move {
                 match crate::start(config).await {
                     Ok(handle) => {
+                        // Before the announcement: whoever reads it may signal at once.
+                        let signal = crate::app::shutdown_signal();
                         println!("pdrouter listening on {scheme}://{}", handle.addr());
                         if let Some(m) = handle.metrics_addr() {
                             println!("pdrouter metrics on http://{m}/metrics");
                         }
-                        handle.run_until_signal().await;
+                        handle.run_until(signal).await;
                         0
                     }
                     Err(e) => {
