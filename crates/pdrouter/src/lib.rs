@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod dispatch;
 pub mod edge;
 pub mod engine;
+pub mod entry;
 pub mod error;
 pub mod grpc;
 pub mod http;

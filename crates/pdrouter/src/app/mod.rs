@@ -109,7 +109,15 @@ impl RouterHandle {
 
     /// Waits for SIGTERM or Ctrl-C, then shuts down with the configured grace period.
     pub async fn run_until_signal(self) {
-        wait_for_signal().await;
+        self.run_until(shutdown_signal()).await;
+    }
+
+    /// Serves until `stop` completes, then shuts down as on a signal: stops accepting and
+    /// lets in-flight requests finish within the configured grace period. For embedders that
+    /// own the process's signals (the Python API stops a router from a method call), and for
+    /// a [`shutdown_signal`] taken before the router is announced.
+    pub async fn run_until(self, stop: impl std::future::Future<Output = ()>) {
+        stop.await;
         tracing::info!("shutdown requested; finishing in-flight requests");
         let grace = self.state.cfg.shutdown_grace;
         self.shutdown(grace).await;
@@ -117,25 +125,38 @@ impl RouterHandle {
     }
 }
 
-async fn wait_for_signal() {
+/// Completes on SIGTERM or SIGINT (Ctrl-C). The handlers are installed by this call (it must
+/// run inside the Tokio runtime), not when the future is first polled: a signal sent at any
+/// time after it returns is seen, so a caller that announces its address after calling it
+/// (`entry::run`) shuts down gracefully on a signal sent right after the announcement.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                (Ok(mut term), Err(_)) => {
+                    term.recv().await;
+                }
+                (Err(_), _) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

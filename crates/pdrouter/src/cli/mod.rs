@@ -160,12 +160,25 @@ impl Cli {
     /// errors: 2), except that a value a numeric flag cannot take is one line naming the flag
     /// and its range, like an out-of-range value caught by [`Config::validate`].
     pub fn parse_from_env() -> Self {
-        Self::try_parse_args(std::env::args_os()).unwrap_or_else(|e| {
+        Self::parse_from(std::env::args_os()).unwrap_or_else(|code| std::process::exit(code.into()))
+    }
+
+    /// Parses `args` as [`Cli::parse_from_env`] does, printing what it prints, but returns the
+    /// exit code instead of exiting (for callers that own the process, such as the Python
+    /// extension).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, u8>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Self::try_parse_args(args).map_err(|e| {
             if let Some(line) = numeric_value_error(&e) {
                 eprintln!("error: {line}");
-                std::process::exit(2);
+                return 2;
             }
-            e.exit()
+            let _ = e.print();
+            // clap's codes are 0 (help, version) and 2 (usage errors).
+            u8::try_from(e.exit_code()).unwrap_or(2)
         })
     }
 }
