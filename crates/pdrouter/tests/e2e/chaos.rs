@@ -172,10 +172,15 @@ async fn nothing_leaks_under_chaos(t: Transport) {
         0,
         "a task panicked"
     );
+    // A deadline, not a margin: legs wind down within their own timeouts (the Prefill
+    // grace after Decode is 5 s), so allow them that on a loaded machine.
     assert!(
-        eventually(Duration::from_secs(5), || total_load(&r) == 0
+        eventually(Duration::from_secs(15), || total_load(&r) == 0
             && adm.inflight_total() == 0)
-        .await
+        .await,
+        "load {} and admission {} left held",
+        total_load(&r),
+        adm.inflight_total()
     );
     // Nothing is left running on the workers either: abandoned legs were aborted.
     for w in [&p1, &p2, &d1, &d2] {
