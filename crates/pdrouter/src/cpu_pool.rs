@@ -221,25 +221,33 @@ pub(crate) async fn offload<T: Send + 'static>(
 pub(crate) mod tests {
     use super::*;
 
-    /// A job whose caller left while it waited in the queue never runs.
-    #[tokio::test]
-    async fn a_job_whose_caller_left_before_it_started_is_skipped() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        // Every thread held by a gate, so the next job waits in the queue.
+    type Held = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), PoolError>>>>;
+
+    /// Every thread held by a gate (a message on the sender, one per thread, lets one go),
+    /// so the next job waits in the queue; the gates' futures are returned, to be awaited.
+    async fn hold_every_thread() -> (std::sync::mpsc::Sender<()>, Vec<Held>) {
         let (open, gate) = std::sync::mpsc::channel::<()>();
         let gate = Arc::new(Mutex::new(gate));
-        let mut gates: Vec<_> = (0..threads())
+        let mut gates: Vec<Held> = (0..threads())
             .map(|_| {
                 let gate = gate.clone();
                 Box::pin(run(move || {
                     let _ = gate.lock().map(|g| g.recv());
-                }))
+                })) as Held
             })
             .collect();
-        // Each first poll queues its gate, in order, before the job below.
+        // Each first poll queues its gate, in order, before any later job.
         for g in &mut gates {
             assert!(futures_util::poll!(g.as_mut()).is_pending());
         }
+        (open, gates)
+    }
+
+    /// A job whose caller left while it waited in the queue never runs.
+    #[tokio::test]
+    async fn a_job_whose_caller_left_before_it_started_is_skipped() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (open, gates) = hold_every_thread().await;
         let ran = Arc::new(AtomicBool::new(false));
         let flag = ran.clone();
         let mut left = Box::pin(run(move || flag.store(true, Ordering::SeqCst)));
@@ -280,19 +288,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_late_job_is_dropped_and_a_full_queue_refuses_at_once() {
         use std::sync::atomic::{AtomicBool, Ordering};
-        let (open, gate) = std::sync::mpsc::channel::<()>();
-        let gate = Arc::new(Mutex::new(gate));
-        let mut gates: Vec<_> = (0..threads())
-            .map(|_| {
-                let gate = gate.clone();
-                Box::pin(run(move || {
-                    let _ = gate.lock().map(|g| g.recv());
-                }))
-            })
-            .collect();
-        for g in &mut gates {
-            assert!(futures_util::poll!(g.as_mut()).is_pending());
-        }
+        let (open, gates) = hold_every_thread().await;
         let ran = Arc::new(AtomicBool::new(false));
         let flag = ran.clone();
         let late = tokio::spawn(run_within(
