@@ -48,8 +48,8 @@ impl Default for TemplateVars {
 const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
 /// The template variables a chat body asks for: `add_generation_prompt`,
-/// `chat_template_kwargs` (an object), then `reasoning_effort` and, for effort `none`,
-/// thinking turned off, where the kwargs leave them unset.
+/// `chat_template_kwargs` (an object), then `reasoning_effort` unless the kwargs set it and,
+/// for effort `none`, thinking turned off unless the kwargs set either thinking switch.
 pub(crate) fn template_vars(o: &Map<String, Value>) -> Result<TemplateVars, ApiError> {
     let generation_prompt = match o.get("add_generation_prompt") {
         None | Some(Value::Null) => true,
@@ -92,16 +92,20 @@ fn template_kwargs(o: &Map<String, Value>) -> Result<Vec<(String, TemplateValue)
             ));
         }
     };
-    let mut set = |k: &str, v: TemplateValue| {
-        if !out.iter().any(|(name, _)| name == k) {
-            out.push((k.to_owned(), v));
+    let has = |out: &[(String, TemplateValue)], k: &str| out.iter().any(|(name, _)| name == k);
+    // The two thinking switches are one: kwargs that set either keep both as given, so the
+    // template and the parser (`thinking_off`) always agree.
+    if effort == "none" && !has(&out, "enable_thinking") && !has(&out, "thinking") {
+        for k in ["enable_thinking", "thinking"] {
+            out.push((k.to_owned(), TemplateValue::from_serialize(&false)));
         }
-    };
-    if effort == "none" {
-        set("enable_thinking", TemplateValue::from_serialize(&false));
-        set("thinking", TemplateValue::from_serialize(&false));
     }
-    set("reasoning_effort", TemplateValue::from_serialize(&effort));
+    if !has(&out, "reasoning_effort") {
+        out.push((
+            "reasoning_effort".into(),
+            TemplateValue::from_serialize(&effort),
+        ));
+    }
     Ok(out)
 }
 
@@ -432,6 +436,9 @@ mod tests {
             {"enable_thinking": true}}));
         assert!(render(&on).ends_with("assistant\n"), "{}", render(&on));
         assert!(!thinking_off(&on));
+        // Setting one switch keeps the other unset: no template sees thinking both on and off.
+        let on_vars = template_vars(&on).unwrap();
+        assert!(!on_vars.kwargs.iter().any(|(k, _)| k == "thinking"));
         let high = obj(json!({"reasoning_effort": "high"}));
         assert!(!thinking_off(&high));
         let vars = template_vars(&high).unwrap();

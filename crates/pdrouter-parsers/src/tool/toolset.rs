@@ -43,6 +43,11 @@ impl ToolSet {
         set
     }
 
+    /// Keeps only the functions `keep` accepts by name.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.functions.retain(|f| keep(&f.name));
+    }
+
     /// From an OpenAI `tools` array: `[{"type": "function", "function": {"name": …,
     /// "parameters": {…}}}]`. Entries that are not functions, or have no name, are skipped.
     pub fn from_openai_tools(tools: &Value) -> Self {

@@ -457,11 +457,7 @@ fn forget_removed_slots(registry: &Registry, sizer: &Arc<crate::sizing::Sizer>) 
 /// first with `--dp-aware`; the first that cannot be registered stops the router.
 async fn register_startup_workers(parts: &Parts) -> Result<(), StartError> {
     let (cfg, registry, client) = (&parts.cfg, &parts.registry, &parts.client);
-    let initial = if cfg.health.enabled {
-        WorkerStatus::Pending
-    } else {
-        WorkerStatus::Ready
-    };
+    let initial = health::initial_status(&cfg.health);
     for spec in &cfg.workers {
         // `--api-key` is also the key the router presents to its startup workers (unless one
         // has its own), on inference legs, health probes and information calls alike.

@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, DiscoverySettings, WorkerSpec, WorkerType};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
-use crate::registry::{Registry, WorkerStatus, health};
+use crate::registry::{Registry, health};
 use kube::{KubeApi, KubeError};
 
 /// Longest a WATCH may stay silent before it is opened again (the server is asked to end it
@@ -220,30 +220,12 @@ impl Follower {
     }
 
     async fn register(&self, mut spec: WorkerSpec, pod: &str) -> bool {
-        let cfg = &self.sink.cfg;
-        spec.api_key = cfg.api_key.clone();
-        let dp = if cfg.dp_aware {
-            health::discover_dp_size(
-                &self.sink.client,
-                &spec,
-                cfg.health.timeout,
-                cfg.grpc_runtime,
-            )
-            .await
-        } else {
-            None
-        };
-        let initial = if cfg.health.enabled {
-            WorkerStatus::Pending
-        } else {
-            WorkerStatus::Ready
-        };
-        match self.sink.registry.register(&spec, dp, initial) {
-            Ok(added) => {
-                if !cfg.health.enabled {
-                    health::learn_models(&self.sink.client, &added, cfg.health.timeout).await;
-                }
-                self.sink.metrics.discovery_registered(self.role.as_str());
+        let sink = &self.sink;
+        spec.api_key = sink.cfg.api_key.clone();
+        match health::register_running(&sink.registry, &sink.client, &sink.cfg, &spec, false).await
+        {
+            Ok(_) => {
+                sink.metrics.discovery_registered(self.role.as_str());
                 tracing::info!(url = %spec.url, pod, role = self.role.as_str(), "discovered worker added");
                 true
             }

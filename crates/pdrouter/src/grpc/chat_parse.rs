@@ -59,23 +59,13 @@ impl ChatAsk {
         let choice = tool_choice::choice(o, tools)?;
         let parallel = flag_or_true(o, "parallel_tool_calls")?;
         let none = choice == Choice::None;
-        let tools = tools.map(|t| match &choice {
+        let tools = tools.map(|t| {
+            let mut set = ToolSet::from_openai_tools(t);
             // Calls of other functions are text: the parser knows only the allowed ones.
-            Choice::Allowed { .. } | Choice::Named(_) => {
-                let offered: Vec<Value> = t
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|f| {
-                        f.pointer("/function/name")
-                            .and_then(Value::as_str)
-                            .is_some_and(|n| choice.allows(n))
-                    })
-                    .cloned()
-                    .collect();
-                ToolSet::from_openai_tools(&Value::Array(offered))
+            if matches!(choice, Choice::Allowed { .. } | Choice::Named(_)) {
+                set.retain(|name| choice.allows(name));
             }
-            _ => ToolSet::from_openai_tools(t),
+            set
         });
         let separate_reasoning = flag_or_true(o, "separate_reasoning")?;
         Ok(ChatAsk {

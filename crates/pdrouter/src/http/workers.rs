@@ -278,33 +278,15 @@ fn engine_fields(
 pub(crate) async fn add(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let result = async {
         let (spec, dp_aware) = parse_spec(&state, &json_body(&state, req).await?)?;
-        let dp = if dp_aware || state.cfg.dp_aware {
-            health::discover_dp_size(
-                &state.client,
-                &spec,
-                state.cfg.health.timeout,
-                state.cfg.grpc_runtime,
-            )
-            .await
-        } else {
-            None
-        };
-        let initial = if state.cfg.health.enabled {
-            WorkerStatus::Pending
-        } else {
-            WorkerStatus::Ready
-        };
-        let added = state
-            .registry
-            .register(&spec, dp, initial)
-            .map_err(|e| match e {
-                RegisterError::Duplicate(url) => {
-                    ApiError::conflict(format!("worker '{url}' is already registered"))
-                }
-            })?;
-        if !state.cfg.health.enabled {
-            health::learn_models(&state.client, &added, state.cfg.health.timeout).await;
-        }
+        let added =
+            health::register_running(&state.registry, &state.client, &state.cfg, &spec, dp_aware)
+                .await
+                .map_err(|e| match e {
+                    RegisterError::Duplicate(url) => {
+                        ApiError::conflict(format!("worker '{url}' is already registered"))
+                    }
+                })?;
+        let initial = health::initial_status(&state.cfg.health);
         tracing::info!(url = %spec.url, worker_type = spec.worker_type.as_str(), "worker added");
         let ids: Vec<&str> = added.iter().map(|w| w.id()).collect();
         Ok::<_, ApiError>(

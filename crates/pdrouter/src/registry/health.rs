@@ -257,6 +257,37 @@ pub async fn discover_dp_size(
     v["dp_size"].as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
+/// A new worker's status: pending until probed with health checks on, else ready.
+pub(crate) fn initial_status(health: &HealthConfig) -> WorkerStatus {
+    if health.enabled {
+        WorkerStatus::Pending
+    } else {
+        WorkerStatus::Ready
+    }
+}
+
+/// Registers a worker added while the router runs (`POST /workers`, pod discovery): its DP
+/// ranks asked first when `dp_aware` (or `--dp-aware`), pending until probed with health
+/// checks on, else ready with its model asked at once.
+pub(crate) async fn register_running(
+    registry: &Registry,
+    client: &UpstreamClient,
+    cfg: &crate::config::Config,
+    spec: &WorkerSpec,
+    dp_aware: bool,
+) -> Result<Vec<Arc<Worker>>, super::RegisterError> {
+    let dp = if dp_aware || cfg.dp_aware {
+        discover_dp_size(client, spec, cfg.health.timeout, cfg.grpc_runtime).await
+    } else {
+        None
+    };
+    let added = registry.register(spec, dp, initial_status(&cfg.health))?;
+    if !cfg.health.enabled {
+        learn_models(client, &added, cfg.health.timeout).await;
+    }
+    Ok(added)
+}
+
 /// Asks each worker which model it serves, all at once, for at most `timeout` (2 s at most).
 /// A worker that does not answer in time takes requests for any model until it is known.
 pub(crate) async fn learn_models(

@@ -30,10 +30,20 @@ pub(super) fn message(id: &str, status: &str, content: Value) -> Value {
     })
 }
 
+/// The id of the answer's reasoning item.
+fn reasoning_id(a: &Answer<'_>) -> String {
+    format!("rs_{}", a.id)
+}
+
+/// The id of the `index`-th call's item.
+fn call_item_id(a: &Answer<'_>, index: usize) -> String {
+    format!("fc_{}_{index}", a.id)
+}
+
 fn reasoning(a: &Answer<'_>, text: &str) -> Value {
     json!({
         "type": "reasoning",
-        "id": format!("rs_{}", a.id),
+        "id": reasoning_id(a),
         "summary": [],
         "content": [{"type": "reasoning_text", "text": text}],
     })
@@ -49,7 +59,7 @@ fn call(
 ) -> Value {
     json!({
         "type": "function_call",
-        "id": format!("fc_{}_{index}", a.id),
+        "id": call_item_id(a, index),
         "call_id": call_id,
         "name": name,
         "arguments": args,
@@ -165,7 +175,7 @@ impl Stream {
         let item = match self.open.take() {
             None => return,
             Some(Open::Reasoning(text)) => {
-                let item_id = format!("rs_{}", a.id);
+                let item_id = reasoning_id(a);
                 let part = json!({"type": "reasoning_text", "text": text});
                 out.push(event(
                     "response.reasoning_text.done",
@@ -202,7 +212,7 @@ impl Stream {
             }) => {
                 out.push(event(
                     "response.function_call_arguments.done",
-                    json!({"item_id": format!("fc_{}_{index}", a.id), "output_index": i,
+                    json!({"item_id": call_item_id(a, index), "output_index": i,
                         "arguments": args}),
                     seq,
                 ));
@@ -224,7 +234,7 @@ impl Stream {
                 if !matches!(self.open, Some(Open::Reasoning(_))) {
                     self.close(a, seq, out);
                     let i = self.index();
-                    let item = json!({"type": "reasoning", "id": format!("rs_{}", a.id),
+                    let item = json!({"type": "reasoning", "id": reasoning_id(a),
                         "summary": [], "content": []});
                     out.push(event(
                         "response.output_item.added",
@@ -233,7 +243,7 @@ impl Stream {
                     ));
                     out.push(event(
                         "response.content_part.added",
-                        json!({"item_id": format!("rs_{}", a.id), "output_index": i,
+                        json!({"item_id": reasoning_id(a), "output_index": i,
                             "content_index": 0, "part": {"type": "reasoning_text", "text": ""}}),
                         seq,
                     ));
@@ -241,7 +251,7 @@ impl Stream {
                 }
                 out.push(event(
                     "response.reasoning_text.delta",
-                    json!({"item_id": format!("rs_{}", a.id), "output_index": self.index(),
+                    json!({"item_id": reasoning_id(a), "output_index": self.index(),
                         "content_index": 0, "delta": s}),
                     seq,
                 ));
@@ -284,7 +294,7 @@ impl Stream {
                 if let Some(Open::Call { args, .. }) = &mut self.open {
                     out.push(event(
                         "response.function_call_arguments.delta",
-                        json!({"item_id": format!("fc_{}_{index}", a.id),
+                        json!({"item_id": call_item_id(a, index),
                             "output_index": self.done.len(), "delta": fragment}),
                         seq,
                     ));
