@@ -1,6 +1,8 @@
 //! The low-priority threads large prompts are tokenized on: large request bodies parsed
 //! (`http`), prompts rendered and tokenized (`grpc::translate`), images decoded and
-//! preprocessed (`images`).
+//! preprocessed (`images`); and the one that encodes long prompts' `Generate` messages
+//! ([`encode`], for `grpc::encoded`), a queue of its own so that a request already admitted
+//! never waits behind other requests' tokenization.
 //!
 //! Tokenizing a 32k-token prompt costs tens of milliseconds of CPU. On tokio's blocking pool
 //! that thread competes as an equal with the runtime's worker threads, so on a router with
@@ -12,9 +14,9 @@
 //! runs the async workers first whenever both are ready, and tokenization takes the CPU they
 //! leave idle.
 //!
-//! Invariants:
-//! - At most [`threads`] jobs run at once; later ones wait in arrival order, at most
-//!   [`MAX_WAITING`] of them: past that a job is refused at once ([`PoolError::Full`], a 503
+//! Invariants (per pool):
+//! - At most its thread count of jobs run at once ([`threads`] tokenizing, one encoding);
+//!   later ones wait in arrival order, at most [`MAX_WAITING`] of them: past that a job is refused at once ([`PoolError::Full`], a 503
 //!   with `Retry-After` to the client), and a job that waited longer than [`MAX_WAIT`] is
 //!   dropped unrun when its turn comes ([`PoolError::Late`], the same 503), so the queue can
 //!   hold neither unbounded work nor work nobody will wait for.
@@ -25,6 +27,7 @@
 //! - The threads are started on first use and live as long as the process.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -44,8 +47,19 @@ pub const MAX_WAITING: usize = 256;
 /// Longest a job may wait for a thread.
 pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Jobs waiting for a thread now.
-static WAITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// One pool: its threads, started on first use, and the count of jobs waiting for them.
+struct Pool {
+    name: &'static str,
+    threads: fn() -> usize,
+    queue: OnceLock<Mutex<Sender<Job>>>,
+    waiting: AtomicUsize,
+}
+
+/// The tokenizing pool.
+static TOKENIZE: Pool = Pool::new("tokenize", threads);
+/// The encoding pool: one thread (encoding a 32k-token message takes well under a
+/// millisecond).
+static ENCODE: Pool = Pool::new("encode", || 1);
 
 /// Why a job did not give its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,25 +95,24 @@ impl PoolError {
     }
 }
 
-/// A waiting job's place in [`WAITING`], given back when the job starts or is dropped.
-struct Waiting;
+/// A waiting job's place in its pool's count, given back when the job starts or is dropped.
+struct Waiting(&'static AtomicUsize);
 
 impl Waiting {
-    /// A place while fewer than `limit` jobs wait.
-    fn claim(limit: usize) -> Option<Waiting> {
-        use std::sync::atomic::Ordering;
-        WAITING
+    /// A place while fewer than `limit` jobs wait in `count`.
+    fn claim(count: &'static AtomicUsize, limit: usize) -> Option<Waiting> {
+        count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)
             })
             .ok()
-            .map(|_| Waiting)
+            .map(|_| Waiting(count))
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        WAITING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -111,26 +124,69 @@ pub fn threads() -> usize {
         .clamp(1, 4)
 }
 
-fn queue() -> &'static Mutex<Sender<Job>> {
-    static QUEUE: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
-    QUEUE.get_or_init(|| {
-        let (tx, rx) = channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..threads() {
-            let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("pdrouter-tokenize-{i}"))
-                .spawn(move || serve(&rx));
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "cannot start a tokenizer thread");
-            }
+impl Pool {
+    const fn new(name: &'static str, threads: fn() -> usize) -> Self {
+        Pool {
+            name,
+            threads,
+            queue: OnceLock::new(),
+            waiting: AtomicUsize::new(0),
         }
-        Mutex::new(tx)
-    })
+    }
+
+    fn queue(&self) -> &Mutex<Sender<Job>> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = channel::<Job>();
+            let rx = Arc::new(Mutex::new(rx));
+            for i in 0..(self.threads)() {
+                let rx = rx.clone();
+                let name = self.name;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("pdrouter-{name}-{i}"))
+                    .spawn(move || serve(name, &rx));
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, pool = name, "cannot start a CPU pool thread");
+                }
+            }
+            Mutex::new(tx)
+        })
+    }
+
+    /// Runs `f` on this pool, refused while `max_waiting` jobs wait and dropped unrun once it
+    /// waited `max_wait`.
+    async fn run<T: Send + 'static>(
+        &'static self,
+        max_wait: std::time::Duration,
+        max_waiting: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, PoolError> {
+        let place = Waiting::claim(&self.waiting, max_waiting).ok_or(PoolError::Full)?;
+        let queued = tokio::time::Instant::now();
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            drop(place);
+            // Nobody waits for the result any more (the client left): skip the work.
+            if tx.is_closed() {
+                return;
+            }
+            if queued.elapsed() >= max_wait {
+                let _ = tx.send(Err(PoolError::Late));
+                return;
+            }
+            let out = catch_unwind(AssertUnwindSafe(f)).map_err(|_| PoolError::Panicked);
+            let _ = tx.send(out);
+        });
+        self.queue()
+            .lock()
+            .map_err(|_| PoolError::Stopped)?
+            .send(job)
+            .map_err(|_| PoolError::Stopped)?;
+        rx.await.unwrap_or(Err(PoolError::Stopped))
+    }
 }
 
-fn serve(rx: &Mutex<Receiver<Job>>) {
-    lower_priority("tokenizer");
+fn serve(name: &str, rx: &Mutex<Receiver<Job>>) {
+    lower_priority(name);
     loop {
         // The lock is held only while taking a job, never while running one.
         let job = match rx.lock() {
@@ -167,42 +223,30 @@ pub(crate) fn lower_priority(what: &str) {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn lower_priority(_what: &str) {}
 
-/// Runs `f` on the pool and waits for its result without blocking the runtime.
+/// Runs `f` on the tokenizing pool and waits for its result without blocking the runtime.
 pub async fn run<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PoolError> {
-    run_within(MAX_WAIT, MAX_WAITING, f).await
+    TOKENIZE.run(MAX_WAIT, MAX_WAITING, f).await
 }
 
-/// [`run`], refused while `max_waiting` jobs wait and dropped unrun once it waited
-/// `max_wait`.
+/// Runs `f`, an encoding, on the encoding pool's thread (idle priority, as the tokenizing
+/// threads), with the same bounds.
+pub async fn encode<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PoolError> {
+    ENCODE.run(MAX_WAIT, MAX_WAITING, f).await
+}
+
+/// [`run`] on the tokenizing pool with other bounds (tests use small ones: the pool is
+/// shared by every test of the process).
+#[cfg(test)]
 async fn run_within<T: Send + 'static>(
     max_wait: std::time::Duration,
     max_waiting: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PoolError> {
-    let place = Waiting::claim(max_waiting).ok_or(PoolError::Full)?;
-    let queued = tokio::time::Instant::now();
-    let (tx, rx) = oneshot::channel();
-    let job: Job = Box::new(move || {
-        drop(place);
-        // Nobody waits for the result any more (the client left): skip the work.
-        if tx.is_closed() {
-            return;
-        }
-        if queued.elapsed() >= max_wait {
-            let _ = tx.send(Err(PoolError::Late));
-            return;
-        }
-        let out = catch_unwind(AssertUnwindSafe(f)).map_err(|_| PoolError::Panicked);
-        let _ = tx.send(out);
-    });
-    queue()
-        .lock()
-        .map_err(|_| PoolError::Stopped)?
-        .send(job)
-        .map_err(|_| PoolError::Stopped)?;
-    rx.await.unwrap_or(Err(PoolError::Stopped))
+    TOKENIZE.run(max_wait, max_waiting, f).await
 }
 
 /// Runs `f` inline for a small input, on these threads for a large one (`size` in bytes
@@ -321,6 +365,32 @@ pub(crate) mod tests {
         assert!(!ran.load(Ordering::SeqCst), "the late job ran");
         for f in fillers {
             f.await.unwrap();
+        }
+    }
+
+    /// Encoding has its own thread and queue: with every tokenizing thread held, an encoding
+    /// still runs, at idle priority.
+    #[tokio::test]
+    async fn encoding_runs_on_its_own_idle_thread_beside_busy_tokenizers() {
+        let (open, gates) = hold_every_thread().await;
+        #[cfg(target_os = "linux")]
+        let probe = || {
+            (
+                std::thread::current().name().map(str::to_owned),
+                own_priority(),
+            )
+        };
+        #[cfg(not(target_os = "linux"))]
+        let probe = || (std::thread::current().name().map(str::to_owned), ());
+        let (name, _lowered) = encode(probe).await.unwrap();
+        assert_eq!(name.as_deref(), Some("pdrouter-encode-0"));
+        #[cfg(target_os = "linux")]
+        assert_lowered_beside_caller(_lowered);
+        for _ in 0..threads() {
+            open.send(()).unwrap();
+        }
+        for g in gates {
+            g.await.unwrap();
         }
     }
 

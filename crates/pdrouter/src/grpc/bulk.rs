@@ -1,20 +1,19 @@
-//! The thread that sends long prompts to gRPC workers.
+//! The thread that relays long prompts to gRPC workers.
 //!
-//! A 32k-token prompt is a few hundred kilobytes per leg: encoding it and writing it to the
-//! worker's connection holds a thread for about a millisecond, and on the router's async
-//! workers that is a millisecond every small request arriving meanwhile waits. So the bulk
-//! lane's connections (see the client's module) are driven by their own single-threaded
-//! runtime on this thread: their connection tasks, and with them the encoding and the socket
-//! writes of long prompts, run here. The thread lowers its own priority when it starts, as the
-//! tokenizer threads do (see [`crate::cpu_pool::lower_priority`]: `SCHED_IDLE` on Linux). A
-//! thread at nice 10 was not enough: the kernel lets a running thread finish its time slice
-//! before a woken one of the same policy preempts it, so a socket-woken async worker still
-//! waited up to a write's length behind this one. An idle-policy thread is preempted at once,
-//! and still gets a small share of a saturated CPU, so long prompts are delayed, never
-//! starved.
+//! A 32k-token prompt is a few hundred kilobytes per leg: writing it to the worker's
+//! connection holds a thread for a fraction of a millisecond, and on the router's async
+//! workers that is time every small request arriving meanwhile waits. So the bulk lane's
+//! connections (see the client's module) are driven by their own single-threaded runtime on
+//! this thread: their connection tasks, the socket writes of long prompts and both
+//! directions of their streams run here. Encoding the message, the CPU-heavy part, is done
+//! before, on the idle-priority encoding thread (see [`crate::cpu_pool::encode`]); this
+//! thread keeps normal priority, because it relays answers as well: at idle priority a
+//! saturated CPU could hold a long prompt's token stream back indefinitely and let the
+//! connection miss its keep-alive acknowledgements, dropping every stream on it.
 //!
 //! Invariants:
-//! - One thread, started on first use, living as long as the process.
+//! - One thread, started on first use, living as long as the process, at the priority the
+//!   process was given.
 //! - If it cannot be started, tasks run on the caller's runtime, as on any other channel.
 
 use std::future::Future;
@@ -63,10 +62,7 @@ fn start() -> Option<Handle> {
     let handle = rt.handle().clone();
     let spawned = std::thread::Builder::new()
         .name("pdrouter-bulk".into())
-        .spawn(move || {
-            crate::cpu_pool::lower_priority("bulk gRPC");
-            rt.block_on(std::future::pending::<()>());
-        });
+        .spawn(move || rt.block_on(std::future::pending::<()>()));
     match spawned {
         Ok(_) => Some(handle),
         Err(e) => {
@@ -80,8 +76,9 @@ fn start() -> Option<Handle> {
 mod tests {
     use super::*;
 
+    /// The bulk thread relays at the caller's priority: a lowered one could starve streams.
     #[tokio::test]
-    async fn tasks_run_on_the_bulk_thread_at_idle_priority() {
+    async fn tasks_run_on_the_bulk_thread_at_normal_priority() {
         let (tx, rx) = tokio::sync::oneshot::channel();
         hyper::rt::Executor::execute(
             &BulkExecutor,
@@ -97,6 +94,6 @@ mod tests {
         let (name, _policy) = rx.await.unwrap();
         assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
         #[cfg(target_os = "linux")]
-        crate::cpu_pool::tests::assert_lowered_beside_caller(_policy);
+        assert_eq!(_policy, crate::cpu_pool::tests::own_priority());
     }
 }

@@ -1,19 +1,23 @@
-//! A long prompt's `Generate` request encoded once for both legs of a PD pair.
+//! A long prompt's `Generate` request, encoded off the async workers, once for both legs of a
+//! PD pair.
 //!
-//! In PD the Prefill and the Decode worker get the same message (same request id, same KV
-//! ticket, same prompt). For a 32k-token prompt, encoding it costs about as much as writing
-//! it to the socket, so encoding it once per leg doubles the CPU a long prompt takes on the
-//! router. When the two legs' calls would produce identical messages, they share a
-//! [`SharedEncoding`]: the first leg whose request body is written encodes the message into
-//! it, and the other copies those bytes instead of encoding again. Encoding still happens
-//! where the bulk lane writes request bodies (off the async workers, see [`super::bulk`]).
+//! A 32k-token prompt's message is a few hundred kilobytes; encoding it costs about as much
+//! as writing it to the socket. So every call on the bulk lane (see [`super::bulk`]) is
+//! encoded on the idle-priority encoding thread ([`crate::cpu_pool::encode`]) before it is
+//! sent, and sent as those bytes. In PD the Prefill and the Decode worker get the same
+//! message (same request id, same KV ticket, same prompt): when the two legs' calls would
+//! produce identical messages they share a [`SharedEncoding`], and the first to be encoded
+//! fills it for the other.
 //!
 //! Invariants:
 //! - Two calls share an encoding only if every field their messages are built from is
 //!   equal ([`super::runtime::Call::share_encoding`] checks) and they are sent to workers of
 //!   the same runtime (checked when encoding); otherwise each encodes its own message.
 //! - Bytes on the wire are exactly the message's protobuf encoding, as the generated client
-//!   would write them; only who encodes changes.
+//!   would write them; only who encodes, and where, changes.
+//! - An encoding whose call is dropped before the encoding thread took it is never made (the
+//!   pool drops jobs whose caller left); if the pool refuses (full, late) the message is
+//!   encoded where the call runs instead, since the request was already admitted.
 
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -23,9 +27,10 @@ use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Response, Status, Streaming};
 
+use crate::cpu_pool::{self, PoolError};
 use crate::engine::Runtime;
 
-/// The encoded message the legs of one prompt share, filled by the first to be written, with
+/// The encoded message the legs of one prompt share, filled by the first to be encoded, with
 /// the runtime whose message it is.
 #[derive(Debug, Clone, Default)]
 pub struct SharedEncoding(Arc<OnceLock<(Runtime, Bytes)>>);
@@ -44,6 +49,33 @@ impl SharedEncoding {
         }
     }
 
+    /// The sibling's encoding, if it made one for `runtime`.
+    fn made_for(&self, runtime: Runtime) -> Option<Bytes> {
+        self.0
+            .get()
+            .and_then(|(made_for, bytes)| (*made_for == runtime).then(|| bytes.clone()))
+    }
+
+    /// The encoding of `msg`, `runtime`'s message, made on the encoding thread unless the
+    /// sibling leg made it already.
+    pub async fn encode<M>(self, runtime: Runtime, msg: M) -> Result<Bytes, Status>
+    where
+        M: prost::Message + Send + Sync + 'static,
+    {
+        if let Some(bytes) = self.made_for(runtime) {
+            return Ok(bytes);
+        }
+        let msg = Arc::new(msg);
+        let (shared, job_msg) = (self.clone(), msg.clone());
+        match cpu_pool::encode(move || shared.get_or_encode(runtime, &*job_msg)).await {
+            Ok(bytes) => Ok(bytes),
+            Err(PoolError::Panicked) => Err(Status::internal("encoding the request panicked")),
+            Err(PoolError::Full | PoolError::Late | PoolError::Stopped) => {
+                Ok(self.get_or_encode(runtime, &*msg))
+            }
+        }
+    }
+
     /// Whether some leg has encoded its message already.
     #[cfg(test)]
     pub(crate) fn is_encoded(&self) -> bool {
@@ -51,45 +83,20 @@ impl SharedEncoding {
     }
 }
 
-/// A message to send, with the encoding it shares with its sibling leg.
-#[derive(Debug)]
-pub struct Prepared<M> {
-    msg: M,
-    runtime: Runtime,
-    encoding: SharedEncoding,
-}
+/// Writes an encoded message as it is and reads prost-decoded `R` answers.
+struct EncodedCodec<R>(PhantomData<fn() -> R>);
 
-impl<M> Prepared<M> {
-    /// The runtime whose protocol the message is.
-    pub fn runtime(&self) -> Runtime {
-        self.runtime
-    }
-
-    /// `msg`, a message of `runtime`'s protocol, to be written with `encoding`.
-    pub fn new(msg: M, runtime: Runtime, encoding: SharedEncoding) -> Self {
-        Self {
-            msg,
-            runtime,
-            encoding,
-        }
-    }
-}
-
-/// Writes a [`Prepared`] message and reads prost-decoded `R` answers.
-struct PreparedCodec<M, R>(PhantomData<fn(M) -> R>);
-
-impl<M, R> Codec for PreparedCodec<M, R>
+impl<R> Codec for EncodedCodec<R>
 where
-    M: prost::Message + Send + 'static,
     R: prost::Message + Default + Send + 'static,
 {
-    type Encode = Prepared<M>;
+    type Encode = Bytes;
     type Decode = R;
-    type Encoder = PreparedEncoder<M>;
+    type Encoder = EncodedEncoder;
     type Decoder = tonic_prost::ProstDecoder<R>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        PreparedEncoder(PhantomData)
+        EncodedEncoder
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -97,30 +104,29 @@ where
     }
 }
 
-struct PreparedEncoder<M>(PhantomData<fn(M)>);
+struct EncodedEncoder;
 
-impl<M: prost::Message> Encoder for PreparedEncoder<M> {
-    type Item = Prepared<M>;
+impl Encoder for EncodedEncoder {
+    type Item = Bytes;
     type Error = Status;
 
-    fn encode(&mut self, item: Prepared<M>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item.encoding.get_or_encode(item.runtime, &item.msg));
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
         Ok(())
     }
 }
 
-/// Starts the server-streaming `method` of `service` on `channel` with a prepared request;
+/// Starts the server-streaming `method` of `service` on `channel` with an encoded request;
 /// the same call the generated clients make (path `/{service}/{method}`), answers decoded the
 /// same way.
-pub async fn server_streaming<M, R>(
+pub async fn server_streaming<R>(
     channel: Channel,
     service: &'static str,
     method: &'static str,
-    request: tonic::Request<Prepared<M>>,
+    request: tonic::Request<Bytes>,
     max_decoding: usize,
 ) -> Result<Response<Streaming<R>>, Status>
 where
-    M: prost::Message + Send + Sync + 'static,
     R: prost::Message + Default + Send + 'static,
 {
     let path = http::uri::PathAndQuery::try_from(format!("/{service}/{method}"))
@@ -133,8 +139,8 @@ where
     request
         .extensions_mut()
         .insert(tonic::GrpcMethod::new(service, method));
-    let codec = PreparedCodec::<M, R>(PhantomData);
-    grpc.server_streaming(request, path, codec).await
+    grpc.server_streaming(request, path, EncodedCodec::<R>(PhantomData))
+        .await
 }
 
 #[cfg(test)]
@@ -167,5 +173,57 @@ mod tests {
         let other = GenerateRequest::default();
         let third = sibling.get_or_encode(Runtime::TokenSpeed, &other);
         assert_eq!(third, prost::Message::encode_to_vec(&other));
+    }
+
+    /// A message that records the thread it was encoded on.
+    #[derive(Clone, Debug, Default)]
+    struct Probe(Arc<std::sync::Mutex<Option<String>>>);
+
+    impl prost::Message for Probe {
+        fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+            *self.0.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+            buf.put_slice(&[0x0a, 0x01, b'x']);
+        }
+        fn merge_field(
+            &mut self,
+            tag: u32,
+            wire_type: prost::encoding::WireType,
+            buf: &mut impl bytes::Buf,
+            ctx: prost::encoding::DecodeContext,
+        ) -> Result<(), prost::DecodeError> {
+            prost::encoding::skip_field(wire_type, tag, buf, ctx)
+        }
+        fn encoded_len(&self) -> usize {
+            3
+        }
+        fn clear(&mut self) {}
+    }
+
+    /// A bulk call's message is encoded on the encoding thread, not where the call runs, and
+    /// its sibling gets the same bytes without encoding again.
+    #[tokio::test]
+    async fn the_message_is_encoded_on_the_encoding_thread_once_for_both_legs() {
+        let probe = Probe::default();
+        let shared = SharedEncoding::default();
+        let bytes = shared
+            .clone()
+            .encode(Runtime::Sglang, probe.clone())
+            .await
+            .unwrap();
+        assert_eq!(&bytes[..], &[0x0a, 0x01, b'x']);
+        assert_eq!(
+            probe.0.lock().unwrap().as_deref(),
+            Some("pdrouter-encode-0")
+        );
+        let sibling = Probe::default();
+        let again = shared
+            .encode(Runtime::Sglang, sibling.clone())
+            .await
+            .unwrap();
+        assert_eq!(again.as_ptr(), bytes.as_ptr());
+        assert!(
+            sibling.0.lock().unwrap().is_none(),
+            "the sibling encoded again"
+        );
     }
 }

@@ -566,3 +566,63 @@ async fn long_prompts_go_on_a_second_connection_so_short_ones_are_not_queued_beh
     assert_eq!(d.stats().connections_total, bulk);
     assert!(eventually(WAIT, || total_load(&r) == 0).await);
 }
+
+/// Long prompts' streams are relayed at normal priority (only their encoding runs at idle
+/// priority): once a long prompt's stream has started, every core is kept busy by
+/// normal-priority threads, and the stream still runs to its end. The busy threads stop only
+/// once it has, so the rest of the stream was relayed under saturation; its pace is printed,
+/// not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_prompt_streams_make_progress_while_the_cpu_is_saturated() {
+    use http_body_util::BodyExt as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_p, d, cfg) = pair_tuned(|c| {
+        c.output_tokens = 200;
+        c.token_interval = Duration::from_millis(2);
+    })
+    .await;
+    let r = router(cfg).await;
+    // Above the bulk threshold: this prompt goes on the bulk lane.
+    let long = "w".repeat(20 * 1024);
+    let body = serde_json::json!({ "text": long, "stream": true }).to_string();
+    let (status, mut stream) = open_stream(r.addr(), "/generate", body.leak()).await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    let first = stream.frame().await.expect("a first frame").unwrap();
+    text.extend_from_slice(first.data_ref().expect("data"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let started = tokio::time::Instant::now();
+    let mut frames = 1;
+    while let Some(frame) = stream.frame().await {
+        if let Some(data) = frame.unwrap().data_ref() {
+            text.extend_from_slice(data);
+            frames += 1;
+        }
+    }
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    eprintln!("long-prompt stream beside {cores} busy threads: {frames} frames, {took:?}");
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let events = sse_events(&text);
+    let last = events.last().unwrap();
+    assert_eq!(last["meta_info"]["completion_tokens"], 200, "{last}");
+    let sent = d.stats().last_request.unwrap();
+    assert_eq!(sent["input_ids"].as_array().unwrap().len(), 20 * 1024);
+    assert!(eventually(WAIT, || total_load(&r) == 0).await);
+}
