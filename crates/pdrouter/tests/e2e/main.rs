@@ -8,6 +8,7 @@ mod support;
 
 mod admission_e2e;
 mod admission_store;
+mod allocations;
 mod bad_input;
 mod chaos;
 mod cli;

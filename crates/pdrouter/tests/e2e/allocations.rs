@@ -1,0 +1,153 @@
+//! Heap allocations per tiny request, counted on the router's own thread.
+//!
+//! The router runs alone on a current-thread runtime on a thread of its own; the mocks and
+//! the client run on another runtime. A current-thread runtime runs its tasks only inside
+//! `block_on`, so the measured requests are served inside one `block_on` wrapped in
+//! `allocation_counter::measure` (which counts the calling thread's allocations): what is
+//! counted is the router's work for them, accepting, parsing, choosing workers, both legs,
+//! the answer, and nothing of the mocks' or the client's. Each budget is the count when it was set plus a little; a change that allocates
+//! more per request on these paths fails here with the figure.
+
+use crate::support::*;
+use pdrouter::config::Config;
+
+/// Requests measured after the warm-up.
+const REQUESTS: u64 = 400;
+
+/// Serves `cfg` on a counted current-thread runtime of its own, sends `body` to `path`
+/// through it (warm-up first, then [`REQUESTS`] one after the other, each answered 200), and
+/// returns the router thread's allocations per request.
+fn allocations_per_request(
+    cfg: impl FnOnce() -> Config + Send + 'static,
+    path: &str,
+    body: &str,
+) -> u64 {
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (warm_tx, warm_rx) = tokio::sync::oneshot::channel::<()>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let (count_tx, count_rx) = std::sync::mpsc::channel();
+    let router = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(async {
+            let r = router(cfg()).await;
+            addr_tx.send(r.addr()).unwrap();
+            // Serves the warm-up until the client says it is over.
+            let _ = warm_rx.await;
+            r
+        });
+        let counted = allocation_counter::measure(|| {
+            rt.block_on(async {
+                let _ = done_rx.await;
+            })
+        });
+        count_tx.send(counted.count_total).unwrap();
+        rt.block_on(async move { drop(r) });
+    });
+    let addr = addr_rx.recv().unwrap();
+    client_rt.block_on(async {
+        for _ in 0..50 {
+            let reply = post(addr, path, body).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+        warm_tx.send(()).unwrap();
+        for _ in 0..REQUESTS {
+            let reply = post(addr, path, body).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+        done_tx.send(()).unwrap();
+    });
+    let total = count_rx.recv().unwrap();
+    router.join().unwrap();
+    total / REQUESTS
+}
+
+/// HTTP PD `/generate`, a two-word prompt: round_robin, and the defaults with admission.
+#[test]
+fn a_tiny_http_pd_request_allocates_within_its_budget() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (p, d) = rt.block_on(async { (mock(Role::Prefill, 0).await, mock(Role::Decode, 0).await) });
+    let (pu, du) = (p.url(), d.url());
+    let body = r#"{"text":"hello world","sampling_params":{"max_new_tokens":1}}"#;
+    let workers = move |pu: &str, du: &str| {
+        let mut cfg = Config::with_workers(
+            pdrouter::config::Mode::PdHttp,
+            vec![
+                spec(pu, pdrouter::config::WorkerType::Prefill),
+                spec(du, pdrouter::config::WorkerType::Decode),
+            ],
+        );
+        cfg.health.enabled = false;
+        cfg.retry.max_attempts = 1;
+        cfg
+    };
+    let (a, b) = (pu.clone(), du.clone());
+    let rr = allocations_per_request(
+        move || {
+            let mut cfg = workers(&a, &b);
+            cfg.policy = pdrouter_policy::PolicyKind::RoundRobin;
+            cfg.prefill_policy = cfg.policy;
+            cfg.decode_policy = cfg.policy;
+            cfg
+        },
+        "/generate",
+        body,
+    );
+    let default = allocations_per_request(
+        move || {
+            let mut cfg = workers(&pu, &du);
+            cfg.admission = admission(1024, 100, 60);
+            cfg
+        },
+        "/generate",
+        body,
+    );
+    eprintln!(
+        "HTTP PD /generate: {rr} allocations per request (round_robin), {default} (defaults with admission)"
+    );
+    assert!(
+        rr <= HTTP_RR_BUDGET,
+        "round_robin: {rr} allocations per request"
+    );
+    assert!(
+        default <= HTTP_DEFAULT_BUDGET,
+        "defaults: {default} allocations per request"
+    );
+    drop((p, d));
+}
+
+/// 128 when set (the defaults: 141), plus a tenth.
+const HTTP_RR_BUDGET: u64 = 140;
+const HTTP_DEFAULT_BUDGET: u64 = 155;
+
+/// gRPC PD chat, one short message: the router renders, tokenizes, sends both legs and
+/// detokenizes (round_robin).
+#[test]
+fn a_tiny_grpc_pd_chat_request_allocates_within_its_budget() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (p, d, cfg) = rt.block_on(pair(1));
+    let per = allocations_per_request(
+        move || {
+            let mut cfg = cfg;
+            cfg.policy = pdrouter_policy::PolicyKind::RoundRobin;
+            cfg.prefill_policy = cfg.policy;
+            cfg.decode_policy = cfg.policy;
+            cfg
+        },
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"hello world"}],"max_tokens":1}"#,
+    );
+    eprintln!("gRPC PD chat: {per} allocations per request (round_robin)");
+    assert!(per <= GRPC_CHAT_BUDGET, "{per} allocations per request");
+    drop((p, d));
+}
+
+/// 436 when set, plus a tenth.
+const GRPC_CHAT_BUDGET: u64 = 480;
