@@ -149,5 +149,6 @@ fn a_tiny_grpc_pd_chat_request_allocates_within_its_budget() {
     drop((p, d));
 }
 
-/// 436 when set, plus a tenth.
-const GRPC_CHAT_BUDGET: u64 = 480;
+/// 379 when set (436 before the non-streaming chat body was written without a JSON tree),
+/// plus a tenth.
+const GRPC_CHAT_BUDGET: u64 = 417;

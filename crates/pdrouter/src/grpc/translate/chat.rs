@@ -6,8 +6,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Answer, DONE, Input, LogprobAsk, Source, data, final_choices, finish_str, flag, include_usage,
-    matched, sampling, top_count, usage_json,
+    Answer, DONE, Input, LogprobAsk, Source, data, finish_str, flag, include_usage, matched,
+    sampling, top_count, usage_json,
 };
 use crate::chat_template::{ChatPrompt, request_tools, template_messages, template_vars};
 use crate::error::ApiError;
@@ -182,7 +182,10 @@ fn tool_calls_json(calls: &[(String, pdrouter_parsers::ToolCall)]) -> Value {
         .collect()
 }
 
-pub(crate) fn body(a: &Answer<'_>) -> Value {
+/// The whole non-streaming body, serialized. Written as typed structs rather than a JSON tree:
+/// this is every non-streaming chat answer's path, and a tree costs an allocation per key.
+/// Keys are in the order the OpenAI API documents them (and SGLang's server writes them).
+pub(crate) fn body(a: &Answer<'_>) -> Vec<u8> {
     let parsed: Vec<_> = a
         .out
         .choices
@@ -194,45 +197,96 @@ pub(crate) fn body(a: &Answer<'_>) -> Value {
         .flatten()
         .map(|p| p.reasoning.as_str())
         .collect();
-    let mut choices = final_choices(a, |i, c| {
-        let message = match &parsed[i] {
-            None => json!({"role": "assistant", "content": c.full}),
-            Some(p) => {
-                let called = !p.calls.is_empty();
-                let mut m = json!({"role": "assistant",
-                    "content": if called && p.content.is_empty() { Value::Null } else { json!(p.content) }});
-                if a.plan.chat.as_ref().is_some_and(|c| c.reasons()) {
-                    m["reasoning_content"] = match p.reasoning.as_str() {
-                        "" => Value::Null,
-                        r => json!(r),
+    let reasons = a.plan.chat.as_ref().is_some_and(|c| c.reasons());
+    let choices: Vec<FullChoice<'_>> = a
+        .out
+        .choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (message, called) = match &parsed[i] {
+                None => (
+                    FullMessage {
+                        role: "assistant",
+                        content: Some(&c.full),
+                        reasoning_content: None,
+                        tool_calls: None,
+                    },
+                    false,
+                ),
+                Some(p) => {
+                    let called = !p.calls.is_empty();
+                    let message = FullMessage {
+                        role: "assistant",
+                        content: (!called || !p.content.is_empty()).then_some(p.content.as_str()),
+                        reasoning_content: reasons
+                            .then(|| Some(p.reasoning.as_str()).filter(|r| !r.is_empty())),
+                        tool_calls: called.then(|| tool_calls_json(&p.calls)),
                     };
+                    (message, called)
                 }
-                if called {
-                    m["tool_calls"] = tool_calls_json(&p.calls);
-                }
-                m
+            };
+            FullChoice {
+                message,
+                logprobs: choice_logprobs(a, i, 0..c.logprobs.len()),
+                index: i,
+                finish_reason: if called {
+                    finish_of(a, i, true)
+                } else {
+                    finish_str(c.finish.as_ref())
+                },
+                matched_stop: matched(c.finish.as_ref()),
             }
-        };
-        json!({
-            "message": message,
-            "logprobs": choice_logprobs(a, i, 0..c.logprobs.len()),
         })
-    });
-    for (i, p) in parsed.iter().enumerate() {
-        if let (Some(p), Some(choice)) = (p, choices.get_mut(i))
-            && !p.calls.is_empty()
-        {
-            choice["finish_reason"] = finish_of(a, i, true);
-        }
+        .collect();
+    let body = FullBody {
+        id: ChatId(a.id),
+        object: "chat.completion",
+        created: a.created,
+        model: a.model,
+        choices,
+        usage: usage_with(a, &reasoning),
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+#[derive(serde::Serialize)]
+struct FullBody<'a> {
+    id: ChatId<'a>,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<FullChoice<'a>>,
+    usage: Value,
+}
+
+#[derive(serde::Serialize)]
+struct FullChoice<'a> {
+    message: FullMessage<'a>,
+    logprobs: Value,
+    index: usize,
+    finish_reason: Value,
+    matched_stop: Value,
+}
+
+#[derive(serde::Serialize)]
+struct FullMessage<'a> {
+    role: &'static str,
+    content: Option<&'a str>,
+    /// Present (possibly null) only when reasoning is parsed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Value>,
+}
+
+/// `chatcmpl-` and the request id, written without building the string.
+struct ChatId<'a>(&'a str);
+
+impl serde::Serialize for ChatId<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("chatcmpl-{}", self.0))
     }
-    json!({
-        "id": format!("chatcmpl-{}", a.id),
-        "object": "chat.completion",
-        "created": a.created,
-        "model": a.model,
-        "choices": choices,
-        "usage": usage_with(a, &reasoning),
-    })
 }
 
 fn chunk(a: &Answer<'_>, choices: Value, usage: Value) -> Bytes {

@@ -575,7 +575,7 @@ pub struct Answer<'a> {
 /// The whole non-streaming body, serialized.
 pub fn full_body(a: &Answer<'_>) -> Vec<u8> {
     let tree = match a.plan.endpoint {
-        Endpoint::ChatCompletions => chat::body(a),
+        Endpoint::ChatCompletions => return chat::body(a),
         Endpoint::Completions => completions::body(a),
         Endpoint::Responses => responses::body(a),
         Endpoint::Generate => return generate::body(a),
