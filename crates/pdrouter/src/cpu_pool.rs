@@ -16,10 +16,11 @@
 //!
 //! Invariants (per pool):
 //! - At most its thread count of jobs run at once ([`threads`] tokenizing, one encoding);
-//!   later ones wait in arrival order, at most [`MAX_WAITING`] of them: past that a job is refused at once ([`PoolError::Full`], a 503
-//!   with `Retry-After` to the client), and a job that waited longer than [`MAX_WAIT`] is
-//!   dropped unrun when its turn comes ([`PoolError::Late`], the same 503), so the queue can
-//!   hold neither unbounded work nor work nobody will wait for.
+//!   later ones wait in arrival order, at most [`MAX_WAITING`] of them: past that a job is
+//!   refused at once ([`PoolError::Full`], a 503 with `Retry-After` to the client; an encoding
+//!   is then done by its caller), and a job that waited longer than [`MAX_WAIT`] is dropped
+//!   unrun when its turn comes ([`PoolError::Late`], the same), so a queue can hold neither
+//!   unbounded work nor work nobody will wait for.
 //! - A job whose caller went away before the job started is dropped unrun (what it holds,
 //!   a request's body or pixels, is freed then); one already running runs to its end and only
 //!   its result is dropped.
