@@ -59,21 +59,7 @@ source "$(dirname "$0")/lib.sh"
 
 OUT="$ROOT/bench/admission_v2.svg"
 RUNS=1
-ARGS=()
-while (($#)); do
-    case "$1" in
-    --runs)
-        [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--runs needs a positive count"
-        RUNS=$2
-        shift
-        ;;
-    *) ARGS+=("$1") ;;
-    esac
-    shift
-done
-scenario_args 60 30 '2,56p' "${ARGS[@]}"
-QUICK=0
-for a in "${ARGS[@]}"; do [[ $a == --quick ]] && QUICK=1; done
+scenario_args 60 30 '2,56p' "$@"
 ROUNDS=3
 ROUND_SECS=$(calc %.1f "$DURATION / $ROUNDS")
 
@@ -136,15 +122,18 @@ case_flags() {
     esac
 }
 
-# pool OUT CSV...: a summary line (`kv: ...`, as pdrouter-bench prints) over the requests of
-# the CSVs together: OK = 2xx and complete; percentiles by rank ceil(p * n), as the bench's.
+# pool LABEL: LABEL's rounds ($WORK/LABEL-rK.csv) together: their summary line in
+# $WORK/LABEL.txt (`kv: ...`, as pdrouter-bench prints; OK = 2xx and complete; percentiles by
+# rank ceil(p * n), as the bench's) and one CSV, $WORK/LABEL.csv, for the plot.
 pool() {
-    local out=$1
-    shift
+    local label=$1 out="$WORK/$1.txt"
+    set -- "$WORK/$label"-r*.csv
+    { head -n1 "$1"; tail -q -n +2 "$@"; } >"$WORK/$label.csv"
     local counts
     counts=$(awk -F, 'FNR == 1 { next } { n++ } $3 == 429 { n429++ }
         $3 >= 200 && $3 < 300 && $7 == 1 && $4 != "" { ok++ }
         END { printf "%d %d %d", n, n429, ok }' "$@")
+    local n n429 ok
     read -r n n429 ok <<<"$counts"
     awk -F, 'FNR > 1 && $3 >= 200 && $3 < 300 && $7 == 1 && $4 != "" { print $4 }' "$@" |
         sort -g | awk -v n="$n" -v n429="$n429" -v m="$ok" \
@@ -175,9 +164,7 @@ measure_run() {
         done
     done
     for label in "${CASES[@]}"; do
-        pool "$WORK/$label.txt" "$WORK/$label"-r*.csv
-        # One CSV per configuration (its rounds together) for the plot.
-        { head -n1 "$WORK/$label-r1.csv"; tail -q -n +2 "$WORK/$label"-r*.csv; } >"$WORK/$label.csv"
+        pool "$label"
     done
     echo "run $run of $RUNS, 85 % of capacity:"
     printf '%-13s %8s %8s %9s %9s %9s %9s %15s\n' \
@@ -247,8 +234,7 @@ priority_run() {
     done
     printf '%-21s %8s %8s %9s %9s %9s\n' class ok_rps 429% ttft_p50 ttft_p99 ttft_max
     for label in interactive_unloaded interactive_loaded bulk_loaded; do
-        pool "$WORK/$label.txt" "$WORK/$label"-r*.csv
-        { head -n1 "$WORK/$label-r1.csv"; tail -q -n +2 "$WORK/$label"-r*.csv; } >"$WORK/$label.csv"
+        pool "$label"
         f="$WORK/$label.txt"
         printf '%-21s %8.1f %8.2f %9.1f %9.1f %9.1f\n' "$label" "$(kv "$f" ok_rps)" \
             "$(calc %.2f "$(kv "$f" share_429) * 100")" "$(kv "$f" ttft_p50_ms)" \
@@ -295,8 +281,9 @@ spread() {
         echo -n "$name=n/a "
         return
     fi
-    printf '%s\n' "$@" | sort -g | awk -v name="$name" '{ v[NR] = $1 }
-        END { printf "%s=%s/%s/%s ", name, v[1], v[int((NR + 1) / 2)], v[NR] }'
+    local sorted
+    mapfile -t sorted < <(printf '%s\n' "$@" | sort -g)
+    echo -n "$name=${sorted[0]}/$(median "$@")/${sorted[-1]} "
 }
 if ((RUNS > 1)); then
     echo "spread (min/median/max over $RUNS runs): $(spread auto_vs_best_fixed_p99 "${ALL_A[@]}")$(spread token_budget_vs_best_count_p99 "${ALL_B[@]}")$(spread interactive_p99_vs_unloaded "${ALL_C[@]}")"

@@ -208,19 +208,27 @@ reset_engine_stats() {
 
 # scenario_args DEFAULT_SECS QUICK_SECS HELP_LINES "$@": the flags every scenario takes —
 # --quick, --duration SECS, --no-build, -h/--help (prints lines HELP_LINES, e.g. '2,24p', of the
-# script), and --out FILE for scripts that set OUT beforehand — into DURATION, BUILD and OUT.
+# script), --out FILE and --runs N for scripts that set OUT or RUNS beforehand — into DURATION,
+# QUICK, BUILD, OUT and RUNS.
 scenario_args() {
     DURATION=$1
     BUILD=1
+    QUICK=0
     local quick=$2 help=$3
     shift 3
     while [[ $# -gt 0 ]]; do
         case "$1" in
-        --quick) DURATION=$quick ;;
+        --quick) DURATION=$quick QUICK=1 ;;
         --duration) DURATION=$2; shift ;;
         --no-build) BUILD=0 ;;
         --vllm) [[ -v VLLM ]] || die "unknown argument $1"; VLLM=1 ;;
         --out) [[ -v OUT ]] || die "unknown argument $1"; OUT=$2; shift ;;
+        --runs)
+            [[ -v RUNS ]] || die "unknown argument $1"
+            [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--runs needs a positive count"
+            RUNS=$2
+            shift
+            ;;
         -h | --help) sed -n "$help" "$0"; exit 0 ;;
         *) die "unknown argument $1" ;;
         esac
@@ -268,3 +276,10 @@ engine_case() {
     fi
     stop "$pid"
 }
+
+# median VALUES...: the median of the values (the lower middle one of an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# words_for TOKENS: the bench's words ("w123 w7 ...", 4.89 bytes each with their space) giving
+# about TOKENS byte-level tokens.
+words_for() { calc %.0f "$1 / 4.89"; }

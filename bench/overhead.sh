@@ -114,9 +114,6 @@ scenario_args 10 3 '2,56p' "${ARGS[@]}"
 
 ((BUILD)) && build
 
-# Words of the bench's prompts ("w123 w7 ...") average 4.89 bytes with their space: the
-# words giving about TOKENS byte-level tokens.
-words_for() { calc %.0f "$1 / 4.89"; }
 
 # start_grpc_pair NAME [MOCK ARGS...]: a gRPC Prefill and Decode mock (the Decode mock fetches
 # the KV room from the Prefill mock's own port); the router's --prefill/--decode flags for them

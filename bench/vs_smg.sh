@@ -44,19 +44,7 @@ source "$(dirname "$0")/lib.sh"
 
 SMG_VERSION=1.13.0
 RUNS=1
-ARGS=()
-while (($#)); do
-    case "$1" in
-    --runs)
-        [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--runs needs a positive count"
-        RUNS=$2
-        shift
-        ;;
-    *) ARGS+=("$1") ;;
-    esac
-    shift
-done
-scenario_args 10 3 '2,44p' "${ARGS[@]}"
+scenario_args 10 3 '2,41p' "$@"
 ((BUILD)) && build
 
 # ---- The reference, from the package registry ----
@@ -202,7 +190,6 @@ for ((run = 1; run <= RUNS; run++)); do
 done
 
 # ---- pdrouter's own targets: gRPC over HTTP per request, c=1 over a direct exchange ----
-words_for() { calc %.0f "$1 / 4.89"; }
 measure direct-c1 "$HTTP_DECODE" - 1 "${HTTP_LOAD[@]}" --body-extra '{"bootstrap_room":1}'
 for transport in http grpc; do
     if [[ $transport == http ]]; then workers=("${HTTP_ARGS[@]}"); else workers=("${GRPC_ARGS[@]}"); fi
@@ -220,7 +207,6 @@ done
 
 # ---- Report ----
 per_cpu() { calc %.0f "$(kv "$WORK/$1.txt" ok) / $(cat "$WORK/$1.cpu")"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # figure WHO CONFIG C KEY: the median over runs of KEY (rps_cpu, or a kv key) at concurrency C.
 figure() {
     local who=$1 config=$2 c=$3 key=$4 r vals=()

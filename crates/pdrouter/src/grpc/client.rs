@@ -3,7 +3,7 @@
 //!
 //! Invariants: a worker's channel is created on first use and reused by every call after it
 //! (HTTP/2 multiplexes the streams), except that a `Generate` whose prompt exceeds
-//! [`BULK_PROMPT_BYTES`] goes on a second channel of its own (the *bulk lane*, also created on
+//! [`super::bulk::BULK_PROMPT_BYTES`] goes on a second channel of its own (the *bulk lane*, also created on
 //! first use): on one connection, the hundreds of kilobytes of a long prompt would sit in
 //! front of every small request's frames, in the TCP stream and in the connection's flow
 //! control window, until the worker had read them. The bulk lane's connections run on their
@@ -34,7 +34,7 @@ use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
-use super::bulk::{BULK_PROMPT_BYTES, BulkExecutor};
+use super::bulk::BulkExecutor;
 use super::encoded;
 use super::runtime::{self, Call, Runtime};
 use super::stream::{AbortOnDrop, Auth, Inner, with_auth};
@@ -106,10 +106,9 @@ impl WorkerChannel {
         self.lane(&self.channel, false)
     }
 
-    /// The channel for a `Generate` with a prompt of `bytes`: the bulk lane above
-    /// [`BULK_PROMPT_BYTES`], else the shared channel.
-    fn generate_channel(&self, bytes: usize) -> Result<Channel, Status> {
-        if bytes > BULK_PROMPT_BYTES {
+    /// The channel for a `Generate`: the bulk lane or the shared channel.
+    fn generate_channel(&self, bulk: bool) -> Result<Channel, Status> {
+        if bulk {
             self.lane(&self.bulk, true)
         } else {
             self.channel()
@@ -492,10 +491,11 @@ impl WorkerChannel {
             self.auth.clone(),
         );
         let samples = call.samples();
-        let lane = self.generate_channel(call.prompt_bytes())?;
+        let bulk = call.on_bulk_lane();
+        let lane = self.generate_channel(bulk)?;
         // vLLM sends prompt logprobs from the prompt's start; the stream cuts them.
         let from = usize::try_from(call.req.logprob_start_len).unwrap_or(0);
-        let stream = if call.prompt_bytes() > BULK_PROMPT_BYTES {
+        let stream = if bulk {
             // Boxed: tonic's call state is kilobytes, and inline it would grow (and have
             // copied on every move) the future of every call, long prompt or not.
             Box::pin(self.generate_bulk(lane, rt, call, from)).await?

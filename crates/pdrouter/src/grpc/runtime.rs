@@ -57,7 +57,7 @@ impl Call {
     /// is equal (in EPD the Prefill's carries encode tickets, and a DP-aware pool may give the
     /// legs different ranks: those encode their own).
     pub fn share_encoding(a: &mut Call, b: &mut Call) {
-        if a.prompt_bytes() <= super::bulk::BULK_PROMPT_BYTES {
+        if !a.on_bulk_lane() {
             return;
         }
         let same = a.dp_rank == b.dp_rank
@@ -89,6 +89,13 @@ impl Call {
                 .len()
                 .saturating_add(t.input_ids.len().saturating_mul(4))
         })
+    }
+
+    /// Whether this call goes on the bulk lane (a prompt above
+    /// [`super::bulk::BULK_PROMPT_BYTES`]): its own connection, its message encoded before it
+    /// is sent.
+    pub fn on_bulk_lane(&self) -> bool {
+        self.prompt_bytes() > super::bulk::BULK_PROMPT_BYTES
     }
 
     /// Samples per prompt.

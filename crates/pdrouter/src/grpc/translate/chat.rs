@@ -204,37 +204,27 @@ pub(crate) fn body(a: &Answer<'_>) -> Vec<u8> {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let (message, called) = match &parsed[i] {
-                None => (
-                    FullMessage {
-                        role: "assistant",
-                        content: Some(&c.full),
-                        reasoning_content: None,
-                        tool_calls: None,
-                    },
-                    false,
-                ),
-                Some(p) => {
-                    let called = !p.calls.is_empty();
-                    let message = FullMessage {
-                        role: "assistant",
-                        content: (!called || !p.content.is_empty()).then_some(p.content.as_str()),
-                        reasoning_content: reasons
-                            .then(|| Some(p.reasoning.as_str()).filter(|r| !r.is_empty())),
-                        tool_calls: called.then(|| tool_calls_json(&p.calls)),
-                    };
-                    (message, called)
-                }
+            let called = parsed[i].as_ref().is_some_and(|p| !p.calls.is_empty());
+            let message = match &parsed[i] {
+                None => FullMessage {
+                    role: "assistant",
+                    content: Some(&c.full),
+                    reasoning_content: None,
+                    tool_calls: None,
+                },
+                Some(p) => FullMessage {
+                    role: "assistant",
+                    content: (!called || !p.content.is_empty()).then_some(p.content.as_str()),
+                    reasoning_content: reasons
+                        .then(|| Some(p.reasoning.as_str()).filter(|r| !r.is_empty())),
+                    tool_calls: called.then(|| tool_calls_json(&p.calls)),
+                },
             };
             FullChoice {
                 message,
                 logprobs: choice_logprobs(a, i, 0..c.logprobs.len()),
                 index: i,
-                finish_reason: if called {
-                    finish_of(a, i, true)
-                } else {
-                    finish_str(c.finish.as_ref())
-                },
+                finish_reason: finish_of(a, i, called),
                 matched_stop: matched(c.finish.as_ref()),
             }
         })
