@@ -152,6 +152,9 @@ pool() {
 measure_run() {
     local run=$1 round label f
     declare -gA WAIT_MAX=()
+    # The previous run's rounds (results and router logs) go: each name is reused, and a router
+    # log still holding the last run's address would be read as the new router's.
+    rm -f "$WORK"/*-r[0-9]*.*
     for ((round = 1; round <= ROUNDS; round++)); do
         LOAD=(--path /generate --stream --max-tokens 4 --rate "$OFFERED" --duration "$ROUND_SECS"
             --prompt-dist pareto --prompt-mean-tokens "$MEAN_WORDS" --seed $((6 + round))
