@@ -40,7 +40,8 @@ const NO_BUDGET: u32 = u32::MAX;
 /// [`Admission::set_limits`](crate::Admission::set_limits); lowering them never revokes a
 /// reservation, it only stops new ones until the load is under the new limits.
 pub struct Slot {
-    key: Box<str>,
+    /// Shared, so an observer can keep it (a metric label) without copying it.
+    key: Arc<str>,
     /// `count << 32 | tokens`. Tokens fit in 32 bits: a reservation either fits a budget that
     /// is a `u32`, or is alone on the slot with at most `u32::MAX` tokens.
     load: AtomicU64,
@@ -59,6 +60,11 @@ pub struct Slot {
 impl Slot {
     /// The worker identity (URL, or URL@rank) this slot counts for.
     pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The same, shared.
+    pub fn shared_key(&self) -> &Arc<str> {
         &self.key
     }
 

@@ -4,6 +4,7 @@
 //! and everything else builds on the ledger.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::priority::Priority;
@@ -77,10 +78,10 @@ impl std::error::Error for Rejected {}
 /// event itself), so a gauge set from them converges on the true value with the last call.
 pub trait Observer: Send + Sync + 'static {
     /// The in-flight count of the worker `key` changed; `inflight` is its current value.
-    fn inflight_changed(&self, _key: &str, _inflight: u32) {}
+    fn inflight_changed(&self, _key: &Arc<str>, _inflight: u32) {}
     /// The in-flight prompt tokens of the worker `key` changed; `tokens` is its current value.
     /// Called right after each [`inflight_changed`](Observer::inflight_changed).
-    fn tokens_changed(&self, _key: &str, _tokens: u32) {}
+    fn tokens_changed(&self, _key: &Arc<str>, _tokens: u32) {}
     /// The number of waiting requests changed; `queued` is its current value.
     fn queued_changed(&self, _queued: usize) {}
     /// A request was admitted after waiting `waited` ([`Duration::ZERO`] when it did not wait).

@@ -31,8 +31,8 @@ impl Rec {
 }
 
 impl Observer for Rec {
-    fn inflight_changed(&self, key: &str, inflight: u32) {
-        self.0.lock().push(Ev::Inflight(key.into(), inflight));
+    fn inflight_changed(&self, key: &std::sync::Arc<str>, inflight: u32) {
+        self.0.lock().push(Ev::Inflight((**key).into(), inflight));
     }
     fn queued_changed(&self, queued: usize) {
         self.0.lock().push(Ev::Queued(queued));

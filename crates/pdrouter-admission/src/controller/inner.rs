@@ -126,9 +126,10 @@ impl Inner {
 
     /// Tells the observer a slot's count and tokens.
     fn report(&self, slot: &Slot) {
-        self.observer.inflight_changed(slot.key(), slot.inflight());
         self.observer
-            .tokens_changed(slot.key(), slot.inflight_tokens());
+            .inflight_changed(slot.shared_key(), slot.inflight());
+        self.observer
+            .tokens_changed(slot.shared_key(), slot.inflight_tokens());
     }
 
     /// The priority a request waits with: its selector's with priority classes, else `Default`.

@@ -3,6 +3,7 @@
 //! ([`pdrouter_admission::Observer`], implemented by `Metrics`). A worker's
 //! series go when the controller says its forgotten slot is idle.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -96,7 +97,7 @@ impl AdmissionMetrics {
             self.inflight_tokens
                 .get_or_create(&l)
                 .set(i64::from(slot.inflight_tokens()));
-            self.limits(&l.worker, slot.limit(), slot.token_limit());
+            self.limits(l.url(), slot.limit(), slot.token_limit());
         }
     }
 
@@ -113,16 +114,16 @@ impl AdmissionMetrics {
     }
 
     /// The in-flight count of the slot `key`.
-    pub(super) fn inflight_changed(&self, key: &str, inflight: u32) {
+    pub(super) fn inflight_changed(&self, key: &Arc<str>, inflight: u32) {
         self.inflight
-            .get_or_create(&WorkerLabel::key(key))
+            .get_or_create(&WorkerLabel::shared(key))
             .set(i64::from(inflight));
     }
 
     /// The in-flight prompt tokens of the slot `key`.
-    pub(super) fn tokens_changed(&self, key: &str, tokens: u32) {
+    pub(super) fn tokens_changed(&self, key: &Arc<str>, tokens: u32) {
         self.inflight_tokens
-            .get_or_create(&WorkerLabel::key(key))
+            .get_or_create(&WorkerLabel::shared(key))
             .set(i64::from(tokens));
     }
 

@@ -2,28 +2,60 @@
 //! configured (with `@rank`), route templates, enumerated reasons, codes and classes, and
 //! tenants named in the priority file (else `other` or `anonymous`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+//!
+//! Labels updated on every request borrow or share their values (`&'static str`, a shared
+//! URL, a number) instead of owning a fresh string: a series is looked up by its label set on
+//! each update, and building that key must not allocate.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
 use crate::registry::Worker;
+
+/// A label value shared with its owner (a worker's URL): cloning it is a reference count.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct SharedValue(pub Arc<str>);
+
+impl EncodeLabelValue for SharedValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
 
 /// Label: one worker.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkerLabel {
     /// Worker URL as configured.
-    pub worker: String,
+    pub worker: SharedValue,
 }
 
 impl WorkerLabel {
-    /// The label of a registered worker.
+    /// The label of a registered worker (its own URL string, shared).
     pub(super) fn of(w: &Worker) -> Self {
-        Self::key(w.url())
+        WorkerLabel {
+            worker: SharedValue(w.url_shared().clone()),
+        }
     }
 
     /// The label of a worker known by its URL (an admission slot's key).
     pub(super) fn key(key: &str) -> Self {
         WorkerLabel {
-            worker: key.to_string(),
+            worker: SharedValue(Arc::from(key)),
         }
+    }
+
+    /// The label of a worker whose URL is already shared (an admission slot's own key).
+    pub(super) fn shared(key: &Arc<str>) -> Self {
+        WorkerLabel {
+            worker: SharedValue(key.clone()),
+        }
+    }
+
+    /// The URL.
+    pub(super) fn url(&self) -> &str {
+        &self.worker.0
     }
 }
 
@@ -31,34 +63,55 @@ impl WorkerLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     /// HTTP method the router serves, or `other` (`method_label`).
-    pub method: String,
-    /// Route template (`other` for unknown paths).
-    pub path: String,
+    pub method: &'static str,
+    /// Route template (`other` for unknown paths); borrowed for the inference routes.
+    pub path: Cow<'static, str>,
+}
+
+/// The route templates answered most: their labels borrow these instead of copying.
+const HOT_ROUTES: [&str; 6] = [
+    "/generate",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/health",
+    "other",
+];
+
+impl RouteLabels {
+    /// The labels of `method` on the route template `path`.
+    pub(super) fn new(method: &'static str, path: &str) -> Self {
+        let path = match HOT_ROUTES.iter().find(|r| **r == path) {
+            Some(r) => Cow::Borrowed(*r),
+            None => Cow::Owned(path.to_owned()),
+        };
+        RouteLabels { method, path }
+    }
 }
 
 /// Labels: response status and error code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResponseLabels {
     /// Numeric status.
-    pub status_code: String,
+    pub status_code: u16,
     /// `X-SMG-Error-Code`, or `none`.
-    pub error_code: String,
+    pub error_code: &'static str,
 }
 
 /// Label: routed endpoint.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabel {
     /// Route template.
-    pub route: String,
+    pub route: &'static str,
 }
 
 /// Labels: endpoint and error code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     /// Route template.
-    pub route: String,
+    pub route: &'static str,
     /// Error code.
-    pub error_code: String,
+    pub error_code: &'static str,
 }
 
 /// Labels: breaker transition.

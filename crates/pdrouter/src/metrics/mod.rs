@@ -192,17 +192,17 @@ impl Metrics {
     }
 
     /// One inference request routed.
-    pub fn routed(&self, route: &str) {
+    pub fn routed(&self, route: &'static str) {
         self.requests.routed(route);
     }
 
     /// One inference request failed.
-    pub fn route_error(&self, route: &str, code: &str) {
+    pub fn route_error(&self, route: &'static str, code: &'static str) {
         self.requests.route_error(route, code);
     }
 
     /// One retry.
-    pub fn retry(&self, route: &str) {
+    pub fn retry(&self, route: &'static str) {
         self.workers.retry(route);
     }
 
@@ -282,11 +282,11 @@ impl crate::limiter::LimiterObserver for Metrics {
 }
 
 impl pdrouter_admission::Observer for Metrics {
-    fn inflight_changed(&self, key: &str, inflight: u32) {
+    fn inflight_changed(&self, key: &Arc<str>, inflight: u32) {
         self.admission.inflight_changed(key, inflight);
     }
 
-    fn tokens_changed(&self, key: &str, tokens: u32) {
+    fn tokens_changed(&self, key: &Arc<str>, tokens: u32) {
         self.admission.tokens_changed(key, tokens);
     }
 

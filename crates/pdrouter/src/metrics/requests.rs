@@ -82,18 +82,15 @@ impl RequestMetrics {
         code: Option<&'static str>,
         elapsed: Duration,
     ) {
-        let route = RouteLabels {
-            method: method_label(method).to_string(),
-            path: path.to_string(),
-        };
+        let route = RouteLabels::new(method_label(method), path);
         self.http_requests.get_or_create(&route).inc();
         self.http_duration
             .get_or_create(&route)
             .observe(elapsed.as_secs_f64());
         self.http_responses
             .get_or_create(&ResponseLabels {
-                status_code: status.as_u16().to_string(),
-                error_code: code.unwrap_or("none").to_string(),
+                status_code: status.as_u16(),
+                error_code: code.unwrap_or("none"),
             })
             .inc();
     }
@@ -109,20 +106,18 @@ impl RequestMetrics {
     }
 
     /// One inference request routed.
-    pub(super) fn routed(&self, route: &str) {
+    pub(super) fn routed(&self, route: &'static str) {
         self.router_requests
-            .get_or_create(&EndpointLabel {
-                route: route.to_string(),
-            })
+            .get_or_create(&EndpointLabel { route })
             .inc();
     }
 
     /// One inference request failed.
-    pub(super) fn route_error(&self, route: &str, code: &str) {
+    pub(super) fn route_error(&self, route: &'static str, code: &'static str) {
         self.router_errors
             .get_or_create(&ErrorLabels {
-                route: route.to_string(),
-                error_code: code.to_string(),
+                route,
+                error_code: code,
             })
             .inc();
     }

@@ -96,8 +96,8 @@ fn populated() -> Arc<Metrics> {
     m.prefill_after_decode(AfterDecode::Drained);
     m.kv_handoff(KvHandoff::Recomputed);
 
-    m.inflight_changed("http://p:1", 1);
-    m.tokens_changed("http://p:1", 40);
+    m.inflight_changed(&Arc::from("http://p:1"), 1);
+    m.tokens_changed(&Arc::from("http://p:1"), 40);
     m.queued_changed(2);
     Observer::admitted(&*m, ms(7));
     m.rejected(Rejection::QueueTimeout);

@@ -63,12 +63,8 @@ impl WorkerMetrics {
     }
 
     /// One retry.
-    pub(super) fn retry(&self, route: &str) {
-        self.retries
-            .get_or_create(&EndpointLabel {
-                route: route.to_string(),
-            })
-            .inc();
+    pub(super) fn retry(&self, route: &'static str) {
+        self.retries.get_or_create(&EndpointLabel { route }).inc();
     }
 
     /// Worker load changed.
@@ -105,7 +101,7 @@ impl WorkerMetrics {
             BreakerState::HalfOpen,
         ] {
             self.cb_transitions.remove(&TransitionLabels {
-                worker: l.worker.clone(),
+                worker: l.url().to_owned(),
                 to: to.as_str().to_string(),
             });
         }
@@ -129,7 +125,7 @@ impl WorkerMetrics {
         self.cb_state.get_or_create(&l).set(to as i64);
         self.cb_transitions
             .get_or_create(&TransitionLabels {
-                worker: l.worker,
+                worker: l.url().to_owned(),
                 to: to.as_str().to_string(),
             })
             .inc();

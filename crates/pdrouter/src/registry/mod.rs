@@ -112,7 +112,7 @@ impl Snapshot {
         let trimmed = id_or_url.trim_end_matches('/');
         self.all
             .iter()
-            .find(|w| w.id == id_or_url || w.url == trimmed)
+            .find(|w| w.id == id_or_url || &*w.url == trimmed)
     }
 }
 
@@ -251,7 +251,7 @@ impl Registry {
         Arc::new(Worker {
             id,
             bootstrap_host: worker::host_of(&spec.url),
-            url,
+            url: url.into(),
             base_url: spec.url.clone(),
             worker_type: spec.worker_type,
             bootstrap_port: spec.bootstrap_port,

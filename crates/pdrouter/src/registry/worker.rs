@@ -128,7 +128,8 @@ pub type LoadHook = Arc<dyn Fn(&Worker) + Send + Sync>;
 /// A registered worker.
 pub struct Worker {
     pub(crate) id: String,
-    pub(crate) url: String,
+    /// Shared, so metric labels name the worker without copying the string.
+    pub(crate) url: Arc<str>,
     pub(crate) base_url: String,
     pub(crate) worker_type: WorkerType,
     pub(crate) bootstrap_port: Option<u16>,
@@ -173,6 +174,11 @@ impl Worker {
     }
     /// Identity URL as configured (`@rank` appended for a DP rank); the metrics label.
     pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL as a shared string (metric labels hold it).
+    pub(crate) fn url_shared(&self) -> &Arc<str> {
         &self.url
     }
     /// URL requests are sent to.
