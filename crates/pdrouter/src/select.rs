@@ -14,10 +14,15 @@ use std::sync::Arc;
 
 use pdrouter_admission::{Priority, Ranking, Selector, Slot};
 use pdrouter_policy::{Policy, RequestInfo};
+use smallvec::SmallVec;
 
 use crate::config::WorkerType;
 use crate::error::ApiError;
 use crate::registry::{Registry, Worker};
+
+/// Candidates of one worker type ranked without a heap allocation (a larger fleet spills to
+/// the heap, as before).
+const INLINE_CANDIDATES: usize = 8;
 
 /// The policies' clock: whole seconds since this process first asked (monotonic, from
 /// `tokio::time`, so paused-clock tests drive it). Requests and [`Policy::tick`] read the same
@@ -151,7 +156,8 @@ impl Candidates {
         let mut any_routable = false;
         let model = self.wanted.model.as_deref();
         let (runtime, pairing) = (self.runtime, self.pairing);
-        let with_room: Vec<&Arc<Worker>> = pool
+        // Inline up to a fleet of `INLINE_CANDIDATES` per type: no allocation per leg.
+        let with_room: SmallVec<[&Arc<Worker>; INLINE_CANDIDATES]> = pool
             .iter()
             .filter(|w| {
                 w.is_routable()
@@ -169,7 +175,8 @@ impl Candidates {
             return Some(Vec::new());
         }
         let mut order = std::mem::take(&mut self.order);
-        let refs: Vec<&Worker> = with_room.iter().map(|w| &***w).collect();
+        let refs: SmallVec<[&Worker; INLINE_CANDIDATES]> =
+            with_room.iter().map(|w| &***w).collect();
         self.policy.rank(&refs, &self.info(), &mut order);
         let ranked = order
             .iter()
@@ -253,8 +260,8 @@ mod tests {
     use super::*;
     use crate::config::BreakerConfig;
 
-    fn class(worker_type: WorkerType, target: Option<usize>, model: Option<&str>) -> Box<str> {
-        let registry = Registry::new(
+    fn registry() -> Arc<Registry> {
+        Registry::new(
             BreakerConfig {
                 enabled: false,
                 failure_threshold: 1,
@@ -263,21 +270,62 @@ mod tests {
                 window: std::time::Duration::from_secs(120),
             },
             None,
-        );
-        let policy = Arc::new(Policy::new(
+        )
+    }
+
+    fn round_robin() -> Arc<Policy> {
+        Arc::new(Policy::new(
             PolicyKind::RoundRobin,
             CacheAwareConfig::default(),
-        ));
-        let wanted = Wanted {
+        ))
+    }
+
+    fn wanted(target: Option<usize>, model: Option<&str>) -> Wanted {
+        Wanted {
             text: "some text".into(),
             routing_key: None,
             target,
             model: model.map(Into::into),
             prefix_tokens: None,
-        };
-        Candidates::new(registry, policy, worker_type, wanted)
-            .wait_class()
-            .expect("the router always names a class")
+        }
+    }
+
+    fn class(worker_type: WorkerType, target: Option<usize>, model: Option<&str>) -> Box<str> {
+        Candidates::new(
+            registry(),
+            round_robin(),
+            worker_type,
+            wanted(target, model),
+        )
+        .wait_class()
+        .expect("the router always names a class")
+    }
+
+    /// A fleet larger than the inline candidate lists ranks and picks as a small one does.
+    #[test]
+    fn a_fleet_past_the_inline_lists_is_ranked_whole() {
+        let registry = registry();
+        let n = INLINE_CANDIDATES + 3;
+        for i in 0..n {
+            let spec =
+                crate::config::WorkerSpec::new(format!("http://p{i}:1"), WorkerType::Prefill);
+            registry
+                .register(&spec, None, crate::registry::WorkerStatus::Ready)
+                .expect("registered");
+        }
+        let policy = round_robin();
+        let mut picked = std::collections::HashSet::new();
+        for _ in 0..n {
+            let mut c = Candidates::new(
+                registry.clone(),
+                policy.clone(),
+                WorkerType::Prefill,
+                wanted(None, None),
+            );
+            assert_eq!(c.ranked(&|_| true).map(|r| r.len()), Some(n));
+            picked.insert(c.pick().expect("a worker").url().to_owned());
+        }
+        assert_eq!(picked.len(), n, "round_robin reaches every worker");
     }
 
     #[test]
