@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::proxy::client::UpstreamBody;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::config::KubeSource;
@@ -231,7 +231,7 @@ impl KubeApi {
             .map_err(|e| KubeError::Other(format!("bad API request: {e}")))
     }
 
-    async fn call(&self, path_query: &str) -> Result<Incoming, KubeError> {
+    async fn call(&self, path_query: &str) -> Result<UpstreamBody, KubeError> {
         let resp = self
             .client
             .send(self.request(path_query)?, CALL_TIMEOUT)
@@ -281,7 +281,7 @@ impl KubeApi {
 /// One WATCH's events, as they arrive.
 #[derive(Debug)]
 pub struct Watch {
-    body: Incoming,
+    body: UpstreamBody,
     buf: BytesMut,
 }
 

@@ -1,6 +1,7 @@
-//! Upstream HTTP client: pooled keep-alive HTTP/1 connections to workers, plain or TLS
-//! (`https://` workers; trust roots are the system's — honouring `SSL_CERT_FILE` /
-//! `SSL_CERT_DIR` — plus the Mozilla set bundled with webpki-roots).
+//! Upstream HTTP client: pooled keep-alive HTTP/1 connections to workers. Plain `http://`
+//! workers are spoken to on the requesting task itself ([`super::h1`]); `https://` workers
+//! through hyper's pooled client over rustls (trust roots are the system's — honouring
+//! `SSL_CERT_FILE` / `SSL_CERT_DIR` — plus the Mozilla set bundled with webpki-roots).
 //!
 //! Errors are classified here into [`UpstreamError`] (connect, timeout, broken, too large) so
 //! callers map them per leg without inspecting hyper's error types.
@@ -9,10 +10,14 @@
 //! capped at [`INFO_BODY_LIMIT`]: a worker that streams an endless answer costs one bounded
 //! buffer and an error, never unbounded memory. Relayed answers are streamed, never collected.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 use http::{Request, Response, StatusCode};
+use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -20,34 +25,14 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-/// How talking to a worker failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum UpstreamError {
-    /// No connection could be made.
-    #[error("connection failed")]
-    Connect,
-    /// No answer in time.
-    #[error("timed out")]
-    Timeout,
-    /// The connection broke or the answer was not HTTP.
-    #[error("broken response")]
-    Broken,
-    /// A body read whole was longer than [`INFO_BODY_LIMIT`].
-    #[error("response body over the {INFO_BODY_LIMIT}-byte limit")]
-    TooLarge,
-}
+pub use super::error::{INFO_BODY_LIMIT, UpstreamError};
 
-/// Largest body read whole from a worker (1 MiB). The answers read this way (`/health`,
-/// `/get_server_info`, `/get_model_info`, `/v1/models`, `/health_generate`) are a few KB.
-pub const INFO_BODY_LIMIT: usize = 1 << 20;
-
-impl UpstreamError {
-    fn classify(e: &hyper_util::client::legacy::Error) -> Self {
-        if e.is_connect() {
-            UpstreamError::Connect
-        } else {
-            UpstreamError::Broken
-        }
+/// The kind of a pooled (TLS) client failure.
+fn classify(e: &hyper_util::client::legacy::Error) -> UpstreamError {
+    if e.is_connect() {
+        UpstreamError::Connect
+    } else {
+        UpstreamError::Broken
     }
 }
 
@@ -55,7 +40,54 @@ impl UpstreamError {
 /// and is a few hundred bytes that every task holding a clone would carry).
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    inner: std::sync::Arc<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>,
+    inner: std::sync::Arc<Clients>,
+}
+
+#[derive(Debug)]
+struct Clients {
+    plain: super::h1::Client,
+    tls: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+/// A worker's response body, from whichever client carried the exchange.
+#[derive(Debug)]
+pub enum UpstreamBody {
+    /// Read off a plain connection by the reading task.
+    Plain(super::h1::InlineBody),
+    /// From hyper's pooled (TLS) client.
+    Tls(Incoming),
+}
+
+/// Why a worker's body could not be read on (the callers map every kind to a broken leg).
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            UpstreamBody::Plain(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            UpstreamBody::Tls(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Plain(b) => b.is_end_stream(),
+            UpstreamBody::Tls(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Plain(b) => b.size_hint(),
+            UpstreamBody::Tls(b) => b.size_hint(),
+        }
+    }
 }
 
 /// Trust roots for `https://` workers: the system store (which honours `SSL_CERT_FILE` and
@@ -108,7 +140,10 @@ impl UpstreamClient {
             .pool_max_idle_per_host(1024)
             .build(connector);
         Self {
-            inner: std::sync::Arc::new(inner),
+            inner: std::sync::Arc::new(Clients {
+                plain: super::h1::Client::default(),
+                tls: inner,
+            }),
         }
     }
 
@@ -117,12 +152,27 @@ impl UpstreamClient {
         &self,
         req: Request<Full<Bytes>>,
         timeout: Duration,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        match tokio::time::timeout(timeout, self.inner.request(req)).await {
-            Ok(Ok(resp)) => Ok(resp),
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
+            let (parts, body) = req.into_parts();
+            // A `Full` body is one frame, ready at once.
+            let body = body
+                .collect()
+                .now_or_never()
+                .and_then(|c| c.ok())
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let sent = self.inner.plain.send(Request::from_parts(parts, body));
+            return match tokio::time::timeout(timeout, sent).await {
+                Ok(r) => r.map(|resp| resp.map(UpstreamBody::Plain)),
+                Err(_) => Err(UpstreamError::Timeout),
+            };
+        }
+        match tokio::time::timeout(timeout, self.inner.tls.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp.map(UpstreamBody::Tls)),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "upstream request failed");
-                Err(UpstreamError::classify(&e))
+                Err(classify(&e))
             }
             Err(_) => Err(UpstreamError::Timeout),
         }

@@ -39,7 +39,7 @@ pub(crate) async fn exchange(
     body: Bytes,
     ctx: &RequestCtx,
     timeout: std::time::Duration,
-) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+) -> Result<http::Response<crate::proxy::client::UpstreamBody>, ApiError> {
     exchange_with(client, worker, leg, path, body, ctx, timeout, Vec::new()).await
 }
 
@@ -55,7 +55,7 @@ pub(crate) async fn exchange_with(
     ctx: &RequestCtx,
     timeout: std::time::Duration,
     extra: Vec<(http::HeaderName, http::HeaderValue)>,
-) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+) -> Result<http::Response<crate::proxy::client::UpstreamBody>, ApiError> {
     let mut req = json_post(
         worker.base_url(),
         path,
@@ -100,7 +100,7 @@ pub(crate) fn upstream_error(e: UpstreamError, leg: Leg, url: &str) -> ApiError 
 }
 
 /// Reads (a bounded prefix of) an error response body for the message.
-async fn error_detail(body: hyper::body::Incoming) -> String {
+async fn error_detail(body: crate::proxy::client::UpstreamBody) -> String {
     let limited = http_body_util::Limited::new(body, 4096);
     match tokio::time::timeout(std::time::Duration::from_secs(5), limited.collect()).await {
         Ok(Ok(c)) => {

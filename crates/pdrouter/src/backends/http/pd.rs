@@ -18,12 +18,12 @@ use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;
 
+use crate::proxy::client::UpstreamBody;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::PrefillLeg;
@@ -47,7 +47,7 @@ const DECODE_MERGE_LIMIT: usize = SseMerge::EVENT_LIMIT;
 
 /// A Prefill worker's HTTP answer, drained by the leg task.
 struct HttpPrefill {
-    body: Incoming,
+    body: UpstreamBody,
     worker: Arc<Worker>,
 }
 
@@ -185,7 +185,7 @@ pub(super) async fn send(
 /// Decode's answer as far as it was read before the client's response head.
 struct Decoded {
     parts: http::response::Parts,
-    body: Incoming,
+    body: UpstreamBody,
     read: VecDeque<Frame<Bytes>>,
     /// The whole answer is in `read` (the Prefill leg was told so).
     complete: bool,
@@ -258,7 +258,7 @@ fn relay(
 /// [`DECODE_MERGE_LIMIT`] bytes in all, within `timeout`).
 async fn read_whole(
     read: VecDeque<Frame<Bytes>>,
-    body: Option<Incoming>,
+    body: Option<UpstreamBody>,
     timeout: std::time::Duration,
     decode: &Worker,
 ) -> Result<Bytes, ApiError> {
@@ -306,7 +306,7 @@ const DECODE_READ_AHEAD: usize = 4 << 20;
 /// answer, the KV has moved and a Prefill body that does not end must not hold it.
 async fn prefill_or_decode(
     leg: &mut PrefillLeg,
-    body: &mut Incoming,
+    body: &mut UpstreamBody,
     read: &mut VecDeque<Frame<Bytes>>,
     stream: bool,
     decode: &Worker,

@@ -14,9 +14,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use crate::proxy::client::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::PrefillLeg;
@@ -41,7 +41,7 @@ pub struct FirstByte {
 #[derive(Debug)]
 pub struct RelayBody {
     read: VecDeque<Frame<Bytes>>,
-    inner: Option<Incoming>,
+    inner: Option<UpstreamBody>,
     prefill: Option<PrefillLeg>,
     streaming: bool,
     _load: LoadGuard,
@@ -55,7 +55,7 @@ impl RelayBody {
     /// Relays `read` (frames already read from the worker's body), then the rest of `inner`
     /// (`None` when the body was read to its end).
     pub fn new(
-        inner: Option<Incoming>,
+        inner: Option<UpstreamBody>,
         read: VecDeque<Frame<Bytes>>,
         prefill: Option<PrefillLeg>,
         streaming: bool,

@@ -29,10 +29,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::proxy::client::UpstreamBody;
 use axum::body::Body;
 use axum::response::Response;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
@@ -53,7 +53,7 @@ const PREFILL_ANSWER_LIMIT: usize = crate::proxy::client::INFO_BODY_LIMIT;
 
 /// A vLLM Prefill worker's JSON answer, read whole by the leg task.
 struct VllmPrefill {
-    body: Incoming,
+    body: UpstreamBody,
     worker: Arc<Worker>,
     /// The answer carries `kv_transfer_params` to take (NIXL); else it is only read.
     params: bool,

@@ -1,0 +1,329 @@
+//! The bytes of an HTTP/1.1 exchange's heads: the request head the router writes, and the
+//! response head it parses, with what frames the body that follows (RFC 9112 §6).
+//!
+//! Invariants:
+//! - A response head is accepted only whole and within [`MAX_HEAD_BYTES`] and
+//!   [`MAX_HEADERS`]; anything else is [`HeadError::Broken`], never a partial answer.
+//! - The framing is decided once, here: no body (HEAD, 1xx, 204, 304), chunked (the last
+//!   transfer coding), a length (every `Content-Length` agreeing), or up to the close.
+//! - A connection is reusable after the body only on an HTTP/1.1 answer whose framing ends by
+//!   itself and that does not say `Connection: close`.
+
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
+
+/// Largest response head read (hyper's default buffer bound is of the same order).
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Most header fields in a response head (hyper's default).
+pub const MAX_HEADERS: usize = 100;
+
+/// How the body after a head is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Everything until the worker closes the connection.
+    UntilClose,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct Head {
+    pub response: Response<()>,
+    pub framing: Framing,
+    /// Whether the connection may carry another exchange once the body is read.
+    pub keep_alive: bool,
+    /// Bytes of the buffer the head took.
+    pub len: usize,
+}
+
+/// Why a response head could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Not HTTP/1.x, over a bound, or with framing that contradicts itself.
+    Broken,
+}
+
+/// Appends `req`'s head to `out`: request line, `Host` (unless given), the request's own
+/// headers, and the body's length.
+pub fn write_request_head<B>(
+    req: &http::Request<B>,
+    authority: &str,
+    body_len: usize,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !req.headers().contains_key(HOST) {
+        push_header(out, HOST.as_str(), authority.as_bytes());
+    }
+    for (name, value) in req.headers() {
+        // The length is the body's own; a transfer coding is never applied to a body
+        // sent whole.
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+            continue;
+        }
+        push_header(out, name.as_str(), value.as_bytes());
+    }
+    // A GET or HEAD without a body says nothing of one, as clients do.
+    if body_len > 0 || !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let mut digits = [0u8; 20];
+        push_header(
+            out,
+            CONTENT_LENGTH.as_str(),
+            format_len(body_len, &mut digits),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal, written into `buf`'s end.
+fn format_len(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete.
+/// Interim (1xx) answers before the final one are skipped; `len` counts them too.
+pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<Option<Head>, HeadError> {
+    let mut offset = 0;
+    loop {
+        let Some(mut head) = parse_one(&buf[offset..], method)? else {
+            return if buf.len() > MAX_HEAD_BYTES {
+                Err(HeadError::Broken)
+            } else {
+                Ok(None)
+            };
+        };
+        let status = head.response.status();
+        if status.is_informational() {
+            // 101 would switch protocols, which the router never asks for.
+            if status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(HeadError::Broken);
+            }
+            offset += head.len;
+            continue;
+        }
+        head.len += offset;
+        if head.len > MAX_HEAD_BYTES {
+            return Err(HeadError::Broken);
+        }
+        return Ok(Some(head));
+    }
+}
+
+fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, HeadError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(HeadError::Broken),
+    };
+    let status = parsed
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or(HeadError::Broken)?;
+    let http11 = parsed.version == Some(1);
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| HeadError::Broken)?;
+        let value = HeaderValue::from_bytes(field.value).map_err(|_| HeadError::Broken)?;
+        headers.append(name, value);
+    }
+    let framing = framing_of(status, method, &headers)?;
+    let close = has_token(&headers, CONNECTION, "close");
+    let keep_alive = http11 && !close && framing != Framing::UntilClose;
+    let mut response = Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = if http11 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    *response.headers_mut() = headers;
+    Ok(Some(Head {
+        response,
+        framing,
+        keep_alive,
+        len,
+    }))
+}
+
+/// RFC 9112 §6.3, for a client.
+fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Framing, HeadError> {
+    if *method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    if h.contains_key(TRANSFER_ENCODING) {
+        // Only a final `chunked` delimits the body; any other coding runs to the close.
+        let last = h
+            .get_all(TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|t| !t.is_empty());
+        return Ok(match last {
+            Some(t) if t.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+            _ => Framing::UntilClose,
+        });
+    }
+    let mut length = None;
+    for value in h.get_all(CONTENT_LENGTH) {
+        let text = value.to_str().map_err(|_| HeadError::Broken)?;
+        for part in text.split(',') {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HeadError::Broken);
+            }
+            let n: u64 = part.parse().map_err(|_| HeadError::Broken)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(HeadError::Broken);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => Framing::Empty,
+        Some(n) => Framing::Length(n),
+        None => Framing::UntilClose,
+    })
+}
+
+/// Whether a comma-separated header lists `token` (case-insensitive).
+fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    h.get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Head {
+        parse_response_head(text.as_bytes(), &Method::POST)
+            .unwrap()
+            .expect("complete")
+    }
+
+    #[test]
+    fn the_request_head_carries_host_headers_and_the_length() {
+        let req = http::Request::post("http://w:8000/generate?x=1")
+            .header("content-type", "application/json")
+            .header("content-length", "999")
+            .body(())
+            .unwrap();
+        let mut out = Vec::new();
+        write_request_head(&req, "w:8000", 12, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /generate?x=1 HTTP/1.1\r\nhost: w:8000\r\ncontent-type: application/json\r\n\
+             content-length: 12\r\n\r\n"
+        );
+        let get = http::Request::get("http://w/health").body(()).unwrap();
+        let mut out = Vec::new();
+        write_request_head(&get, "w", 0, &mut out);
+        assert_eq!(out, b"GET /health HTTP/1.1\r\nhost: w\r\n\r\n");
+        let empty_post = http::Request::post("http://w/").body(()).unwrap();
+        let mut out = Vec::new();
+        write_request_head(&empty_post, "w", 0, &mut out);
+        assert!(out.ends_with(b"content-length: 0\r\n\r\n"));
+    }
+
+    #[test]
+    fn framing_follows_the_head() {
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello");
+        assert_eq!(
+            (h.framing, h.keep_alive, h.len),
+            (Framing::Length(5), true, 38)
+        );
+        assert_eq!(h.response.headers()["content-length"], "5");
+        let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
+        let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::UntilClose, false));
+        let h = head("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::UntilClose, false));
+        let h = head("HTTP/1.1 204 No Content\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Empty, true));
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: Close\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Empty, false));
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(2), false));
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\ncontent-length: 7\r\n\r\n");
+        assert_eq!(h.framing, Framing::Length(7));
+        let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n";
+        let h = parse_response_head(resp, &Method::HEAD).unwrap().unwrap();
+        assert_eq!(h.framing, Framing::Empty);
+    }
+
+    #[test]
+    fn interim_answers_are_skipped() {
+        let text =
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 1\r\n\r\nx";
+        let h = head(text);
+        assert_eq!(h.response.status(), StatusCode::CREATED);
+        assert_eq!(&text[h.len..], "x");
+        let partial = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n";
+        assert!(
+            parse_response_head(partial.as_bytes(), &Method::POST)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn bad_heads_are_broken_not_partial() {
+        let bad = [
+            "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "HTTP/2 200\r\n\r\n",
+            "SSH-2.0-OpenSSH\r\n\r\n",
+            "HTTP/1.1 999999 Big\r\n\r\n",
+        ];
+        for text in bad {
+            assert_eq!(
+                parse_response_head(text.as_bytes(), &Method::POST).unwrap_err(),
+                HeadError::Broken,
+                "{text:?}"
+            );
+        }
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: v\r\n")).collect();
+        let text = format!("HTTP/1.1 200 OK\r\n{many}\r\n");
+        assert!(parse_response_head(text.as_bytes(), &Method::POST).is_err());
+        let endless = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES));
+        assert!(parse_response_head(endless.as_bytes(), &Method::POST).is_err());
+    }
+}
