@@ -238,15 +238,22 @@ fn no_op(v: &Value) -> bool {
 }
 
 fn refuse(o: &Map<String, Value>, table: &[(&str, Fate)], prefix: &str) -> Result<(), ApiError> {
-    for (name, fate) in table {
-        if *fate == Refused
-            && let Some(v) = o.get(*name)
-            && !no_op(v)
-        {
-            return Err(unsupported(&format!("'{prefix}{name}'")));
-        }
+    // A body names a handful of fields and a table lists dozens: the body's names are looked
+    // up in the table (string compares, no hashing), and of several refused ones the first
+    // in table order is named, as a walk of the table would.
+    let first = o
+        .iter()
+        .filter_map(|(k, v)| {
+            let i = table
+                .iter()
+                .position(|(name, fate)| *fate == Refused && name == k)?;
+            (!no_op(v)).then_some(i)
+        })
+        .min();
+    match first {
+        Some(i) => Err(unsupported(&format!("'{prefix}{}'", table[i].0))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Refuses the fields of `o`, a body for `endpoint`, that ask for what is not served.
@@ -293,5 +300,14 @@ mod tests {
         let sp = body(serde_json::json!({"sampling_params": {"stop_regex": "a+"}}));
         let e = format!("{:?}", check(Endpoint::Generate, &sp).unwrap_err());
         assert!(e.contains("sampling_params.stop_regex"), "{e}");
+        // Of several refused fields, the table's first is named whatever the body's order.
+        let two = body(
+            serde_json::json!({"echo": true, "prediction": {"type": "content"},
+            "messages": [], "audio": {"voice": "x"}}),
+        );
+        let e = format!("{:?}", check(Endpoint::ChatCompletions, &two).unwrap_err());
+        assert!(e.contains("'audio'"), "{e}");
+        let read_only = body(serde_json::json!({"messages": [], "model": "m", "top_k": 3}));
+        assert!(check(Endpoint::ChatCompletions, &read_only).is_ok());
     }
 }
