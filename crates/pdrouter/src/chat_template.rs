@@ -19,6 +19,7 @@
 //! named function, a content part that is neither text nor an image, and kwargs that are not
 //! an object are refused (400 naming them) rather than rendered.
 
+use crate::json_map::Field as _;
 use std::borrow::Cow;
 
 use pdrouter_tokenizer::{ChatInput, ContentFormat, TemplateValue, Tokenizer};
@@ -51,7 +52,7 @@ const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"]
 /// `chat_template_kwargs` (an object), then `reasoning_effort` unless the kwargs set it and,
 /// for effort `none`, thinking turned off unless the kwargs set either thinking switch.
 pub(crate) fn template_vars(o: &Map<String, Value>) -> Result<TemplateVars, ApiError> {
-    let generation_prompt = match o.get("add_generation_prompt") {
+    let generation_prompt = match o.field("add_generation_prompt") {
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
         Some(_) => {
@@ -69,7 +70,7 @@ pub(crate) fn template_vars(o: &Map<String, Value>) -> Result<TemplateVars, ApiE
 }
 
 fn template_kwargs(o: &Map<String, Value>) -> Result<Vec<(String, TemplateValue)>, ApiError> {
-    let mut out: Vec<(String, TemplateValue)> = match o.get("chat_template_kwargs") {
+    let mut out: Vec<(String, TemplateValue)> = match o.field("chat_template_kwargs") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Object(k)) => k
             .iter()
@@ -82,7 +83,7 @@ fn template_kwargs(o: &Map<String, Value>) -> Result<Vec<(String, TemplateValue)
             ));
         }
     };
-    let effort = match o.get("reasoning_effort") {
+    let effort = match o.field("reasoning_effort") {
         None | Some(Value::Null) => return Ok(out),
         Some(Value::String(e)) if EFFORTS.contains(&e.as_str()) => e.clone(),
         Some(_) => {
@@ -112,7 +113,7 @@ fn template_kwargs(o: &Map<String, Value>) -> Result<Vec<(String, TemplateValue)
 /// Whether a chat body turns thinking off: `enable_thinking` or `thinking` false in its
 /// kwargs, else `reasoning_effort: "none"` (kwargs that set either win, as in the template).
 pub(crate) fn thinking_off(o: &Map<String, Value>) -> bool {
-    let kw = o.get("chat_template_kwargs").and_then(Value::as_object);
+    let kw = o.field("chat_template_kwargs").and_then(Value::as_object);
     let set: Vec<&Value> = ["enable_thinking", "thinking"]
         .iter()
         .filter_map(|k| kw?.get(*k))
@@ -120,7 +121,7 @@ pub(crate) fn thinking_off(o: &Map<String, Value>) -> bool {
     if !set.is_empty() {
         return set.contains(&&Value::Bool(false));
     }
-    o.get("reasoning_effort").and_then(Value::as_str) == Some("none")
+    o.field("reasoning_effort").and_then(Value::as_str) == Some("none")
 }
 
 /// Chat messages (with optional tools and template variables) for the template.
@@ -156,7 +157,7 @@ impl ChatPrompt {
     ) -> Result<Self, ApiError> {
         let has_parts = messages.as_array().is_some_and(|l| {
             l.iter()
-                .any(|m| m.get("content").is_some_and(Value::is_array))
+                .any(|m| m.field("content").is_some_and(Value::is_array))
         });
         let flat = match has_parts {
             true => {
@@ -186,8 +187,8 @@ impl ChatPrompt {
 
 /// Whether message `m` needs rewriting for the template.
 fn needs_rewrite(m: &Value) -> bool {
-    m.get("content").is_some_and(Value::is_null)
-        || m.get("tool_calls")
+    m.field("content").is_some_and(Value::is_null)
+        || m.field("tool_calls")
             .and_then(Value::as_array)
             .is_some_and(|calls| {
                 calls.iter().any(|c| {
@@ -207,7 +208,7 @@ pub(crate) fn template_messages(messages: &Value) -> Result<Cow<'_, Value>, ApiE
     }
     let mut list = list.clone();
     for (i, m) in list.iter_mut().enumerate() {
-        if m.get("content").is_some_and(Value::is_null) {
+        if m.field("content").is_some_and(Value::is_null) {
             m["content"] = Value::String(String::new());
         }
         let calls = m.get_mut("tool_calls").and_then(Value::as_array_mut);
@@ -238,7 +239,7 @@ pub(crate) fn check_function(f: Option<&Value>, field: &str) -> Result<(), ApiEr
     let Some(f) = f.and_then(Value::as_object) else {
         return Err(ApiError::invalid_field(field, "must be an object"));
     };
-    match f.get("name") {
+    match f.field("name") {
         Some(Value::String(n)) if !n.is_empty() => {}
         _ => {
             return Err(ApiError::invalid_field(
@@ -247,7 +248,7 @@ pub(crate) fn check_function(f: Option<&Value>, field: &str) -> Result<(), ApiEr
             ));
         }
     }
-    match f.get("parameters") {
+    match f.field("parameters") {
         None | Some(Value::Null | Value::Object(_)) => {}
         Some(_) => {
             return Err(ApiError::invalid_field(
@@ -256,7 +257,7 @@ pub(crate) fn check_function(f: Option<&Value>, field: &str) -> Result<(), ApiEr
             ));
         }
     }
-    if f.get("description")
+    if f.field("description")
         .is_some_and(|d| !d.is_string() && !d.is_null())
     {
         return Err(ApiError::invalid_field(
@@ -270,13 +271,13 @@ pub(crate) fn check_function(f: Option<&Value>, field: &str) -> Result<(), ApiEr
 /// The request's tools: `tools`, else the deprecated `functions` as tools of type
 /// `function`; `None` when there are none. Every entry must be a named function tool.
 pub(crate) fn request_tools(o: &Map<String, Value>) -> Result<Option<Cow<'_, Value>>, ApiError> {
-    match (o.get("tools"), o.get("functions")) {
+    match (o.field("tools"), o.field("functions")) {
         (Some(t), _) if !t.is_null() => {
             let Some(list) = t.as_array() else {
                 return Err(ApiError::invalid_field("tools", "must be an array"));
             };
             for (i, tool) in list.iter().enumerate() {
-                match tool.get("type") {
+                match tool.field("type") {
                     Some(Value::String(k)) if k == "function" => {}
                     _ => {
                         return Err(ApiError::invalid_field(
@@ -285,7 +286,7 @@ pub(crate) fn request_tools(o: &Map<String, Value>) -> Result<Option<Cow<'_, Val
                         ));
                     }
                 }
-                check_function(tool.get("function"), &format!("tools[{i}].function"))?;
+                check_function(tool.field("function"), &format!("tools[{i}].function"))?;
             }
             Ok(Some(Cow::Borrowed(t)))
         }

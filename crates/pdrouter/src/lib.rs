@@ -19,6 +19,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod images;
+mod json_map;
 pub mod kv_handoff;
 pub mod limiter;
 pub mod metrics;

@@ -3,6 +3,7 @@
 //! A request is parsed once here; everything downstream (policies, bootstrap injection, load
 //! units) reads [`ParsedRequest`]. Shape errors name the field so the client knows what to fix.
 
+use crate::json_map::Field as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -242,7 +243,7 @@ fn chat_text(messages: &[Value]) -> Result<Arc<str>, ApiError> {
                 "must be an object",
             ));
         };
-        match obj.get("role") {
+        match obj.field("role") {
             Some(Value::String(_)) => {}
             _ => {
                 return Err(ApiError::invalid_field(
@@ -251,11 +252,11 @@ fn chat_text(messages: &[Value]) -> Result<Arc<str>, ApiError> {
                 ));
             }
         }
-        match obj.get("content") {
+        match obj.field("content") {
             Some(Value::String(s)) => text.push_str(s),
             Some(Value::Array(parts)) => {
                 for p in parts {
-                    if let Some(s) = p.get("text").and_then(Value::as_str) {
+                    if let Some(s) = p.field("text").and_then(Value::as_str) {
                         text.push_str(s);
                     }
                 }
@@ -335,7 +336,10 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
         ));
     };
     check_common_fields(&body)?;
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let stream = body
+        .field("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let Prompt { batch, text, n } = match endpoint {
         Endpoint::Generate => generate_prompt(&body)?,
         Endpoint::ChatCompletions => chat_prompt(&body)?,
@@ -345,7 +349,7 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
     check_fan_out(endpoint, &body, batch, n)?;
     let logprobs = endpoint == Endpoint::Generate && wants_logprobs(&body);
     let model = body
-        .get("model")
+        .field("model")
         .and_then(Value::as_str)
         .filter(|m| !m.is_empty())
         .map(Arc::from);
@@ -378,7 +382,7 @@ fn check_fan_out(
 ) -> Result<(), ApiError> {
     let prompts = batch.unwrap_or(1);
     let (list, n_field) = match endpoint {
-        Endpoint::Generate if body.get("text").is_some_and(|t| !t.is_null()) => {
+        Endpoint::Generate if body.field("text").is_some_and(|t| !t.is_null()) => {
             ("text", "sampling_params.n")
         }
         Endpoint::Generate => ("input_ids", "sampling_params.n"),
@@ -414,15 +418,15 @@ struct Prompt {
 fn check_common_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
     field_type(
         "stream",
-        body.get("stream"),
+        body.field("stream"),
         Value::is_boolean,
         "true or false",
     )?;
-    field_type("model", body.get("model"), Value::is_string, "a string")?;
+    field_type("model", body.field("model"), Value::is_string, "a string")?;
     for f in ["max_tokens", "max_completion_tokens"] {
         field_type(
             f,
-            body.get(f),
+            body.field(f),
             |v| v.as_u64().is_some(),
             "a non-negative integer",
         )?;
@@ -434,15 +438,15 @@ fn check_common_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
 fn generate_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
     field_type(
         "sampling_params",
-        body.get("sampling_params"),
+        body.field("sampling_params"),
         Value::is_object,
         "an object",
     )?;
     let n = positive_n(
         "sampling_params.n",
-        body.get("sampling_params").and_then(|s| s.get("n")),
+        body.field("sampling_params").and_then(|s| s.field("n")),
     )?;
-    let (batch, text) = match (body.get("text"), body.get("input_ids")) {
+    let (batch, text) = match (body.field("text"), body.field("input_ids")) {
         (Some(t), _) if !t.is_null() => prompt_shape("text", t, false)?,
         (_, Some(ids)) if !ids.is_null() => (input_ids_batch(ids)?, Arc::from("")),
         _ => {
@@ -476,8 +480,8 @@ fn input_ids_batch(ids: &Value) -> Result<Option<usize>, ApiError> {
 
 /// `/v1/chat/completions`: `n`, then a non-empty `messages` list.
 fn chat_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
-    let n = positive_n("n", body.get("n"))?;
-    let text = match body.get("messages") {
+    let n = positive_n("n", body.field("n"))?;
+    let text = match body.field("messages") {
         Some(Value::Array(m)) if !m.is_empty() => chat_text(m)?,
         Some(Value::Array(_)) => {
             return Err(ApiError::invalid_field("messages", "must not be empty"));
@@ -496,8 +500,8 @@ fn chat_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
 
 /// `/v1/completions`: `n`, then `prompt`.
 fn completions_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
-    let n = positive_n("n", body.get("n"))?;
-    let Some(prompt) = body.get("prompt").filter(|p| !p.is_null()) else {
+    let n = positive_n("n", body.field("n"))?;
+    let Some(prompt) = body.field("prompt").filter(|p| !p.is_null()) else {
         return Err(ApiError::invalid_field("prompt", "is required"));
     };
     let (batch, text) = prompt_shape("prompt", prompt, true)?;
@@ -506,7 +510,7 @@ fn completions_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
 
 /// `/v1/responses`: `input`, a string or a list of input items (one sample, no batch).
 fn responses_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
-    let text = match body.get("input") {
+    let text = match body.field("input") {
         Some(Value::String(s)) => truncate(s),
         Some(Value::Array(items)) => input_items_text(items),
         None | Some(Value::Null) => {
@@ -530,11 +534,11 @@ fn responses_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
 fn input_items_text(items: &[Value]) -> Arc<str> {
     let mut t = String::new();
     for it in items {
-        match it.get("content") {
+        match it.field("content") {
             Some(Value::String(s)) => t.push_str(s),
             Some(Value::Array(parts)) => {
                 for p in parts {
-                    if let Some(s) = p.get("text").and_then(Value::as_str) {
+                    if let Some(s) = p.field("text").and_then(Value::as_str) {
                         t.push_str(s);
                     }
                 }
@@ -547,7 +551,7 @@ fn input_items_text(items: &[Value]) -> Arc<str> {
 
 /// `/generate`'s `return_logprob`: true for the request, or for any of its prompts.
 fn wants_logprobs(body: &Map<String, Value>) -> bool {
-    match body.get("return_logprob") {
+    match body.field("return_logprob") {
         Some(Value::Bool(b)) => *b,
         Some(Value::Array(each)) => each.iter().any(|v| v.as_bool() == Some(true)),
         _ => false,
@@ -557,13 +561,13 @@ fn wants_logprobs(body: &Map<String, Value>) -> bool {
 /// The field whose tokens the Prefill worker processes (see [`estimate_tokens`]).
 fn prompt_field(endpoint: Endpoint, body: &Map<String, Value>) -> Option<&Value> {
     match endpoint {
-        Endpoint::ChatCompletions => body.get("messages"),
-        Endpoint::Completions => body.get("prompt"),
-        Endpoint::Responses => body.get("input"),
+        Endpoint::ChatCompletions => body.field("messages"),
+        Endpoint::Completions => body.field("prompt"),
+        Endpoint::Responses => body.field("input"),
         Endpoint::Generate => body
-            .get("text")
+            .field("text")
             .filter(|t| !t.is_null())
-            .or_else(|| body.get("input_ids")),
+            .or_else(|| body.field("input_ids")),
     }
 }
 

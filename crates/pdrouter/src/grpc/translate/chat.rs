@@ -1,5 +1,6 @@
 //! `/v1/chat/completions`: messages through the chat template; one choice per sample.
 
+use crate::json_map::Field as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use crate::grpc::translate::logprobs;
 pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {
     let o = &**body;
     let messages = o
-        .get("messages")
+        .field("messages")
         .filter(|m| m.is_array())
         .ok_or_else(|| ApiError::invalid_field("messages", "must be an array"))?;
     check_messages(messages)?;
@@ -98,13 +99,13 @@ fn check_messages(messages: &Value) -> Result<(), ApiError> {
                 "must be an object with 'role' and 'content'",
             ));
         };
-        if !m.get("role").is_some_and(Value::is_string) {
+        if !m.field("role").is_some_and(Value::is_string) {
             return Err(ApiError::invalid_field(
                 &format!("messages[{i}].role"),
                 "must be a string",
             ));
         }
-        match m.get("content") {
+        match m.field("content") {
             None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
             Some(_) => {
                 return Err(ApiError::invalid_field(
@@ -123,11 +124,11 @@ fn response_format(
     o: &Map<String, Value>,
 ) -> Result<Option<pdrouter_proto::scheduler::sampling_params::Constraint>, ApiError> {
     use pdrouter_proto::scheduler::sampling_params::Constraint;
-    let Some(f) = o.get("response_format").filter(|f| !f.is_null()) else {
+    let Some(f) = o.field("response_format").filter(|f| !f.is_null()) else {
         return Ok(None);
     };
     let bad = |what: &str| ApiError::invalid_field("response_format", what);
-    match f.get("type").and_then(Value::as_str) {
+    match f.field("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(Constraint::JsonSchema(r#"{"type":"object"}"#.into()))),
         Some("json_schema") => {

@@ -2,6 +2,7 @@
 //! `GenerateRequest` per prompt); choice `i * n + j` is sample `j` of prompt `i`. With `echo`
 //! each choice's text starts with its prompt (streamed first).
 
+use crate::json_map::Field as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -30,13 +31,13 @@ fn is_id_list(items: &[Value]) -> bool {
 
 pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
     let echo = flag(o, "echo")?.unwrap_or(false);
-    if o.get("suffix").is_some_and(|s| !s.is_null()) {
+    if o.field("suffix").is_some_and(|s| !s.is_null()) {
         return Err(unsupported("'suffix'"));
     }
     if uint(o, "best_of")?.is_some_and(|b| b > 1) {
         return Err(unsupported("'best_of' above 1"));
     }
-    let prompts = match o.get("prompt") {
+    let prompts = match o.field("prompt") {
         Some(Value::Array(items)) if !items.is_empty() && is_id_list(items) => {
             vec![prompt(&o["prompt"], "prompt")?]
         }

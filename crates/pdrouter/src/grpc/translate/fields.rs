@@ -11,6 +11,7 @@
 //! endpoint's translation (the end-to-end tests send each a malformed value and expect a 400
 //! naming it); docs/grpc.md lists every ignored and refused field.
 
+use crate::json_map::Field as _;
 use serde_json::{Map, Value};
 
 use super::unsupported;
@@ -262,7 +263,7 @@ pub(crate) fn check(endpoint: Endpoint, o: &Map<String, Value>) -> Result<(), Ap
         refuse(o, t, "")?;
     }
     if endpoint == Endpoint::Generate
-        && let Some(Value::Object(sp)) = o.get("sampling_params")
+        && let Some(Value::Object(sp)) = o.field("sampling_params")
     {
         refuse(sp, SAMPLING, "sampling_params.")?;
     }

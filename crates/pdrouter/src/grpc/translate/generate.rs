@@ -2,6 +2,7 @@
 //! samples are answered as a list (item `i * n + j`); streamed events carry the text so far
 //! and, for a list, the item's `index`.
 
+use crate::json_map::Field as _;
 use std::borrow::Cow;
 
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use pdrouter_tokenizer::FinishReason;
 
 pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
     let none = Map::new();
-    let sp = match o.get("sampling_params") {
+    let sp = match o.field("sampling_params") {
         None | Some(Value::Null) => &none,
         Some(Value::Object(m)) => m,
         Some(_) => {
@@ -29,7 +30,7 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         }
     };
     let (params, unset) = sampling(sp, &["max_new_tokens"])?;
-    let prompts = match (o.get("text"), o.get("input_ids")) {
+    let prompts = match (o.field("text"), o.field("input_ids")) {
         (Some(Value::String(t)), None) => vec![Source::Text(t.clone())],
         (Some(Value::Array(items)), None) if !items.is_empty() => items
             .iter()
@@ -56,13 +57,13 @@ pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
         }
     };
     for k in ["return_logprob", "top_logprobs_num", "logprob_start_len"] {
-        if o.get(k).is_some_and(Value::is_array) {
+        if o.field(k).is_some_and(Value::is_array) {
             return Err(unsupported(&format!("a list of '{k}' (one per prompt)")));
         }
     }
     let output = flag(o, "return_logprob")?.unwrap_or(false);
     let top = top_count(o, "top_logprobs_num")?.unwrap_or(0);
-    let start = match o.get("logprob_start_len") {
+    let start = match o.field("logprob_start_len") {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_i64() {
             Some(-1) => None,

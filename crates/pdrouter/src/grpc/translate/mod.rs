@@ -22,6 +22,7 @@ pub mod generate;
 pub mod logprobs;
 pub mod responses;
 
+use crate::json_map::Field as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -67,7 +68,7 @@ pub(crate) fn unsupported_on(what: &str, runtime: Runtime) -> ApiError {
 }
 
 pub(crate) fn num(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiError> {
-    match o.get(k) {
+    match o.field(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_f64()
@@ -78,7 +79,7 @@ pub(crate) fn num(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiErr
 }
 
 pub(crate) fn uint(o: &Map<String, Value>, k: &str) -> Result<Option<u32>, ApiError> {
-    match o.get(k) {
+    match o.field(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -89,7 +90,7 @@ pub(crate) fn uint(o: &Map<String, Value>, k: &str) -> Result<Option<u32>, ApiEr
 }
 
 pub(crate) fn flag(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
-    match o.get(k) {
+    match o.field(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => Err(ApiError::invalid_field(k, "must be true or false")),
@@ -118,7 +119,7 @@ pub(crate) fn ids(v: &Value, k: &str) -> Result<Vec<u32>, ApiError> {
 }
 
 fn strings(o: &Map<String, Value>, k: &str) -> Result<Vec<String>, ApiError> {
-    match o.get(k) {
+    match o.field(k) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s.clone()]),
         Some(Value::Array(a)) => a
@@ -165,7 +166,7 @@ pub(crate) fn sampling(
     if max_new_tokens.is_none() {
         unset.push("max_new_tokens");
     }
-    let top_k = match o.get("top_k") {
+    let top_k = match o.field("top_k") {
         None | Some(Value::Null) => {
             unset.push("top_k");
             -1
@@ -187,7 +188,7 @@ pub(crate) fn sampling(
         repetition_penalty,
         max_new_tokens,
         stop: strings(o, "stop")?,
-        stop_token_ids: match o.get("stop_token_ids") {
+        stop_token_ids: match o.field("stop_token_ids") {
             None | Some(Value::Null) => Vec::new(),
             Some(v) => ids(v, "stop_token_ids")?,
         },
@@ -211,7 +212,7 @@ fn constraint(o: &Map<String, Value>) -> Result<Option<sampling_params::Constrai
     use sampling_params::Constraint;
     let mut found = None;
     for k in ["regex", "json_schema", "ebnf"] {
-        let text = match o.get(k) {
+        let text = match o.field(k) {
             None | Some(Value::Null) => continue,
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(ApiError::invalid_field(k, "must be a string")),
@@ -234,7 +235,7 @@ fn constraint(o: &Map<String, Value>) -> Result<Option<sampling_params::Constrai
 /// `logit_bias`: token ids (as JSON object keys) to biases in [-100, 100].
 fn logit_bias(o: &Map<String, Value>) -> Result<std::collections::HashMap<String, f32>, ApiError> {
     let bad = |what: String| ApiError::invalid_field("logit_bias", what);
-    match o.get("logit_bias") {
+    match o.field("logit_bias") {
         None | Some(Value::Null) => Ok(Default::default()),
         Some(Value::Object(m)) => m
             .iter()
@@ -254,7 +255,7 @@ fn logit_bias(o: &Map<String, Value>) -> Result<std::collections::HashMap<String
 
 /// `seed`: a non-negative integer.
 pub(crate) fn seed(o: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
-    match o.get("seed") {
+    match o.field("seed") {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -293,7 +294,7 @@ pub(crate) struct Input {
 
 /// `stream_options.include_usage` (an object whose flags are booleans).
 pub(crate) fn include_usage(o: &Map<String, Value>) -> Result<bool, ApiError> {
-    match o.get("stream_options") {
+    match o.field("stream_options") {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Object(so)) => {
             for (k, v) in so {
@@ -304,7 +305,7 @@ pub(crate) fn include_usage(o: &Map<String, Value>) -> Result<bool, ApiError> {
                     ));
                 }
             }
-            Ok(so.get("include_usage") == Some(&Value::Bool(true)))
+            Ok(so.field("include_usage") == Some(&Value::Bool(true)))
         }
         Some(_) => Err(ApiError::invalid_field(
             "stream_options",

@@ -6,6 +6,7 @@
 //! `response.content_part.added`, `response.output_text.delta`..., `response.output_text.done`,
 //! `response.content_part.done`, `response.output_item.done`, `response.completed`.
 
+use crate::json_map::Field as _;
 use bytes::Bytes;
 use pdrouter_tokenizer::FinishReason;
 use serde_json::{Map, Value, json};
@@ -27,9 +28,9 @@ fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
         Value::Array(parts) => {
             let mut text = String::new();
             for (j, p) in parts.iter().enumerate() {
-                match p.get("type").and_then(Value::as_str) {
+                match p.field("type").and_then(Value::as_str) {
                     Some("input_text" | "output_text" | "text") => {
-                        let t = p.get("text").and_then(Value::as_str).ok_or_else(|| {
+                        let t = p.field("text").and_then(Value::as_str).ok_or_else(|| {
                             ApiError::invalid_field(
                                 &format!("{field}[{j}].text"),
                                 "must be a string",
@@ -60,7 +61,7 @@ fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
 }
 
 fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiError> {
-    let instructions = match o.get("instructions") {
+    let instructions = match o.field("instructions") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(ApiError::invalid_field("instructions", "must be a string")),
@@ -69,7 +70,7 @@ fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiE
     if let Some(s) = &instructions {
         out.push(json!({"role": "system", "content": s}));
     }
-    match o.get("input") {
+    match o.field("input") {
         Some(Value::String(s)) => out.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) => {
             for (i, it) in items.iter().enumerate() {
@@ -77,14 +78,14 @@ fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiE
                 let Some(item) = it.as_object() else {
                     return Err(ApiError::invalid_field(&field, "must be an object"));
                 };
-                match item.get("type").and_then(Value::as_str) {
+                match item.field("type").and_then(Value::as_str) {
                     None | Some("message") => {}
                     Some("function_call") => {
                         let call = tools::call(item, &field)?;
                         // Consecutive calls are one assistant turn.
                         match out.last_mut() {
                             Some(m)
-                                if m.get("tool_calls").is_some() && m["role"] == "assistant" =>
+                                if m.field("tool_calls").is_some() && m["role"] == "assistant" =>
                             {
                                 if let Some(calls) = m["tool_calls"].as_array_mut() {
                                     calls.push(call);
@@ -108,7 +109,7 @@ fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiE
                     }
                 }
                 let role = item
-                    .get("role")
+                    .field("role")
                     .and_then(Value::as_str)
                     .filter(|r| matches!(*r, "user" | "assistant" | "system" | "developer"))
                     .ok_or_else(|| {
@@ -118,7 +119,7 @@ fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiE
                         )
                     })?;
                 let role = if role == "developer" { "system" } else { role };
-                let content = item.get("content").unwrap_or(&Value::Null);
+                let content = item.field("content").unwrap_or(&Value::Null);
                 let text = text_of(content, &format!("{field}.content"))?;
                 out.push(json!({"role": role, "content": text}));
             }
@@ -134,17 +135,19 @@ fn messages(o: &Map<String, Value>) -> Result<(Vec<Value>, Option<String>), ApiE
 }
 
 pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {
-    if o.get("previous_response_id").is_some_and(|v| !v.is_null()) {
+    if o.field("previous_response_id")
+        .is_some_and(|v| !v.is_null())
+    {
         return Err(unsupported("'previous_response_id'"));
     }
     if flag(o, "background")? == Some(true) {
         return Err(unsupported("'background'"));
     }
-    match o.get("text") {
+    match o.field("text") {
         None | Some(Value::Null) => {}
         Some(Value::Object(t)) => {
-            if let Some(fmt) = t.get("format").filter(|f| !f.is_null())
-                && fmt.get("type").and_then(Value::as_str) != Some("text")
+            if let Some(fmt) = t.field("format").filter(|f| !f.is_null())
+                && fmt.field("type").and_then(Value::as_str) != Some("text")
             {
                 return Err(unsupported("'text.format' other than text"));
             }
