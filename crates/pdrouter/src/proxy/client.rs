@@ -215,7 +215,9 @@ impl UpstreamClient {
     }
 }
 
-/// Builds a JSON POST to a worker.
+/// Builds a JSON POST to a worker: its parts set directly rather than through
+/// `http::request::Builder`, which moves itself through a closure per header and parses
+/// names that are constants here.
 pub fn json_post(
     base_url: &str,
     path: &str,
@@ -223,13 +225,57 @@ pub fn json_post(
     api_key: Option<&str>,
     request_id: &str,
 ) -> Request<Full<Bytes>> {
-    let mut b = Request::post(format!("{base_url}{path}"))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header("x-request-id", request_id);
-    if let Some(k) = api_key {
-        b = b.header(http::header::AUTHORIZATION, format!("Bearer {k}"));
+    let built = (move || {
+        // The URL was validated at registration and the path is one of our own routes; a
+        // request id or key that is not a header value fails the request, as before.
+        let uri = http::Uri::try_from(format!("{base_url}{path}")).ok()?;
+        let id = http::HeaderValue::from_str(request_id).ok()?;
+        let auth = match api_key {
+            Some(k) => Some(http::HeaderValue::try_from(format!("Bearer {k}")).ok()?),
+            None => None,
+        };
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = uri;
+        let h = req.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        h.insert(http::HeaderName::from_static("x-request-id"), id);
+        if let Some(v) = auth {
+            h.insert(http::header::AUTHORIZATION, v);
+        }
+        Some(req)
+    })();
+    built.unwrap_or_else(|| Request::new(Full::new(Bytes::new())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_post_carries_its_url_type_id_and_key() {
+        let req = json_post(
+            "http://w:8000",
+            "/generate",
+            Bytes::from_static(b"{}"),
+            Some("k1"),
+            "r-1",
+        );
+        assert_eq!(req.method(), http::Method::POST);
+        assert_eq!(req.uri(), "http://w:8000/generate");
+        let names: Vec<_> = req.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["content-type", "x-request-id", "authorization"]);
+        assert_eq!(req.headers()["content-type"], "application/json");
+        assert_eq!(req.headers()["x-request-id"], "r-1");
+        assert_eq!(req.headers()["authorization"], "Bearer k1");
+        let plain = json_post("http://w", "/v1/models", Bytes::new(), None, "r-2");
+        assert!(!plain.headers().contains_key("authorization"));
+        // A value that cannot be a header fails the whole request (it has no worker to go to).
+        let bad = json_post("http://w", "/generate", Bytes::new(), None, "r\n1");
+        assert_eq!(bad.uri(), "/");
+        assert!(bad.headers().is_empty());
     }
-    // The URL was validated at registration and the path is one of our own routes.
-    b.body(Full::new(body))
-        .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
 }
