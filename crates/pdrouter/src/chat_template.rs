@@ -19,13 +19,13 @@
 //! named function, a content part that is neither text nor an image, and kwargs that are not
 //! an object are refused (400 naming them) rather than rendered.
 
-use crate::json_map::Field as _;
 use std::borrow::Cow;
 
 use pdrouter_tokenizer::{ChatInput, ContentFormat, TemplateValue, Tokenizer};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::json_map::Field as _;
 
 /// What a chat body sets of the template's input beyond `messages` and `tools`.
 #[derive(Debug, Clone)]

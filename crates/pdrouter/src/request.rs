@@ -3,13 +3,13 @@
 //! A request is parsed once here; everything downstream (policies, bootstrap injection, load
 //! units) reads [`ParsedRequest`]. Shape errors name the field so the client knows what to fix.
 
-use crate::json_map::Field as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::json_map::Field as _;
 
 /// The inference endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

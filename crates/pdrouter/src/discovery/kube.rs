@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::proxy::client::UpstreamBody;
 use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 
 use crate::config::KubeSource;
@@ -212,7 +212,7 @@ impl KubeApi {
         })
     }
 
-    fn request(&self, path_query: &str) -> Result<hyper::Request<Full<Bytes>>, KubeError> {
+    fn request(&self, path_query: &str) -> Result<hyper::Request<Bytes>, KubeError> {
         let mut b = hyper::Request::get(format!("{}{path_query}", self.base))
             .header(hyper::header::ACCEPT, "application/json");
         let token = match &self.token {
@@ -227,7 +227,7 @@ impl KubeApi {
         if let Some(t) = token {
             b = b.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
         }
-        b.body(Full::new(Bytes::new()))
+        b.body(Bytes::new())
             .map_err(|e| KubeError::Other(format!("bad API request: {e}")))
     }
 

@@ -10,15 +10,11 @@
 //! capped at [`INFO_BODY_LIMIT`]: a worker that streams an endless answer costs one bounded
 //! buffer and an error, never unbounded memory. Relayed answers are streamed, never collected.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::FutureExt as _;
 use http::{Request, Response, StatusCode};
-use http_body::{Frame, SizeHint};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -49,46 +45,10 @@ struct Clients {
     tls: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
-/// A worker's response body, from whichever client carried the exchange.
-#[derive(Debug)]
-pub enum UpstreamBody {
-    /// Read off a plain connection by the reading task.
-    Plain(super::h1::InlineBody),
-    /// From hyper's pooled (TLS) client.
-    Tls(Incoming),
-}
-
-/// Why a worker's body could not be read on (the callers map every kind to a broken leg).
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
-
-impl http_body::Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match self.get_mut() {
-            UpstreamBody::Plain(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-            UpstreamBody::Tls(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpstreamBody::Plain(b) => b.is_end_stream(),
-            UpstreamBody::Tls(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpstreamBody::Plain(b) => b.size_hint(),
-            UpstreamBody::Tls(b) => b.size_hint(),
-        }
-    }
-}
+/// A worker's response body: read off a plain connection by the reading task (`Left`), or
+/// from hyper's pooled TLS client (`Right`). Either way its errors are boxed, and the callers
+/// map every kind to a broken leg.
+pub type UpstreamBody = http_body_util::Either<super::h1::InlineBody, Incoming>;
 
 /// Trust roots for `https://` workers: the system store (which honours `SSL_CERT_FILE` and
 /// `SSL_CERT_DIR`) plus the bundled Mozilla roots.
@@ -147,29 +107,22 @@ impl UpstreamClient {
         }
     }
 
-    /// Sends a request and waits for the response head (at most `timeout`).
+    /// Sends a request (its body whole) and waits for the response head (at most `timeout`).
     pub async fn send(
         &self,
-        req: Request<Full<Bytes>>,
+        req: Request<Bytes>,
         timeout: Duration,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
-            let (parts, body) = req.into_parts();
-            // A `Full` body is one frame, ready at once.
-            let body = body
-                .collect()
-                .now_or_never()
-                .and_then(|c| c.ok())
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            let sent = self.inner.plain.send(Request::from_parts(parts, body));
+            let sent = self.inner.plain.send(req);
             return match tokio::time::timeout(timeout, sent).await {
-                Ok(r) => r.map(|resp| resp.map(UpstreamBody::Plain)),
+                Ok(r) => r.map(|resp| resp.map(Either::Left)),
                 Err(_) => Err(UpstreamError::Timeout),
             };
         }
-        match tokio::time::timeout(timeout, self.inner.tls.request(req)).await {
-            Ok(Ok(resp)) => Ok(resp.map(UpstreamBody::Tls)),
+        let sent = self.inner.tls.request(req.map(Full::new));
+        match tokio::time::timeout(timeout, sent).await {
+            Ok(Ok(resp)) => Ok(resp.map(Either::Right)),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "upstream request failed");
                 Err(classify(&e))
@@ -191,7 +144,7 @@ impl UpstreamClient {
             builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {k}"));
         }
         let req = builder
-            .body(Full::new(Bytes::new()))
+            .body(Bytes::new())
             .map_err(|_| UpstreamError::Connect)?;
         let fut = async {
             let resp = self.send(req, timeout).await?;
@@ -215,40 +168,48 @@ impl UpstreamClient {
     }
 }
 
-/// Builds a JSON POST to a worker: its parts set directly rather than through
-/// `http::request::Builder`, which moves itself through a closure per header and parses
-/// names that are constants here.
+/// Builds a JSON POST to a worker; a request id or key that cannot be a header value leaves
+/// an empty request, which fails as a connection failure (it names no worker).
 pub fn json_post(
     base_url: &str,
     path: &str,
     body: Bytes,
     api_key: Option<&str>,
     request_id: &str,
-) -> Request<Full<Bytes>> {
-    let built = (move || {
-        // The URL was validated at registration and the path is one of our own routes; a
-        // request id or key that is not a header value fails the request, as before.
-        let uri = http::Uri::try_from(format!("{base_url}{path}")).ok()?;
-        let id = http::HeaderValue::from_str(request_id).ok()?;
-        let auth = match api_key {
-            Some(k) => Some(http::HeaderValue::try_from(format!("Bearer {k}")).ok()?),
-            None => None,
-        };
-        let mut req = Request::new(Full::new(body));
-        *req.method_mut() = http::Method::POST;
-        *req.uri_mut() = uri;
-        let h = req.headers_mut();
-        h.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        h.insert(http::HeaderName::from_static("x-request-id"), id);
-        if let Some(v) = auth {
-            h.insert(http::header::AUTHORIZATION, v);
-        }
-        Some(req)
-    })();
-    built.unwrap_or_else(|| Request::new(Full::new(Bytes::new())))
+) -> Request<Bytes> {
+    post_with(base_url, path, body, api_key, request_id)
+        .unwrap_or_else(|| Request::new(Bytes::new()))
+}
+
+/// [`json_post`]'s parts set directly rather than through `http::request::Builder`, which
+/// moves itself through a closure per header and parses names that are constants here.
+fn post_with(
+    base_url: &str,
+    path: &str,
+    body: Bytes,
+    api_key: Option<&str>,
+    request_id: &str,
+) -> Option<Request<Bytes>> {
+    // The URL was validated at registration and the path is one of our own routes.
+    let uri = http::Uri::try_from(format!("{base_url}{path}")).ok()?;
+    let id = http::HeaderValue::from_str(request_id).ok()?;
+    let auth = match api_key {
+        Some(k) => Some(http::HeaderValue::try_from(format!("Bearer {k}")).ok()?),
+        None => None,
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri;
+    let h = req.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(http::HeaderName::from_static("x-request-id"), id);
+    if let Some(v) = auth {
+        h.insert(http::header::AUTHORIZATION, v);
+    }
+    Some(req)
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! `/v1/chat/completions`: messages through the chat template; one choice per sample.
 
-use crate::json_map::Field as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,6 +14,7 @@ use crate::error::ApiError;
 use crate::grpc::chat_parse::{ChatAsk, ChatDelta, ChoiceParser};
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;
+use crate::json_map::Field as _;
 
 /// `body` is shared so that a chat with images can keep it for the image path without a copy.
 pub(crate) fn input(body: &Arc<Map<String, Value>>) -> Result<Input, ApiError> {

@@ -2,7 +2,6 @@
 //! `GenerateRequest` per prompt); choice `i * n + j` is sample `j` of prompt `i`. With `echo`
 //! each choice's text starts with its prompt (streamed first).
 
-use crate::json_map::Field as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -13,6 +12,7 @@ use super::{
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;
+use crate::json_map::Field as _;
 
 fn prompt(v: &Value, field: &str) -> Result<Source, ApiError> {
     match v {

@@ -11,11 +11,11 @@
 //! endpoint's translation (the end-to-end tests send each a malformed value and expect a 400
 //! naming it); docs/grpc.md lists every ignored and refused field.
 
-use crate::json_map::Field as _;
 use serde_json::{Map, Value};
 
 use super::unsupported;
 use crate::error::ApiError;
+use crate::json_map::Field as _;
 use crate::request::Endpoint;
 
 /// What becomes of a request field over gRPC.
@@ -239,22 +239,15 @@ fn no_op(v: &Value) -> bool {
 }
 
 fn refuse(o: &Map<String, Value>, table: &[(&str, Fate)], prefix: &str) -> Result<(), ApiError> {
-    // A body names a handful of fields and a table lists dozens: the body's names are looked
-    // up in the table (string compares, no hashing), and of several refused ones the first
-    // in table order is named, as a walk of the table would.
-    let first = o
-        .iter()
-        .filter_map(|(k, v)| {
-            let i = table
-                .iter()
-                .position(|(name, fate)| *fate == Refused && name == k)?;
-            (!no_op(v)).then_some(i)
-        })
-        .min();
-    match first {
-        Some(i) => Err(unsupported(&format!("'{prefix}{}'", table[i].0))),
-        None => Ok(()),
+    for (name, fate) in table {
+        if *fate == Refused
+            && let Some(v) = o.field(name)
+            && !no_op(v)
+        {
+            return Err(unsupported(&format!("'{prefix}{name}'")));
+        }
     }
+    Ok(())
 }
 
 /// Refuses the fields of `o`, a body for `endpoint`, that ask for what is not served.

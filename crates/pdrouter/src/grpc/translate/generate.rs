@@ -2,7 +2,6 @@
 //! samples are answered as a list (item `i * n + j`); streamed events carry the text so far
 //! and, for a list, the item's `index`.
 
-use crate::json_map::Field as _;
 use std::borrow::Cow;
 
 use bytes::Bytes;
@@ -15,6 +14,7 @@ use super::{
 use crate::error::ApiError;
 use crate::grpc::output::Delta;
 use crate::grpc::translate::logprobs;
+use crate::json_map::Field as _;
 use pdrouter_tokenizer::FinishReason;
 
 pub(crate) fn input(o: &Map<String, Value>) -> Result<Input, ApiError> {

@@ -22,7 +22,6 @@ pub mod generate;
 pub mod logprobs;
 pub mod responses;
 
-use crate::json_map::Field as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -35,6 +34,7 @@ pub use super::plan::{LogprobAsk, Plan};
 use super::runtime::Runtime;
 use crate::config::ChatParsers;
 use crate::error::ApiError;
+use crate::json_map::Field as _;
 use crate::request::{Endpoint, ParsedRequest};
 
 use crate::request::MAX_CHOICES;

@@ -6,7 +6,6 @@
 //! `response.content_part.added`, `response.output_text.delta`..., `response.output_text.done`,
 //! `response.content_part.done`, `response.output_item.done`, `response.completed`.
 
-use crate::json_map::Field as _;
 use bytes::Bytes;
 use pdrouter_tokenizer::FinishReason;
 use serde_json::{Map, Value, json};
@@ -14,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::{Answer, Input, LogprobAsk, Source, flag, sampling, unsupported};
 use crate::chat_template::{ChatPrompt, template_messages};
 use crate::grpc::chat_parse::ChatAsk;
+use crate::json_map::Field as _;
 
 mod items;
 mod tools;

@@ -74,20 +74,17 @@ impl InlineBody {
         home: Arc<Pool>,
         host: Authority,
     ) -> Self {
-        let state = match framing {
-            Framing::Empty => State::Done,
-            Framing::Length(n) => State::Length(n),
-            Framing::Chunked => State::ChunkSize,
-            Framing::UntilClose => State::UntilClose,
-        };
         let mut conn = conn;
         let mut whole = None;
-        let state = match state {
-            State::Length(n) if conn.buf.len() as u64 >= n => {
+        let state = match framing {
+            Framing::Empty => State::Done,
+            Framing::Length(n) if conn.buf.len() as u64 >= n => {
                 whole = Some(conn.buf.split_to(n as usize).freeze());
                 State::Done
             }
-            other => other,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+            Framing::UntilClose => State::UntilClose,
         };
         let mut body = Self {
             whole,
@@ -123,16 +120,12 @@ impl InlineBody {
     /// Advances the framing over what is buffered, reading more when it needs to.
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
         loop {
+            // The state is `Done` exactly when the connection is gone.
             let Some(conn) = self.conn.as_mut() else {
                 return Poll::Ready(None);
             };
             let buf = &mut conn.buf;
             match self.state {
-                State::Done => return Poll::Ready(None),
-                State::Length(0) => {
-                    self.finish();
-                    return Poll::Ready(None);
-                }
                 State::Length(left) | State::ChunkData(left) if !buf.is_empty() => {
                     let take = left.min(buf.len() as u64);
                     let data = buf.split_to(take as usize).freeze();

@@ -3,7 +3,7 @@
 //!
 //! Invariants:
 //! - A response head is accepted only whole and within [`MAX_HEAD_BYTES`] and
-//!   [`MAX_HEADERS`]; anything else is [`HeadError::Broken`], never a partial answer.
+//!   [`MAX_HEADERS`]; anything else is [`BrokenHead`], never a partial answer.
 //! - The framing is decided once, here: no body (HEAD, 1xx, 204, 304), chunked (the last
 //!   transfer coding), a length (every `Content-Length` agreeing), or up to the close.
 //! - A connection is reusable after the body only on an HTTP/1.1 answer whose framing ends by
@@ -42,12 +42,10 @@ pub struct Head {
     pub len: usize,
 }
 
-/// Why a response head could not be taken.
+/// A response head that cannot be taken: not HTTP/1.x, over a bound, or with framing that
+/// contradicts itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadError {
-    /// Not HTTP/1.x, over a bound, or with framing that contradicts itself.
-    Broken,
-}
+pub struct BrokenHead;
 
 /// Appends `req`'s head to `out`: request line, `Host` (unless given), the request's own
 /// headers, and the body's length.
@@ -107,12 +105,12 @@ fn format_len(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
 
 /// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete.
 /// Interim (1xx) answers before the final one are skipped; `len` counts them too.
-pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<Option<Head>, HeadError> {
+pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<Option<Head>, BrokenHead> {
     let mut offset = 0;
     loop {
         let Some(mut head) = parse_one(&buf[offset..], method)? else {
             return if buf.len() > MAX_HEAD_BYTES {
-                Err(HeadError::Broken)
+                Err(BrokenHead)
             } else {
                 Ok(None)
             };
@@ -121,36 +119,36 @@ pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<Option<Head>, 
         if status.is_informational() {
             // 101 would switch protocols, which the router never asks for.
             if status == StatusCode::SWITCHING_PROTOCOLS {
-                return Err(HeadError::Broken);
+                return Err(BrokenHead);
             }
             offset += head.len;
             continue;
         }
         head.len += offset;
         if head.len > MAX_HEAD_BYTES {
-            return Err(HeadError::Broken);
+            return Err(BrokenHead);
         }
         return Ok(Some(head));
     }
 }
 
-fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, HeadError> {
+fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, BrokenHead> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut fields);
     let len = match parsed.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(HeadError::Broken),
+        Err(_) => return Err(BrokenHead),
     };
     let status = parsed
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
-        .ok_or(HeadError::Broken)?;
+        .ok_or(BrokenHead)?;
     let http11 = parsed.version == Some(1);
     let mut headers = HeaderMap::with_capacity(parsed.headers.len());
     for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| HeadError::Broken)?;
-        let value = HeaderValue::from_bytes(field.value).map_err(|_| HeadError::Broken)?;
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BrokenHead)?;
+        let value = HeaderValue::from_bytes(field.value).map_err(|_| BrokenHead)?;
         headers.append(name, value);
     }
     let framing = framing_of(status, method, &headers)?;
@@ -173,7 +171,7 @@ fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, HeadError> {
 }
 
 /// RFC 9112 §6.3, for a client.
-fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Framing, HeadError> {
+fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Framing, BrokenHead> {
     if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -183,29 +181,22 @@ fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Fram
     }
     if h.contains_key(TRANSFER_ENCODING) {
         // Only a final `chunked` delimits the body; any other coding runs to the close.
-        let last = h
-            .get_all(TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .rfind(|t| !t.is_empty());
-        return Ok(match last {
+        return Ok(match tokens(h, TRANSFER_ENCODING).last() {
             Some(t) if t.eq_ignore_ascii_case("chunked") => Framing::Chunked,
             _ => Framing::UntilClose,
         });
     }
     let mut length = None;
     for value in h.get_all(CONTENT_LENGTH) {
-        let text = value.to_str().map_err(|_| HeadError::Broken)?;
+        let text = value.to_str().map_err(|_| BrokenHead)?;
         for part in text.split(',') {
             let part = part.trim();
             if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(HeadError::Broken);
+                return Err(BrokenHead);
             }
-            let n: u64 = part.parse().map_err(|_| HeadError::Broken)?;
+            let n: u64 = part.parse().map_err(|_| BrokenHead)?;
             if length.is_some_and(|l| l != n) {
-                return Err(HeadError::Broken);
+                return Err(BrokenHead);
             }
             length = Some(n);
         }
@@ -217,13 +208,19 @@ fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Fram
     })
 }
 
-/// Whether a comma-separated header lists `token` (case-insensitive).
-fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
+/// The tokens of a comma-separated header, all its fields in order, empty ones skipped.
+fn tokens(h: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
     h.get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether a comma-separated header lists `token` (case-insensitive).
+fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    tokens(h, name).any(|t| t.eq_ignore_ascii_case(token))
 }
 
 #[cfg(test)]
@@ -316,7 +313,7 @@ mod tests {
         for text in bad {
             assert_eq!(
                 parse_response_head(text.as_bytes(), &Method::POST).unwrap_err(),
-                HeadError::Broken,
+                BrokenHead,
                 "{text:?}"
             );
         }

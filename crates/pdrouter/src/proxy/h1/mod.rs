@@ -206,7 +206,7 @@ async fn exchange(
                 return Ok((h, conn));
             }
             Ok(None) => {}
-            Err(head::HeadError::Broken) => return Err(Failure::Broken),
+            Err(head::BrokenHead) => return Err(Failure::Broken),
         }
     }
 }

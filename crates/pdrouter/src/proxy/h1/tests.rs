@@ -28,6 +28,14 @@ fn answer(text: &str) -> Answer {
     }
 }
 
+/// `text`, then the connection closed.
+fn closing(text: &str) -> Answer {
+    Answer {
+        close: true,
+        ..answer(text)
+    }
+}
+
 /// A server answering each request with the next script entry; counts accepted
 /// connections and hands every request it read to `seen`.
 struct Server {
@@ -190,10 +198,7 @@ async fn a_stream_is_relayed_as_it_arrives() {
 #[tokio::test]
 async fn a_kept_connection_the_worker_closed_is_replaced_unseen() {
     let mut s = server(vec![
-        Answer {
-            close: true,
-            ..answer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na")
-        },
+        closing("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na"),
         answer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nb"),
     ])
     .await;
@@ -224,11 +229,7 @@ async fn answers_that_cannot_carry_another_exchange_close_it() {
         assert_eq!(client.pool().idle(&s.host), 0, "{why}");
     }
     // Delimited by the close: read to the end, then nothing to keep.
-    let s = server(vec![Answer {
-        close: true,
-        ..answer("HTTP/1.1 200 OK\r\n\r\nuntil close")
-    }])
-    .await;
+    let s = server(vec![closing("HTTP/1.1 200 OK\r\n\r\nuntil close")]).await;
     let client = Client::default();
     let resp = client.send(post(&s.url, "")).await.unwrap();
     assert_eq!(text(resp).await, "until close");
@@ -263,10 +264,9 @@ async fn a_body_dropped_before_its_end_closes_the_connection() {
 #[tokio::test]
 async fn short_and_broken_answers_are_errors() {
     // A body cut short by the close.
-    let s = server(vec![Answer {
-        close: true,
-        ..answer("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
-    }])
+    let s = server(vec![closing(
+        "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc",
+    )])
     .await;
     let client = Client::default();
     let body = client.send(post(&s.url, "")).await.unwrap().into_body();
@@ -284,14 +284,8 @@ async fn short_and_broken_answers_are_errors() {
     }
     // Not HTTP at all, and an answer that ends inside its head.
     for bad in [
-        Answer {
-            close: false,
-            ..answer("SSH-2.0-OpenSSH_9.6\r\n\r\n")
-        },
-        Answer {
-            close: true,
-            ..answer("HTTP/1.1 200 OK\r\ncontent-le")
-        },
+        answer("SSH-2.0-OpenSSH_9.6\r\n\r\n"),
+        closing("HTTP/1.1 200 OK\r\ncontent-le"),
     ] {
         let s = server(vec![bad]).await;
         let err = client.send(post(&s.url, "")).await.unwrap_err();
@@ -301,11 +295,7 @@ async fn short_and_broken_answers_are_errors() {
 
 #[tokio::test]
 async fn a_fresh_connection_closed_unanswered_is_broken_not_resent() {
-    let s = server(vec![Answer {
-        close: true,
-        ..answer("")
-    }])
-    .await;
+    let s = server(vec![closing("")]).await;
     let client = Client::default();
     let err = client.send(post(&s.url, "")).await.unwrap_err();
     assert_eq!(err, UpstreamError::Broken);
