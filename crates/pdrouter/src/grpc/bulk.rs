@@ -2,10 +2,10 @@
 //!
 //! A 32k-token prompt is a few hundred kilobytes per leg: writing it to the worker's
 //! connection holds a thread for a fraction of a millisecond, and on the router's async
-//! workers that is time every small request arriving meanwhile waits. So the bulk lane's
-//! connections (see the client's module) are driven by their own single-threaded runtime on
-//! this thread: their connection tasks, the socket writes of long prompts and both
-//! directions of their streams run here. Encoding the message, the CPU-heavy part, is done
+//! workers that is time every small request arriving meanwhile waits. So the bulk lanes'
+//! connections (see [`super::lane`]) are made and driven by their own single-threaded runtime
+//! on this thread: their connection tasks, and with them the socket writes of long prompts and
+//! the reads of their answers, run here. Encoding the message, the CPU-heavy part, is done
 //! before, on the idle-priority encoding thread (see [`crate::cpu_pool::encode`]); this
 //! thread keeps normal priority, because it relays answers as well: at idle priority a
 //! saturated CPU could hold a long prompt's token stream back indefinitely and let the
@@ -14,10 +14,8 @@
 //! Invariants:
 //! - One thread, started on first use, living as long as the process, at the priority the
 //!   process was given.
-//! - If it cannot be started, tasks run on the caller's runtime, as on any other channel.
+//! - If it cannot be started, a bulk lane runs on the caller's runtime, as the shared lane does.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::OnceLock;
 
 use tokio::runtime::{Builder, Handle};
@@ -25,28 +23,9 @@ use tokio::runtime::{Builder, Handle};
 /// Prompts larger than this (text plus token ids, in bytes) go on the bulk lane.
 pub const BULK_PROMPT_BYTES: usize = 64 << 10;
 
-/// A task the bulk lane's channels spawn (their connection and request-body tasks).
-type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Spawns the tasks of a channel onto the bulk thread's runtime.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BulkExecutor;
-
-impl hyper::rt::Executor<Task> for BulkExecutor {
-    fn execute(&self, task: Task) {
-        match runtime() {
-            Some(h) => {
-                h.spawn(task);
-            }
-            None => {
-                tokio::spawn(task);
-            }
-        }
-    }
-}
-
-/// The bulk thread's runtime, started on first use (`None` if it could not be).
-fn runtime() -> Option<&'static Handle> {
+/// The bulk thread's runtime, started on first use (`None` if it could not be: the lane then
+/// runs on the caller's runtime).
+pub(super) fn handle() -> Option<&'static Handle> {
     static HANDLE: OnceLock<Option<Handle>> = OnceLock::new();
     HANDLE.get_or_init(start).as_ref()
 }
@@ -80,17 +59,14 @@ mod tests {
     #[tokio::test]
     async fn tasks_run_on_the_bulk_thread_at_normal_priority() {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        hyper::rt::Executor::execute(
-            &BulkExecutor,
-            Box::pin(async move {
-                let name = std::thread::current().name().map(str::to_owned);
-                #[cfg(target_os = "linux")]
-                let policy = crate::cpu_pool::tests::own_priority();
-                #[cfg(not(target_os = "linux"))]
-                let policy = ();
-                let _ = tx.send((name, policy));
-            }),
-        );
+        handle().expect("the bulk thread starts").spawn(async move {
+            let name = std::thread::current().name().map(str::to_owned);
+            #[cfg(target_os = "linux")]
+            let policy = crate::cpu_pool::tests::own_priority();
+            #[cfg(not(target_os = "linux"))]
+            let policy = ();
+            let _ = tx.send((name, policy));
+        });
         let (name, _policy) = rx.await.unwrap();
         assert_eq!(name.as_deref(), Some("pdrouter-bulk"));
         #[cfg(target_os = "linux")]

@@ -1,20 +1,20 @@
-//! One tonic channel per gRPC worker and its runtime; `Generate` calls started on it (the
-//! streams themselves are [`super::stream`]'s).
+//! A gRPC worker's client: a tonic channel for every call but `Generate`, and the HTTP/2
+//! lanes `Generate` streams are started on (see [`super::lane`]; the streams themselves are
+//! [`super::stream`]'s).
 //!
-//! Invariants: a worker's channel is created on first use and reused by every call after it
-//! (HTTP/2 multiplexes the streams), except that a `Generate` whose prompt exceeds
-//! [`super::bulk::BULK_PROMPT_BYTES`] goes on a second channel of its own (the *bulk lane*, also created on
-//! first use): on one connection, the hundreds of kilobytes of a long prompt would sit in
-//! front of every small request's frames, in the TCP stream and in the connection's flow
-//! control window, until the worker had read them. The bulk lane's connections run on their
-//! own thread (see [`super::bulk`]) and its messages are encoded before they are sent, on the
-//! encoding thread (see [`super::encoded`]), so long prompts are encoded and written off the
-//! async workers; the worker's runtime is learned by asking each known
-//! service's `HealthCheck` (the configured hint first) and cached on the channel until a call
-//! finds the service gone (`Unimplemented`), which forgets it; a `Generate` dropped while it is
-//! still starting sends `Abort` for its request id, as its stream does once started; a vLLM
-//! worker's KV configuration is asked once ([`WorkerChannel::vllm_kv`]) and kept for the
-//! channel's life.
+//! Invariants: a worker's channel and lanes connect on first use and are reused by every
+//! call after it (HTTP/2 multiplexes the streams); a `Generate` whose prompt exceeds
+//! [`super::bulk::BULK_PROMPT_BYTES`] goes on a second lane of its own (the *bulk lane*): on
+//! one connection, the hundreds of kilobytes of a long prompt would sit in front of every
+//! small request's frames, in the TCP stream and in the connection's flow control window,
+//! until the worker had read them. The bulk lane's connection runs on its own thread (see
+//! [`super::bulk`]) and its messages are encoded before they are sent, on the encoding
+//! thread (see [`super::encoded`]), so long prompts are encoded and written off the async
+//! workers; the worker's runtime is learned by asking each known service's `HealthCheck`
+//! (the configured hint first) and cached on the channel until a call finds the service
+//! gone (`Unimplemented`), which forgets it; a `Generate` dropped while it is still starting
+//! sends `Abort` for its request id, as its stream does once started; a vLLM worker's KV
+//! configuration is asked once ([`WorkerChannel::vllm_kv`]) and kept for the channel's life.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -32,27 +32,17 @@ use pdrouter_proto::vllm_engine as vl;
 use pdrouter_proto::vllm_engine::vllm_engine_client::VllmEngineClient;
 use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status, Streaming};
+use tonic::{Code, Status};
 
-use super::bulk::BulkExecutor;
-use super::encoded;
+use super::lane::{self, Lane, Message};
+use super::replies::Replies;
 use super::runtime::{self, Call, Runtime};
 use super::stream::{AbortOnDrop, Auth, Inner, with_auth};
 pub use super::stream::{LegStream, Legs};
 use super::vllm::{self, VllmKv};
 
-/// Streams the router cancelled whose late frames are still recognised, and for how long.
-/// The router cancels a stream whenever it is done before the engine (a stop string, a
-/// client gone, a Prefill leg past its grace); at thousands of requests a second h2's
-/// defaults (10 streams, 30 s) forget them at once, and every frame the engine had in flight
-/// on one then counts as a protocol error.
-const RESET_STREAMS: usize = 4096;
-const RESET_STREAM_DURATION: Duration = Duration::from_secs(2);
-
 /// HTTP/2 keep-alive ping period on worker channels.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// How long a keep-alive ping may go unanswered before the connection is dropped.
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a TCP connect to a worker may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on learning the runtime of a worker before a `Generate` (normally already known
@@ -73,8 +63,10 @@ pub struct WorkerChannel {
     /// The learned runtime: 0 unknown, else 1 + its index in [`Runtime::ALL`].
     runtime: AtomicU8,
     channel: OnceLock<Result<Channel, String>>,
-    /// The bulk lane: a second connection for `Generate` calls with long prompts.
-    bulk: OnceLock<Result<Channel, String>>,
+    /// `Generate`'s lane, and the bulk lane: a second connection for long prompts.
+    lanes: Result<[Lane; 2], String>,
+    /// [`WorkerChannel::auth`] as a header for the lanes.
+    auth_header: Option<http::HeaderValue>,
     /// A vLLM worker's KV configuration, once asked.
     vllm_kv: tokio::sync::OnceCell<VllmKv>,
 }
@@ -85,13 +77,15 @@ impl WorkerChannel {
     /// header value is not sent (the registry's key validation refuses those first).
     pub fn new(grpc_url: &str, api_key: Option<&str>, hint: Option<Runtime>) -> Self {
         let rest = grpc_url.strip_prefix("grpc://").unwrap_or(grpc_url);
+        let bearer = api_key.map(|k| format!("Bearer {k}"));
         Self {
             endpoint: format!("http://{rest}"),
-            auth: api_key.and_then(|k| format!("Bearer {k}").parse().ok()),
+            auth: bearer.as_ref().and_then(|b| b.parse().ok()),
+            auth_header: bearer.and_then(|b| http::HeaderValue::try_from(b).ok()),
+            lanes: Lane::new(rest, false).and_then(|l| Ok([l, Lane::new(rest, true)?])),
             hint,
             runtime: AtomicU8::new(0),
             channel: OnceLock::new(),
-            bulk: OnceLock::new(),
             vllm_kv: tokio::sync::OnceCell::new(),
         }
     }
@@ -103,40 +97,18 @@ impl WorkerChannel {
 
     /// The shared channel; the first call builds it (must run on a tokio runtime).
     fn channel(&self) -> Result<Channel, Status> {
-        self.lane(&self.channel, false)
-    }
-
-    /// The channel for a `Generate`: the bulk lane or the shared channel.
-    fn generate_channel(&self, bulk: bool) -> Result<Channel, Status> {
-        if bulk {
-            self.lane(&self.bulk, true)
-        } else {
-            self.channel()
-        }
-    }
-
-    fn lane(
-        &self,
-        lane: &OnceLock<Result<Channel, String>>,
-        bulk: bool,
-    ) -> Result<Channel, Status> {
-        let built = lane.get_or_init(|| {
+        let built = self.channel.get_or_init(|| {
             Endpoint::from_shared(self.endpoint.clone())
-                .map(|e| if bulk { e.executor(BulkExecutor) } else { e })
                 .map(|e| {
                     e.tcp_nodelay(true)
                         .connect_timeout(CONNECT_TIMEOUT)
                         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-                        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+                        .keep_alive_timeout(lane::KEEP_ALIVE_TIMEOUT)
                         .keep_alive_while_idle(true)
                         .http2_adaptive_window(true)
-                        .http2_max_concurrent_reset_streams(RESET_STREAMS)
-                        .http2_reset_stream_duration(RESET_STREAM_DURATION)
-                        // h2 counts those frames over the connection's whole life and, past
-                        // 1,024, closes it (ENHANCE_YOUR_CALM), failing every stream on it: a
-                        // guard against hostile servers that an engine the router is
-                        // configured with is not. Measured: a busy gRPC PD router lost its
-                        // Decode connection after ~30k requests.
+                        .http2_max_concurrent_reset_streams(lane::RESET_STREAMS)
+                        .http2_reset_stream_duration(lane::RESET_STREAM_DURATION)
+                        // See the lanes' builder: a count over the connection's life.
                         .http2_max_local_error_reset_streams(None)
                         .connect_lazy()
                 })
@@ -145,6 +117,16 @@ impl WorkerChannel {
         built
             .clone()
             .map_err(|e| Status::invalid_argument(format!("bad worker endpoint: {e}")))
+    }
+
+    /// The lane for a `Generate`: the bulk lane or the shared one.
+    fn lane(&self, bulk: bool) -> Result<&Lane, Status> {
+        match &self.lanes {
+            Ok([shared, long]) => Ok(if bulk { long } else { shared }),
+            Err(e) => Err(Status::invalid_argument(format!(
+                "bad worker endpoint: {e}"
+            ))),
+        }
     }
 
     fn sglang(&self) -> Result<SglangSchedulerClient<Channel>, Status> {
@@ -427,63 +409,76 @@ impl WorkerChannel {
             .map_err(|e| e.to_string())?
     }
 
-    /// `msg` as a `Generate` call: the worker's credential and the trace context.
-    fn generate_call<T>(&self, msg: T) -> tonic::Request<T> {
-        let mut req = self.call(msg);
-        crate::telemetry::propagate_to_grpc(req.metadata_mut());
-        req
+    /// A `Generate` call's own headers: the worker's credential and the trace context.
+    fn generate_headers(&self) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        if let Some(a) = &self.auth_header {
+            headers.insert(http::header::AUTHORIZATION, a.clone());
+        }
+        crate::telemetry::propagate_to_worker(&mut headers);
+        headers
     }
 
     /// Starts `Generate` on the bulk lane: the message encoded on the encoding thread (or
     /// taken from the sibling leg that encoded it), then sent as those bytes.
     async fn generate_bulk(
         &self,
-        lane: Channel,
         rt: Runtime,
         mut call: Call,
         from: usize,
     ) -> Result<Inner, Status> {
         let shared = call.shared.take().unwrap_or_default();
+        let (lane, headers) = (self.lane(true)?, self.generate_headers());
         Ok(match rt {
             Runtime::Sglang => {
                 let bytes = shared.encode(rt, call.into_sglang()).await?;
-                Inner::Sglang(self.start_encoded(lane, rt, bytes).await?)
+                Inner::Sglang(
+                    self.check(
+                        lane.generate(rt, headers, Message::Encoded(bytes), MESSAGE_LIMIT)
+                            .await,
+                    )?,
+                )
             }
             Runtime::TokenSpeed => {
                 let bytes = shared.encode(rt, call.into_tokenspeed()).await?;
-                Inner::TokenSpeed(self.start_encoded(lane, rt, bytes).await?)
+                Inner::TokenSpeed(
+                    self.check(
+                        lane.generate(rt, headers, Message::Encoded(bytes), MESSAGE_LIMIT)
+                            .await,
+                    )?,
+                )
             }
             Runtime::Vllm => {
                 let bytes = shared.encode(rt, call.into_vllm()).await?;
-                Inner::Vllm(self.start_encoded(lane, rt, bytes).await?, from)
+                Inner::Vllm(
+                    self.check(
+                        lane.generate(rt, headers, Message::Encoded(bytes), MESSAGE_LIMIT)
+                            .await,
+                    )?,
+                    from,
+                )
             }
         })
     }
 
-    /// Starts `Generate` in `rt`'s service with an encoded message.
-    async fn start_encoded<R>(
-        &self,
-        lane: Channel,
-        rt: Runtime,
-        msg: bytes::Bytes,
-    ) -> Result<Streaming<R>, Status>
-    where
-        R: prost::Message + Default + Send + 'static,
-    {
-        let service = match rt {
-            Runtime::Sglang => pdrouter_proto::SCHEDULER_SERVICE,
-            Runtime::TokenSpeed => pdrouter_proto::TOKENSPEED_SCHEDULER_SERVICE,
-            Runtime::Vllm => pdrouter_proto::VLLM_ENGINE_SERVICE,
-        };
-        let req = self.generate_call(msg);
-        let r = encoded::server_streaming(lane, service, "Generate", req, MESSAGE_LIMIT).await;
-        Ok(self.check(r)?.into_inner())
+    /// Starts `Generate` on the shared lane, the message encoded where the call runs.
+    async fn generate_small<R>(&self, rt: Runtime, msg: Message) -> Result<Replies<R>, Status> {
+        let lane = self.lane(false)?;
+        self.check(
+            lane.generate(rt, self.generate_headers(), msg, MESSAGE_LIMIT)
+                .await,
+        )
     }
 
     /// Starts `Generate` in the worker's runtime. The returned stream aborts the request if
     /// dropped before its end; so does a call dropped while it is still starting.
     pub async fn generate(&self, call: Call) -> Result<LegStream, Status> {
-        let rt = self.detect(DETECT_TIMEOUT).await?;
+        let rt = match self.runtime() {
+            Some(rt) => rt,
+            // Boxed: asking the services is rare (health checks learn the runtime first),
+            // and inline its calls' state would triple the size of every call's future.
+            None => Box::pin(self.detect(DETECT_TIMEOUT)).await?,
+        };
         let mut guard = AbortOnDrop::new(
             self.channel()?,
             rt,
@@ -491,31 +486,24 @@ impl WorkerChannel {
             self.auth.clone(),
         );
         let samples = call.samples();
-        let bulk = call.on_bulk_lane();
-        let lane = self.generate_channel(bulk)?;
         // vLLM sends prompt logprobs from the prompt's start; the stream cuts them.
         let from = usize::try_from(call.req.logprob_start_len).unwrap_or(0);
-        let stream = if bulk {
-            // Boxed: tonic's call state is kilobytes, and inline it would grow (and have
-            // copied on every move) the future of every call, long prompt or not.
-            Box::pin(self.generate_bulk(lane, rt, call, from)).await?
+        let stream = if call.on_bulk_lane() {
+            // Boxed: the encoding's wait would otherwise sit in every call's future.
+            Box::pin(self.generate_bulk(rt, call, from)).await?
         } else {
             match rt {
                 Runtime::Sglang => {
-                    let r = sglang_on(lane)
-                        .generate(self.generate_call(call.into_sglang()))
-                        .await;
-                    Inner::Sglang(self.check(r)?.into_inner())
+                    let msg = Message::frame(&call.into_sglang());
+                    Inner::Sglang(self.generate_small(rt, msg).await?)
                 }
                 Runtime::TokenSpeed => {
-                    let msg = call.into_tokenspeed();
-                    let r = tokenspeed_on(lane).generate(self.generate_call(msg)).await;
-                    Inner::TokenSpeed(self.check(r)?.into_inner())
+                    let msg = Message::frame(&call.into_tokenspeed());
+                    Inner::TokenSpeed(self.generate_small(rt, msg).await?)
                 }
                 Runtime::Vllm => {
-                    let msg = call.into_vllm();
-                    let r = vllm_on(lane).generate(self.generate_call(msg)).await;
-                    Inner::Vllm(self.check(r)?.into_inner(), from)
+                    let msg = Message::frame(&call.into_vllm());
+                    Inner::Vllm(self.generate_small(rt, msg).await?, from)
                 }
             }
         };
@@ -571,11 +559,8 @@ mod tests {
     use super::*;
 
     /// Every `Generate` call holds this future until its stream starts, and it is moved while
-    /// being set up: a path that keeps a second tonic call state inline (kilobytes) would grow
-    /// it and the copying of it for every call, as the long-prompt path did before it was
-    /// boxed. Measured against tonic's own call future in the same build, so a compiler or
-    /// tonic release that lays futures out differently moves both sides alike: what is
-    /// bounded is the router's own state around the one inline call.
+    /// being set up: a path that keeps a second call's state inline would grow it, and the
+    /// copying of it for every call, as the long-prompt path did before it was boxed.
     #[tokio::test]
     async fn the_generate_future_stays_small() {
         let channel = WorkerChannel::new("grpc://127.0.0.1:1", None, None);
@@ -590,22 +575,16 @@ mod tests {
             seed: None,
         };
         let size = std::mem::size_of_val(&channel.generate(call));
-        let lane = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
-        let mut client = sglang_on(lane);
-        let tonic_call = std::mem::size_of_val(
-            &client.generate(pdrouter_proto::scheduler::GenerateRequest::default()),
-        );
-        eprintln!("generate future: {size} bytes, tonic's call future: {tonic_call} bytes");
+        eprintln!("generate future: {size} bytes");
         assert!(
-            size <= tonic_call + OWN_STATE_BUDGET,
-            "generate future grew to {size} bytes, {} above tonic's call",
-            size.saturating_sub(tonic_call)
+            size <= GENERATE_FUTURE_BUDGET,
+            "generate future grew to {size} bytes"
         );
     }
 
-    /// The router's state beside tonic's call future: 2,304 bytes in a debug build when
-    /// written; the long-prompt path inline added 1,848 more.
-    const OWN_STATE_BUDGET: usize = 3_072;
+    /// The `Generate` future's bound: 3,424 bytes in a debug build when written; with the
+    /// runtime's detection inline, 4,912.
+    const GENERATE_FUTURE_BUDGET: usize = 4_096;
 
     #[test]
     fn calls_carry_the_workers_key() {

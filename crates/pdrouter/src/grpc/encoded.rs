@@ -19,13 +19,10 @@
 //!   pool drops jobs whose caller left); if the pool refuses (full, late) the message is
 //!   encoded where the call runs instead, since the request was already admitted.
 
-use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
-use bytes::{BufMut as _, Bytes};
-use tonic::codec::{Codec, EncodeBuf, Encoder};
-use tonic::transport::Channel;
-use tonic::{Response, Status, Streaming};
+use bytes::Bytes;
+use tonic::Status;
 
 use crate::cpu_pool::{self, PoolError};
 use crate::engine::Runtime;
@@ -81,66 +78,6 @@ impl SharedEncoding {
     pub(crate) fn is_encoded(&self) -> bool {
         self.0.get().is_some()
     }
-}
-
-/// Writes an encoded message as it is and reads prost-decoded `R` answers.
-struct EncodedCodec<R>(PhantomData<fn() -> R>);
-
-impl<R> Codec for EncodedCodec<R>
-where
-    R: prost::Message + Default + Send + 'static,
-{
-    type Encode = Bytes;
-    type Decode = R;
-    type Encoder = EncodedEncoder;
-    type Decoder = tonic_prost::ProstDecoder<R>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        EncodedEncoder
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstDecoder::default()
-    }
-}
-
-struct EncodedEncoder;
-
-impl Encoder for EncodedEncoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-/// Starts the server-streaming `method` of `service` on `channel` with an encoded request;
-/// the same call the generated clients make (path `/{service}/{method}`), answers decoded the
-/// same way.
-pub async fn server_streaming<R>(
-    channel: Channel,
-    service: &'static str,
-    method: &'static str,
-    request: tonic::Request<Bytes>,
-    max_decoding: usize,
-) -> Result<Response<Streaming<R>>, Status>
-where
-    R: prost::Message + Default + Send + 'static,
-{
-    let path = http::uri::PathAndQuery::try_from(format!("/{service}/{method}"))
-        .map_err(|e| Status::internal(format!("bad method path: {e}")))?;
-    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(max_decoding);
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
-    let mut request = request;
-    request
-        .extensions_mut()
-        .insert(tonic::GrpcMethod::new(service, method));
-    grpc.server_streaming(request, path, EncodedCodec::<R>(PhantomData))
-        .await
 }
 
 #[cfg(test)]

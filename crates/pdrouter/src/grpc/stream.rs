@@ -14,9 +14,10 @@ use pdrouter_proto::tokenspeed_scheduler as ts;
 use pdrouter_proto::tokenspeed_scheduler::token_speed_scheduler_client::TokenSpeedSchedulerClient;
 use pdrouter_proto::vllm_engine as vl;
 use pdrouter_proto::vllm_engine::vllm_engine_client::VllmEngineClient;
+use tonic::Status;
 use tonic::transport::Channel;
-use tonic::{Status, Streaming};
 
+use super::replies::Replies;
 use super::runtime::{self, Runtime};
 
 /// `authorization` metadata value.
@@ -113,10 +114,10 @@ impl Drop for AbortOnDrop {
 
 /// A `Generate` response stream of any runtime.
 pub(super) enum Inner {
-    Sglang(Streaming<GenerateResponse>),
-    TokenSpeed(Streaming<ts::GenerateResponse>),
+    Sglang(Replies<GenerateResponse>),
+    TokenSpeed(Replies<ts::GenerateResponse>),
     /// vLLM's, with the position prompt logprobs are wanted from.
-    Vllm(Streaming<vl::GenerateResponse>, usize),
+    Vllm(Replies<vl::GenerateResponse>, usize),
 }
 
 /// A running `Generate` stream. Dropping it before [`LegStream::next`] returned `None` (or an
