@@ -296,3 +296,6 @@ async fn keep_alive(pings: Option<h2::PingPong>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
