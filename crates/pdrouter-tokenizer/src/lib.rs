@@ -44,6 +44,7 @@
 //! ```
 
 mod config;
+mod fast;
 
 pub mod bundle;
 pub mod bytelevel;

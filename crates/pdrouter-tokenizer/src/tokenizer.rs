@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{self, ModelFiles};
 use crate::error::{DecodeError, EncodeError, LoadError, TemplateError};
+use crate::fast::Fast;
 use crate::template::{ChatInput, ChatTemplate};
 
 /// Inputs (prompt text, or a rendered chat prompt) above this many bytes should be encoded
@@ -51,6 +52,8 @@ struct AddedToken {
 /// A tokenizer loaded from `tokenizer.json` and the model files beside it.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same ids without the library's bookkeeping, for the configurations it covers.
+    fast: Option<Fast>,
     added: HashMap<u32, AddedToken>,
     eos_token_ids: Vec<u32>,
     template: Option<ChatTemplate>,
@@ -144,6 +147,7 @@ impl Tokenizer {
             .transpose()?;
         let vocab_size = u32::try_from(inner.get_vocab_size(true)).unwrap_or(u32::MAX);
         Ok(Tokenizer {
+            fast: Fast::new(&inner),
             inner,
             added,
             vocab_size,
@@ -161,13 +165,33 @@ impl Tokenizer {
     /// Token ids of `text`, without special tokens added around it. Added tokens written in
     /// the text (`<|im_start|>`, ...) become their ids, as the chat template expects.
     ///
-    /// Runs the library's pipeline (added tokens, normalizer, pre-tokenizer, model) and reads
-    /// the ids straight from the tokenized pieces: the `Encoding` the library would build
-    /// around them (type ids, masks, offsets, one string per token) and its post-processing
-    /// are left out. Without special tokens, truncation or padding (all off here) the
-    /// post-processors leave the ids as they are, so the ids are the library's own
-    /// (`encode_fast(text, false)`), at a fraction of the cost for short prompts.
+    /// The ids are the library's (`encode_fast(text, false)`): byte-level BPE tokenizers take
+    /// a route without the library's offset bookkeeping (see `fast.rs`), the others
+    /// [`Tokenizer::encode_pipeline`].
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
+        let fast = self
+            .fast
+            .as_ref()
+            .and_then(|f| f.encode(self.inner.get_model(), text));
+        match fast {
+            Some(r) => r.map_err(|e| EncodeError::Tokenizer {
+                detail: e.to_string(),
+            }),
+            None => self.encode_pipeline(text),
+        }
+    }
+
+    /// Whether [`Tokenizer::encode`] takes the fast route for this tokenizer's configuration.
+    pub fn has_fast_route(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// [`Tokenizer::encode`] through the library's pipeline (added tokens, normalizer,
+    /// pre-tokenizer, model), the ids read straight from the tokenized pieces: the `Encoding`
+    /// the library would build around them (type ids, masks, offsets, one string per token)
+    /// and its post-processing are left out. Without special tokens, truncation or padding
+    /// (all off here) the post-processors leave the ids as they are.
+    pub fn encode_pipeline(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         use tokenizers::{Model as _, OffsetReferential, OffsetType, PreTokenizer as _};
         let failed = |e: tokenizers::Error| EncodeError::Tokenizer {
             detail: e.to_string(),
