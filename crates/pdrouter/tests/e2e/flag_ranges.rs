@@ -59,7 +59,30 @@ fn flags() -> impl Strategy<Value = Vec<(&'static FlagRange, String)>> {
 
 const F32_FLAGS: &[&str] = &["--cache-threshold", "--balance-rel-threshold"];
 
+const TOKENS: &str = "--prefill-max-inflight-tokens-per-worker";
+
+/// The bounds of an auto limit need one: the token budget's (whose range is theirs).
+fn bounded(flags: &[(&'static FlagRange, String)]) -> bool {
+    flags
+        .iter()
+        .any(|(r, _)| r.flag == "--prefill-limit-min" || r.flag == "--prefill-limit-max")
+}
+
+/// With limit bounds, the token budget is `auto` whatever value was drawn for it; the flags
+/// say so, so that the range check reads what was really passed.
+fn as_passed(mut flags: Vec<(&'static FlagRange, String)>) -> Vec<(&'static FlagRange, String)> {
+    if bounded(&flags) {
+        for (r, v) in &mut flags {
+            if r.flag == TOKENS {
+                *v = "auto".into();
+            }
+        }
+    }
+    flags
+}
+
 fn parse(flags: &[(&'static FlagRange, String)], admission: bool) -> Result<Config, String> {
+    let flags = &as_passed(flags.to_vec());
     let mut args: Vec<String> = [
         "pdrouter",
         "launch",
@@ -82,16 +105,10 @@ fn parse(flags: &[(&'static FlagRange, String)], admission: bool) -> Result<Conf
     {
         args.push("--admission-store=redis://127.0.0.1:6379".to_string());
     }
-    // The bounds of an auto limit need one: the token budget's (whose range is theirs).
-    let tokens = "--prefill-max-inflight-tokens-per-worker";
-    let bounded = given("--prefill-limit-min") || given("--prefill-limit-max");
-    if bounded && !given(tokens) {
-        args.push(format!("{tokens}=auto"));
+    if bounded(flags) && !given(TOKENS) {
+        args.push(format!("{TOKENS}=auto"));
     }
-    args.extend(flags.iter().map(|(r, v)| match r.flag {
-        f if bounded && f == tokens => format!("{tokens}=auto"),
-        f => format!("{f}={v}"),
-    }));
+    args.extend(flags.iter().map(|(r, v)| format!("{}={v}", r.flag)));
     let cli = Cli::try_parse_args(args)
         .map_err(|e| numeric_value_error(&e).unwrap_or_else(|| e.to_string()))?;
     match cli.command {
@@ -139,6 +156,7 @@ proptest! {
         flags in flags(),
         admission in any::<bool>(),
     ) {
+        let flags = as_passed(flags);
         match parse(&flags, admission) {
             Err(e) => prop_assert!(!e.trim_end().is_empty()),
             Ok(cfg) => {
@@ -212,4 +230,17 @@ fn the_largest_values_leave_deadlines_representable() {
         assert_eq!(cfg.request_timeout, Duration::from_secs(604_800));
         exercise(&cfg);
     }
+}
+
+#[test]
+fn a_token_budget_drawn_beside_limit_bounds_is_checked_as_auto() {
+    let range = |f: &str| FLAG_RANGES.iter().find(|r| r.flag == f).unwrap();
+    let drawn = vec![
+        (range(TOKENS), "0".to_string()),
+        (range("--prefill-limit-max"), "1".to_string()),
+    ];
+    let flags = as_passed(drawn);
+    assert_eq!(flags[0].1, "auto");
+    let cfg = parse(&flags, false).unwrap();
+    exercise(&cfg);
 }
