@@ -2,9 +2,10 @@
 //! `tokenizer.json` when `PDROUTER_TOKENIZER_BENCH_DIR` names a directory holding it with
 //! `tokenizer_config.json`; see tests/fixtures/qwen3/README.md).
 //!
-//! 1. `encode/N`: encode an English prompt of N = 16, 1,024 and 32,768 tokens. The per-byte
+//! 1. `encode/fast/N`: encode an English prompt of N = 16, 1,024 and 32,768 tokens. The per-byte
 //!    cost sets `OFFLOAD_THRESHOLD_BYTES`, the size above which the router encodes off the
-//!    reactor.
+//!    reactor. `encode/pipeline/N` is the same through the library's pipeline, the route
+//!    tokenizers that the fast route does not cover take (and the baseline of that route).
 //! 2. `chat_template/4_messages`: render a four-message conversation.
 //! 3. `stream/1024_tokens`: detokenize 1,024 output ids one at a time through the stop matcher
 //!    (two stop strings that never match, EOS ids), the router's per-token work; divide by
@@ -44,8 +45,11 @@ fn encode(c: &mut Criterion) {
         if n > 1024 {
             group.sample_size(20);
         }
-        group.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, text| {
+        group.bench_with_input(BenchmarkId::new("fast", n), &text, |b, text| {
             b.iter(|| tk.encode(black_box(text)).unwrap())
+        });
+        group.bench_with_input(BenchmarkId::new("pipeline", n), &text, |b, text| {
+            b.iter(|| tk.encode_pipeline(black_box(text)).unwrap())
         });
     }
     group.finish();

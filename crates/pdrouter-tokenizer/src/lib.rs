@@ -58,4 +58,6 @@ pub use detok::DecodeStream;
 pub use error::{BundleError, DecodeError, EncodeError, LoadError, StopError, TemplateError};
 pub use stop::{FinishReason, Step, StopConditions, StopMatcher, TextStream};
 pub use template::{ChatInput, ChatTemplate, ContentFormat, TemplateValue};
-pub use tokenizer::{DecodeOptions, OFFLOAD_THRESHOLD_BYTES, Tokenizer};
+pub use tokenizer::{
+    DecodeOptions, FAST_OFFLOAD_THRESHOLD_BYTES, OFFLOAD_THRESHOLD_BYTES, Tokenizer,
+};

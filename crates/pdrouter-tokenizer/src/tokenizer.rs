@@ -5,7 +5,7 @@
 //! - [`Tokenizer::encode`] never adds special tokens (the chat template writes them) and never
 //!   truncates or pads, whatever `tokenizer.json` configures.
 //! - Every call is synchronous and CPU-bound: callers on an async runtime run inputs longer than
-//!   [`OFFLOAD_THRESHOLD_BYTES`] on a blocking pool (`spawn_blocking`), so a large prompt never
+//!   [`Tokenizer::offload_threshold`] on a blocking pool (`spawn_blocking`), so a large prompt never
 //!   stalls the reactor.
 
 use std::collections::HashMap;
@@ -22,6 +22,12 @@ use crate::template::{ChatInput, ChatTemplate};
 /// pre-tokenizer's pattern (fancy-regex: its look-ahead needs a backtracking engine). So 1 KiB
 /// blocks a reactor thread for about 0.6 ms at most, and a 32k-token prompt (150 ms) never does.
 pub const OFFLOAD_THRESHOLD_BYTES: usize = 1024;
+
+/// [`OFFLOAD_THRESHOLD_BYTES`] for tokenizers that take the fast route (`fast.rs`):
+/// `benches/tokenizer.rs` measures it 4-6 times faster than the pipeline (1,024 tokens, 4.7 KB,
+/// in 0.22 ms against 0.87 ms on the 2-core machine), so 8 KiB holds a reactor thread about as
+/// long as 1 KiB did through the pipeline.
+pub const FAST_OFFLOAD_THRESHOLD_BYTES: usize = 8 << 10;
 
 /// How token ids become text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +184,16 @@ impl Tokenizer {
                 detail: e.to_string(),
             }),
             None => self.encode_pipeline(text),
+        }
+    }
+
+    /// The input size above which a caller on an async runtime should encode off it:
+    /// [`FAST_OFFLOAD_THRESHOLD_BYTES`] on the fast route, else [`OFFLOAD_THRESHOLD_BYTES`].
+    pub fn offload_threshold(&self) -> usize {
+        if self.fast.is_some() {
+            FAST_OFFLOAD_THRESHOLD_BYTES
+        } else {
+            OFFLOAD_THRESHOLD_BYTES
         }
     }
 

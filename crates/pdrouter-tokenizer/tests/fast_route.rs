@@ -56,6 +56,16 @@ fn configurations_the_route_does_not_reproduce_are_left_to_the_library() {
     }
     let (_, nfc) = variant(|j| j["normalizer"] = serde_json::json!({"type": "NFC"}));
     assert!(nfc.has_fast_route(), "NFC: the route takes ASCII text");
+    // The inline bound follows the route.
+    assert_eq!(
+        nfc.offload_threshold(),
+        pdrouter_tokenizer::FAST_OFFLOAD_THRESHOLD_BYTES
+    );
+    let (_, slow) = variant(|j| j["pre_tokenizer"]["add_prefix_space"] = true.into());
+    assert_eq!(
+        slow.offload_threshold(),
+        pdrouter_tokenizer::OFFLOAD_THRESHOLD_BYTES
+    );
 }
 
 #[test]

@@ -256,7 +256,16 @@ pub(crate) async fn offload<T: Send + 'static>(
     size: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    if size <= OFFLOAD_THRESHOLD_BYTES {
+    offload_above(OFFLOAD_THRESHOLD_BYTES, size, f).await
+}
+
+/// [`offload`] with its own bound: inline up to `inline_bytes`.
+pub(crate) async fn offload_above<T: Send + 'static>(
+    inline_bytes: usize,
+    size: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    if size <= inline_bytes {
         return Ok(f());
     }
     run(f).await.map_err(PoolError::into_api_error)
@@ -393,6 +402,18 @@ pub(crate) mod tests {
         for g in gates {
             g.await.unwrap();
         }
+    }
+
+    /// Inputs up to the bound run where the caller runs, larger ones on a pool thread.
+    #[tokio::test]
+    async fn offload_runs_small_inputs_inline_and_large_ones_on_the_pool() {
+        let here = std::thread::current().id();
+        let on = |size| offload_above(100, size, || std::thread::current().id());
+        assert_eq!(on(100).await.unwrap(), here);
+        assert_ne!(on(101).await.unwrap(), here);
+        let default = |size| offload(size, || std::thread::current().id());
+        assert_eq!(default(OFFLOAD_THRESHOLD_BYTES).await.unwrap(), here);
+        assert_ne!(default(OFFLOAD_THRESHOLD_BYTES + 1).await.unwrap(), here);
     }
 
     #[cfg(target_os = "linux")]

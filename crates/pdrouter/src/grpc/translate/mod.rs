@@ -472,8 +472,8 @@ async fn tokenize_prompts(
         let (text, ids, imgs) = images.prompt(tokenizer, chat, req.raw.len()).await?;
         return Ok((vec![(text, ids)], Some(Arc::new(imgs))));
     }
-    let tok = tokenizer.clone();
-    let tokenized = crate::cpu_pool::offload(req.raw.len(), move || {
+    let (tok, inline) = (tokenizer.clone(), tokenizer.offload_threshold());
+    let tokenized = crate::cpu_pool::offload_above(inline, req.raw.len(), move || {
         prompts
             .into_iter()
             .map(|s| tokenize(&tok, s))
