@@ -6,7 +6,9 @@
 //! ship (Qwen, Llama 3, DeepSeek, GPT-2 style) this module does the same steps on plain
 //! strings: added tokens split out by the same leftmost-longest automaton, the same split
 //! pattern (the library's own regex engine), the same byte-to-character table, then the
-//! library's own BPE model on each piece.
+//! library's BPE merges on each piece (on ids, [`crate::merge`], where the model allows it;
+//! else the library's model itself), whose ids for a word are kept for next time
+//! ([`crate::word_cache`]).
 //!
 //! Invariants:
 //! - A [`Fast`] exists only for a configuration it reproduces exactly: no normalizer or NFC;
@@ -29,6 +31,9 @@ use tokenizers::tokenizer::pattern::Pattern as _;
 use tokenizers::utils::SysRegex;
 use tokenizers::{Model as _, ModelWrapper, SplitDelimiterBehavior};
 
+use crate::merge::Merges;
+use crate::word_cache::WordCache;
+
 /// GPT-2's split pattern, which `ByteLevel` applies when asked to split itself.
 const GPT2_PATTERN: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
@@ -43,6 +48,10 @@ pub(crate) struct Fast {
     split: Option<SysRegex>,
     /// Byte-level characters by byte.
     chars: [char; 256],
+    /// The model's merges on ids, when the model is one [`Merges`] reproduces.
+    merges: Option<Merges>,
+    /// Ids of words encoded before.
+    words: WordCache,
 }
 
 impl Fast {
@@ -79,10 +88,11 @@ impl Fast {
             Some(p) => Some(SysRegex::new(&p).ok()?),
             None => None,
         };
-        match tokenizer.get_model() {
-            ModelWrapper::BPE(bpe) if bpe.dropout.is_none() => {}
+        let chars = byte_chars();
+        let merges = match tokenizer.get_model() {
+            ModelWrapper::BPE(bpe) if bpe.dropout.is_none() => Merges::new(bpe, &chars),
             _ => return None,
-        }
+        };
         let vocab = tokenizer.get_added_vocabulary();
         if vocab.get_encode_special_tokens() {
             return None;
@@ -108,7 +118,9 @@ impl Fast {
             added,
             nfc,
             split,
-            chars: byte_chars(),
+            chars,
+            merges,
+            words: WordCache::new(),
         })
     }
 
@@ -167,16 +179,22 @@ impl Fast {
         word: &mut String,
         ids: &mut Vec<u32>,
     ) -> tokenizers::Result<()> {
-        word.clear();
-        word.extend(text.bytes().map(|b| self.chars[usize::from(b)]));
-        ids.extend(model.tokenize(word)?.into_iter().map(|t| t.id));
-        Ok(())
+        self.words.extend(text, ids, |text, ids| {
+            if let Some(merges) = &self.merges {
+                merges.extend(text.as_bytes(), ids);
+                return Ok(());
+            }
+            word.clear();
+            word.extend(text.bytes().map(|b| self.chars[usize::from(b)]));
+            ids.extend(model.tokenize(word)?.into_iter().map(|t| t.id));
+            Ok(())
+        })
     }
 }
 
 /// GPT-2's byte-to-character table: printable Latin-1 bytes stand for themselves, the other
 /// bytes, in order, for the characters from U+0100 on.
-fn byte_chars() -> [char; 256] {
+pub(crate) fn byte_chars() -> [char; 256] {
     let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
     let mut table = ['\0'; 256];
     let mut next = 256u32;
@@ -195,6 +213,17 @@ fn byte_chars() -> [char; 256] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qwen3_merges_on_ids() {
+        let file = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/qwen3/tokenizer.json"
+        );
+        let tokenizer = tokenizers::Tokenizer::from_file(file).unwrap();
+        let fast = Fast::new(&tokenizer).unwrap();
+        assert!(fast.merges.is_some());
+    }
 
     #[test]
     fn the_byte_table_is_gpt2s() {

@@ -45,6 +45,8 @@
 
 mod config;
 mod fast;
+mod merge;
+mod word_cache;
 
 pub mod bundle;
 pub mod bytelevel;

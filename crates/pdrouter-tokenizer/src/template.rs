@@ -125,25 +125,27 @@ impl ChatTemplate {
 
     /// Renders the prompt for `input`.
     pub fn render(&self, input: &ChatInput) -> Result<String, TemplateError> {
-        let mut ctx: Vec<(String, Value)> = Vec::with_capacity(12 + input.kwargs.len());
+        // Keys as values made from `&str`: short strings are held inline, so naming the
+        // context costs no allocation.
+        let mut ctx: Vec<(Value, Value)> = Vec::with_capacity(12 + input.kwargs.len());
         for (name, token) in &self.special_tokens {
-            ctx.push(((*name).to_owned(), Value::from(token.as_str())));
+            ctx.push((Value::from(*name), Value::from(token.as_str())));
         }
         for (name, value) in &input.kwargs {
             if RESERVED.contains(&name.as_str()) {
                 return Err(TemplateError::ReservedArgument { name: name.clone() });
             }
-            ctx.push((name.clone(), value.0.clone()));
+            ctx.push((Value::from(name.as_str()), value.0.clone()));
         }
         let tools = input
             .tools
             .as_ref()
             .map_or(Value::from(()), |t| t.0.clone());
-        ctx.push(("messages".into(), input.messages.0.clone()));
-        ctx.push(("tools".into(), tools));
-        ctx.push(("documents".into(), Value::from(())));
+        ctx.push((Value::from("messages"), input.messages.0.clone()));
+        ctx.push((Value::from("tools"), tools));
+        ctx.push((Value::from("documents"), Value::from(())));
         ctx.push((
-            "add_generation_prompt".into(),
+            Value::from("add_generation_prompt"),
             Value::from(input.add_generation_prompt),
         ));
         let template = self

@@ -73,11 +73,11 @@ pub(super) fn calls(
     ctx: &RequestCtx,
     tag: u64,
 ) -> (Vec<Call>, String) {
-    let defaults = defaults_of
-        .model()
-        .map(|m| m.sampling_defaults.clone())
-        .unwrap_or_default();
-    let mut calls = plan.calls(runtime, &defaults);
+    // Borrowed from the worker's model entry: the defaults are read, not copied, per request.
+    let model = defaults_of.model();
+    let none = serde_json::Map::new();
+    let defaults = model.as_ref().map_or(&none, |m| &m.sampling_defaults);
+    let mut calls = plan.calls(runtime, defaults);
     let base = format!("{}-{tag:x}", ctx.request_id);
     let several = calls.len() > 1;
     for (i, call) in calls.iter_mut().enumerate() {

@@ -6,8 +6,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Answer, DONE, Input, LogprobAsk, Source, data, finish_str, flag, include_usage, matched,
-    sampling, top_count, usage_json,
+    Answer, DONE, Input, LogprobAsk, ReasoningTokens, Source, UsageJson, data, finish_str, flag,
+    include_usage, matched, sampling, top_count, usage_json,
 };
 use crate::chat_template::{ChatPrompt, request_tools, template_messages, template_vars};
 use crate::error::ApiError;
@@ -160,14 +160,16 @@ fn finish_of(a: &Answer<'_>, index: usize, called: bool) -> Value {
 }
 
 /// The usage, with the reasoning's length in tokens when reasoning is parsed.
-fn usage_with(a: &Answer<'_>, reasoning: &[&str]) -> Value {
+fn usage_with(a: &Answer<'_>, reasoning: &[&str]) -> UsageJson {
     let mut usage = usage_json(a.out.usage());
     if a.plan.chat.as_ref().is_some_and(|c| c.reasons()) {
         let tokens: usize = reasoning
             .iter()
             .map(|r| a.out.tokenizer.encode(r).map_or(0, |ids| ids.len()))
             .sum();
-        usage["completion_tokens_details"] = json!({"reasoning_tokens": tokens});
+        usage.completion_tokens_details = Some(ReasoningTokens {
+            reasoning_tokens: tokens,
+        });
     }
     usage
 }
@@ -248,7 +250,7 @@ struct FullBody<'a> {
     created: u64,
     model: &'a str,
     choices: Vec<FullChoice<'a>>,
-    usage: Value,
+    usage: UsageJson,
 }
 
 #[derive(serde::Serialize)]
@@ -280,7 +282,7 @@ impl serde::Serialize for ChatId<'_> {
     }
 }
 
-fn chunk(a: &Answer<'_>, choices: Value, usage: Value) -> Bytes {
+fn chunk(a: &Answer<'_>, choices: Value, usage: impl serde::Serialize) -> Bytes {
     data(&json!({
         "id": format!("chatcmpl-{}", a.id),
         "object": "chat.completion.chunk",

@@ -88,7 +88,7 @@ fn choice_logprobs(
     logprobs::completions(&a.out.tokenizer, lps, offset)
 }
 
-fn envelope(a: &Answer<'_>, choices: Value, usage: Value) -> Value {
+fn envelope(a: &Answer<'_>, choices: Value, usage: impl serde::Serialize) -> Value {
     json!({
         "id": format!("cmpl-{}", a.id),
         "object": "text_completion",

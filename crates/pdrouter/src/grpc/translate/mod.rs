@@ -509,13 +509,39 @@ fn generate_requests(
         .collect()
 }
 
-pub(crate) fn usage_json(u: Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt,
-        "completion_tokens": u.completion,
-        "total_tokens": u.prompt.saturating_add(u.completion),
-        "prompt_tokens_details": {"cached_tokens": u.cached},
-    })
+/// An answer's `usage` object, typed: it is on every answer, and a tree costs an allocation
+/// per key.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct UsageJson {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+    prompt_tokens_details: CachedTokens,
+    /// With reasoning parsed: how many completion tokens it took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) completion_tokens_details: Option<ReasoningTokens>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct CachedTokens {
+    cached_tokens: u32,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct ReasoningTokens {
+    pub(crate) reasoning_tokens: usize,
+}
+
+pub(crate) fn usage_json(u: Usage) -> UsageJson {
+    UsageJson {
+        prompt_tokens: u.prompt,
+        completion_tokens: u.completion,
+        total_tokens: u.prompt.saturating_add(u.completion),
+        prompt_tokens_details: CachedTokens {
+            cached_tokens: u.cached,
+        },
+        completion_tokens_details: None,
+    }
 }
 
 pub(crate) fn matched(f: Option<&FinishReason>) -> Value {
