@@ -35,6 +35,7 @@ struct Wire {
     continuing_subword_prefix: Option<String>,
     end_of_word_suffix: Option<String>,
     ignore_merges: bool,
+    vocab: HashMap<String, u32>,
     /// In rank order.
     merges: Vec<(String, String)>,
 }
@@ -63,7 +64,7 @@ impl Merges {
         {
             return None;
         }
-        let vocab = tokenizers::Model::get_vocab(model);
+        let vocab = &wire.vocab;
         let mut byte_ids = [0u32; 256];
         let mut buf = [0u8; 4];
         for (id, c) in byte_ids.iter_mut().zip(chars) {

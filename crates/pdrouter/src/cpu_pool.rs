@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pdrouter_tokenizer::OFFLOAD_THRESHOLD_BYTES;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -250,17 +249,13 @@ async fn run_within<T: Send + 'static>(
     TOKENIZE.run(max_wait, max_waiting, f).await
 }
 
-/// Runs `f` inline for a small input, on these threads for a large one (`size` in bytes
-/// of what `f` reads: a request body, or the text it tokenizes).
+/// Runs `f` inline for an input of up to `inline_bytes`, on these threads for a larger one
+/// (`size` in bytes of what `f` reads: a request body, or the text it tokenizes). The bound is
+/// the caller's: what `f` costs per byte (a tokenizer's [`Tokenizer::offload_threshold`],
+/// body parsing's own).
+///
+/// [`Tokenizer::offload_threshold`]: pdrouter_tokenizer::Tokenizer::offload_threshold
 pub(crate) async fn offload<T: Send + 'static>(
-    size: usize,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
-    offload_above(OFFLOAD_THRESHOLD_BYTES, size, f).await
-}
-
-/// [`offload`] with its own bound: inline up to `inline_bytes`.
-pub(crate) async fn offload_above<T: Send + 'static>(
     inline_bytes: usize,
     size: usize,
     f: impl FnOnce() -> T + Send + 'static,
@@ -408,12 +403,13 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn offload_runs_small_inputs_inline_and_large_ones_on_the_pool() {
         let here = std::thread::current().id();
-        let on = |size| offload_above(100, size, || std::thread::current().id());
+        let on = |size| offload(100, size, || std::thread::current().id());
         assert_eq!(on(100).await.unwrap(), here);
         assert_ne!(on(101).await.unwrap(), here);
-        let default = |size| offload(size, || std::thread::current().id());
-        assert_eq!(default(OFFLOAD_THRESHOLD_BYTES).await.unwrap(), here);
-        assert_ne!(default(OFFLOAD_THRESHOLD_BYTES + 1).await.unwrap(), here);
+        let bound = pdrouter_tokenizer::OFFLOAD_THRESHOLD_BYTES;
+        let default = |size| offload(bound, size, || std::thread::current().id());
+        assert_eq!(default(bound).await.unwrap(), here);
+        assert_ne!(default(bound + 1).await.unwrap(), here);
     }
 
     #[cfg(target_os = "linux")]

@@ -236,7 +236,7 @@ fn parse_off_reactor(
     keep_tree: bool,
 ) -> BoxFuture<'static, Result<ParsedRequest, ApiError>> {
     Box::pin(async move {
-        crate::cpu_pool::offload_above(PARSE_INLINE_BYTES, raw.len(), move || {
+        crate::cpu_pool::offload(PARSE_INLINE_BYTES, raw.len(), move || {
             if keep_tree {
                 parse_keeping_tree(endpoint, raw)
             } else {

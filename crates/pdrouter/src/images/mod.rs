@@ -332,7 +332,7 @@ impl ImageSupport {
         };
         let items = inputs.prepare(chat.messages()).await?;
         let (inputs, tok) = (inputs.clone(), tokenizer.clone());
-        cpu_pool::offload(size, move || {
+        cpu_pool::offload(tokenizer.offload_threshold(), size, move || {
             let (p, token_id) =
                 inputs.chat_prompt(&tok, chat.messages(), chat.tools(), chat.vars(), &items)?;
             let images = PromptImages {

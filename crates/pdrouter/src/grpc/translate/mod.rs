@@ -473,7 +473,7 @@ async fn tokenize_prompts(
         return Ok((vec![(text, ids)], Some(Arc::new(imgs))));
     }
     let (tok, inline) = (tokenizer.clone(), tokenizer.offload_threshold());
-    let tokenized = crate::cpu_pool::offload_above(inline, req.raw.len(), move || {
+    let tokenized = crate::cpu_pool::offload(inline, req.raw.len(), move || {
         prompts
             .into_iter()
             .map(|s| tokenize(&tok, s))
