@@ -206,7 +206,7 @@ impl Bucket {
             owner.and_then(|o| workers.iter().position(|w| w.url() == o))
         };
         // Reuse the load ordering with the windowed characters as the "load".
-        let mut keys: Vec<u64> = chars
+        let mut keys: order::Keys = chars
             .iter()
             .enumerate()
             .map(|(i, &c)| (c.min(u64::from(u32::MAX)) << 32) | i as u64)

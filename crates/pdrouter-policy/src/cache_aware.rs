@@ -40,6 +40,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use parking_lot::RwLock;
+use smallvec::SmallVec;
 
 use crate::hash::WordBuildHasher;
 use crate::radix_tree::RadixTree;
@@ -123,9 +124,9 @@ impl CacheAware {
 
     /// Rule 3 of the module docs; `keys` are the unsorted load keys of `workers`.
     fn choose<W: WorkerRef>(&self, workers: &[W], text: &str, chars: usize, keys: &[u64]) -> usize {
-        let urls: Vec<&str> = workers.iter().map(WorkerRef::url).collect();
+        let urls: SmallVec<[&str; order::INLINE]> = workers.iter().map(WorkerRef::url).collect();
         // Per candidate: (matched chars, held chars).
-        let mut seen = Vec::with_capacity(urls.len());
+        let mut seen: SmallVec<[(usize, usize); order::INLINE]> = SmallVec::new();
         {
             let trees = self.trees.read();
             for url in &urls {

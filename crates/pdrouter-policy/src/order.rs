@@ -6,12 +6,22 @@
 //! - Loads are read once into a snapshot ("load keys") before sorting, so a load that changes
 //!   concurrently can never make the sort comparator inconsistent.
 //! - A load key packs `min(load, u32::MAX) << 32 | index`: sorting keys orders by load and then
-//!   by index, with no allocation beyond the key vector. Loads above `u32::MAX` compare equal.
+//!   by index. Loads above `u32::MAX` compare equal.
+//! - Nothing is allocated for up to [`INLINE`] candidates (keys and the counting sort's
+//!   buckets are kept inline): a PD request ranks its few workers twice.
+
+use smallvec::SmallVec;
 
 use crate::WorkerRef;
 
+/// Candidates whose per-rank scratch stays inline (on the stack).
+pub(crate) const INLINE: usize = 8;
+
+/// Load keys, one per candidate.
+pub(crate) type Keys = SmallVec<[u64; INLINE]>;
+
 /// Snapshot of `(load, index)` for every worker, packed into sortable `u64`s.
-pub(crate) fn load_keys<W: WorkerRef>(workers: &[W]) -> Vec<u64> {
+pub(crate) fn load_keys<W: WorkerRef>(workers: &[W]) -> Keys {
     debug_assert!(u32::try_from(workers.len()).is_ok());
     workers
         .iter()
@@ -56,7 +66,8 @@ pub(crate) fn by_load(keys: &mut [u64], first: Option<usize>, out: &mut Vec<usiz
         );
         return;
     }
-    let mut starts = vec![0usize; range + 1];
+    // Up to 4 * INLINE + 65 buckets: inline for INLINE candidates.
+    let mut starts: SmallVec<[usize; 128]> = smallvec::smallvec![0; range + 1];
     let rest = keys.iter().filter(|&&k| Some(index_of(k)) != first);
     for &k in rest.clone() {
         starts[(load_of(k) - min) as usize] += 1;

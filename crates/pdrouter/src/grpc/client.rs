@@ -34,6 +34,7 @@ use pdrouter_tokenizer::bundle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use super::encoded::SharedEncoding;
 use super::lane::{self, Lane, Message};
 use super::replies::Replies;
 use super::runtime::{self, Call, Runtime};
@@ -472,7 +473,7 @@ impl WorkerChannel {
 
     /// Starts `Generate` in the worker's runtime. The returned stream aborts the request if
     /// dropped before its end; so does a call dropped while it is still starting.
-    pub async fn generate(&self, call: Call) -> Result<LegStream, Status> {
+    pub async fn generate(&self, mut call: Call) -> Result<LegStream, Status> {
         let rt = match self.runtime() {
             Some(rt) => rt,
             // Boxed: asking the services is rare (health checks learn the runtime first),
@@ -492,17 +493,24 @@ impl WorkerChannel {
             // Boxed: the encoding's wait would otherwise sit in every call's future.
             Box::pin(self.generate_bulk(rt, call, from)).await?
         } else {
+            let shared = call.shared.take();
             match rt {
                 Runtime::Sglang => {
-                    let msg = Message::frame(&call.into_sglang());
+                    let msg = Message::Framed(SharedEncoding::framed(shared.as_ref(), rt, || {
+                        call.into_sglang()
+                    }));
                     Inner::Sglang(self.generate_small(rt, msg).await?)
                 }
                 Runtime::TokenSpeed => {
-                    let msg = Message::frame(&call.into_tokenspeed());
+                    let msg = Message::Framed(SharedEncoding::framed(shared.as_ref(), rt, || {
+                        call.into_tokenspeed()
+                    }));
                     Inner::TokenSpeed(self.generate_small(rt, msg).await?)
                 }
                 Runtime::Vllm => {
-                    let msg = Message::frame(&call.into_vllm());
+                    let msg = Message::Framed(SharedEncoding::framed(shared.as_ref(), rt, || {
+                        call.into_vllm()
+                    }));
                     Inner::Vllm(self.generate_small(rt, msg).await?, from)
                 }
             }

@@ -1,18 +1,20 @@
-//! A long prompt's `Generate` request, encoded off the async workers, once for both legs of a
-//! PD pair.
+//! A `Generate` request encoded once for both legs of a PD pair; a long prompt's, off the
+//! async workers.
 //!
-//! A 32k-token prompt's message is a few hundred kilobytes; encoding it costs about as much
-//! as writing it to the socket. So every call on the bulk lane (see [`super::bulk`]) is
-//! encoded on the idle-priority encoding thread ([`crate::cpu_pool::encode`]) before it is
-//! sent, and sent as those bytes. In PD the Prefill and the Decode worker get the same
-//! message (same request id, same KV ticket, same prompt): when the two legs' calls would
-//! produce identical messages they share a [`SharedEncoding`], and the first to be encoded
-//! fills it for the other.
+//! In PD the Prefill and the Decode worker get the same message (same request id, same KV
+//! ticket, same prompt): when the two legs' calls would produce identical messages they share
+//! a [`SharedEncoding`], and the first to be encoded fills it for the other. A short prompt's
+//! message is encoded and framed where its call runs (encoding it is a few thousand
+//! instructions, a tenth of what sending it costs); a 32k-token prompt's is a few hundred
+//! kilobytes and costs about as much as writing it to the socket, so every call on the bulk
+//! lane (see [`super::bulk`]) is encoded on the idle-priority encoding thread
+//! ([`crate::cpu_pool::encode`]) before it is sent, and sent as those bytes.
 //!
 //! Invariants:
 //! - Two calls share an encoding only if every field their messages are built from is
 //!   equal ([`super::runtime::Call::share_encoding`] checks) and they are sent to workers of
-//!   the same runtime (checked when encoding); otherwise each encodes its own message.
+//!   the same runtime in the same form, framed or not (checked when encoding); otherwise each
+//!   encodes its own message.
 //! - Bytes on the wire are exactly the message's protobuf encoding, as the generated client
 //!   would write them; only who encodes, and where, changes.
 //! - An encoding whose call is dropped before the encoding thread took it is never made (the
@@ -27,30 +29,55 @@ use tonic::Status;
 use crate::cpu_pool::{self, PoolError};
 use crate::engine::Runtime;
 
+/// What a shared encoding was made as: the runtime whose message it is, and whether it
+/// carries gRPC's message prefix.
+type Made = (Runtime, bool);
+
 /// The encoded message the legs of one prompt share, filled by the first to be encoded, with
-/// the runtime whose message it is.
+/// what it was made as.
 #[derive(Debug, Clone, Default)]
-pub struct SharedEncoding(Arc<OnceLock<(Runtime, Bytes)>>);
+pub struct SharedEncoding(Arc<OnceLock<(Made, Bytes)>>);
 
 impl SharedEncoding {
-    /// The encoding of `msg`, `runtime`'s message: the one a sibling made, if it made it for
-    /// the same runtime (a worker's runtime is re-learned if its service goes away, so the
-    /// legs could in principle disagree), else made now.
-    fn get_or_encode<M: prost::Message>(&self, runtime: Runtime, msg: &M) -> Bytes {
-        let encode = || Bytes::from(msg.encode_to_vec());
-        let (made_for, bytes) = self.0.get_or_init(|| (runtime, encode()));
-        if *made_for == runtime {
-            bytes.clone()
-        } else {
-            encode()
+    /// The bytes made as `made`: the ones a sibling made, if it made them the same way (a
+    /// worker's runtime is re-learned if its service goes away, so the legs could in
+    /// principle disagree), else made now by `make`.
+    fn get_or_make(&self, made: Made, make: impl FnOnce() -> Bytes) -> Bytes {
+        let mut make = Some(make);
+        let (made_as, bytes) = self
+            .0
+            .get_or_init(|| (made, make.take().map(|m| m()).unwrap_or_default()));
+        match make {
+            Some(m) if *made_as != made => m(),
+            _ => bytes.clone(),
         }
     }
 
-    /// The sibling's encoding, if it made one for `runtime`.
+    /// `runtime`'s message framed for the wire (prefix included): the sibling's, if the call
+    /// has one (`shared`), or built by `msg` and framed now. The message itself is only built
+    /// if this leg frames it.
+    pub(super) fn framed<M: prost::Message>(
+        shared: Option<&Self>,
+        runtime: Runtime,
+        msg: impl FnOnce() -> M,
+    ) -> Bytes {
+        let make = || super::lane::framed(&msg());
+        match shared {
+            Some(shared) => shared.get_or_make((runtime, true), make),
+            None => make(),
+        }
+    }
+
+    /// The encoding of `msg`, `runtime`'s message, unframed.
+    fn get_or_encode<M: prost::Message>(&self, runtime: Runtime, msg: &M) -> Bytes {
+        self.get_or_make((runtime, false), || Bytes::from(msg.encode_to_vec()))
+    }
+
+    /// The sibling's unframed encoding, if it made one for `runtime`.
     fn made_for(&self, runtime: Runtime) -> Option<Bytes> {
         self.0
             .get()
-            .and_then(|(made_for, bytes)| (*made_for == runtime).then(|| bytes.clone()))
+            .and_then(|(made_as, bytes)| (*made_as == (runtime, false)).then(|| bytes.clone()))
     }
 
     /// The encoding of `msg`, `runtime`'s message, made on the encoding thread unless the
@@ -110,6 +137,43 @@ mod tests {
         let other = GenerateRequest::default();
         let third = sibling.get_or_encode(Runtime::TokenSpeed, &other);
         assert_eq!(third, prost::Message::encode_to_vec(&other));
+        // Nor does one that wants the message framed.
+        let framed = SharedEncoding::framed(Some(&sibling), Runtime::Sglang, || msg.clone());
+        assert_eq!(framed, super::super::lane::framed(&msg));
+        assert_eq!(&framed[5..], &first[..]);
+    }
+
+    #[test]
+    fn a_short_prompts_sibling_takes_the_framed_message_without_building_its_own() {
+        let msg = GenerateRequest {
+            request_id: "r-2".to_owned(),
+            tokenized: Some(TokenizedInput {
+                original_text: "hi".to_owned(),
+                input_ids: vec![1, 2],
+            }),
+            ..Default::default()
+        };
+        let shared = SharedEncoding::default();
+        let first = SharedEncoding::framed(Some(&shared), Runtime::Sglang, || msg.clone());
+        let mut want = vec![0u8];
+        want.extend_from_slice(
+            &u32::try_from(prost::Message::encoded_len(&msg))
+                .unwrap()
+                .to_be_bytes(),
+        );
+        want.extend_from_slice(&prost::Message::encode_to_vec(&msg));
+        assert_eq!(first, want);
+        let second =
+            SharedEncoding::framed(Some(&shared), Runtime::Sglang, || -> GenerateRequest {
+                panic!("the sibling built its message")
+            });
+        assert_eq!(second.as_ptr(), first.as_ptr());
+        // A sibling of another runtime builds and frames its own.
+        let other =
+            SharedEncoding::framed(Some(&shared), Runtime::TokenSpeed, GenerateRequest::default);
+        assert_eq!(&other[..], &[0, 0, 0, 0, 0]);
+        // The unframed form is never taken for the framed one.
+        assert!(shared.made_for(Runtime::Sglang).is_none());
     }
 
     /// A message that records the thread it was encoded on.

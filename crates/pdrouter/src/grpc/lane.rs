@@ -17,6 +17,8 @@
 //! - The connection's task ends when the worker closes the connection, when a keep-alive
 //!   ping goes unanswered for [`KEEP_ALIVE_TIMEOUT`], or when the lane and every stream on the
 //!   connection are gone. Ending it fails the streams still on it.
+//! - The connection's task gathers the streams of callers that are ready together into one
+//!   write ([`super::coalesce`]).
 //! - A bulk lane connects and runs its connection task on the bulk thread
 //!   ([`super::bulk`]), so a long prompt's bytes are written there.
 
@@ -64,17 +66,15 @@ pub(super) enum Message {
     Encoded(Bytes),
 }
 
-impl Message {
-    /// `msg` encoded and framed in one buffer.
-    pub(super) fn frame<M: prost::Message>(msg: &M) -> Message {
-        let len = msg.encoded_len();
-        let mut buf = BytesMut::with_capacity(5 + len);
-        buf.put_u8(0);
-        buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-        // Cannot fail: the buffer holds `len` more bytes.
-        let _ = msg.encode(&mut buf);
-        Message::Framed(buf.freeze())
-    }
+/// `msg` encoded and framed (gRPC's uncompressed message prefix) in one buffer.
+pub(super) fn framed<M: prost::Message>(msg: &M) -> Bytes {
+    let len = msg.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    // Cannot fail: the buffer holds `len` more bytes.
+    let _ = msg.encode(&mut buf);
+    buf.freeze()
 }
 
 /// One lane's connection (see the module docs).
@@ -257,7 +257,7 @@ async fn connect(authority: Authority) -> Result<SendRequest<Bytes>, Status> {
         let host = authority.clone();
         tokio::spawn(async move {
             tokio::select! {
-                r = conn => {
+                r = super::coalesce::drive(conn) => {
                     if let Err(e) = r {
                         tracing::debug!(worker = %host, error = %e, "gRPC connection ended");
                     }

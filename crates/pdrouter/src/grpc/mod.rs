@@ -31,6 +31,7 @@
 pub mod bulk;
 pub mod chat_parse;
 pub mod client;
+mod coalesce;
 pub mod encoded;
 pub mod info;
 mod lane;

@@ -53,13 +53,10 @@ pub struct Call {
 
 impl Call {
     /// Lets `a` and `b`, the two legs of one prompt, share one encoding of their message, when
-    /// the prompt is long enough for the bulk lane and every field the messages are built from
-    /// is equal (in EPD the Prefill's carries encode tickets, and a DP-aware pool may give the
-    /// legs different ranks: those encode their own).
+    /// every field the messages are built from is equal (in EPD the Prefill's carries encode
+    /// tickets, and a DP-aware pool may give the legs different ranks: those encode their
+    /// own).
     pub fn share_encoding(a: &mut Call, b: &mut Call) {
-        if !a.on_bulk_lane() {
-            return;
-        }
         let same = a.dp_rank == b.dp_rank
             && a.kv == b.kv
             && a.images.images.is_none()
@@ -433,13 +430,14 @@ mod tests {
     }
 
     #[test]
-    fn legs_share_an_encoding_only_for_long_prompts_with_equal_messages() {
+    fn legs_share_an_encoding_only_for_equal_messages() {
         let long = long_call(16 * 1024);
         assert!(long.prompt_bytes() > super::super::bulk::BULK_PROMPT_BYTES);
         assert!(shares(&mut long.clone(), &mut long.clone()));
-        // A short prompt encodes per leg, where it is sent: there is nothing to gain.
+        // A short prompt's legs share theirs too (framed, where the first is sent).
         let short = call(&[]);
-        assert!(!shares(&mut short.clone(), &mut short.clone()));
+        assert!(!short.on_bulk_lane());
+        assert!(shares(&mut short.clone(), &mut short.clone()));
         // Any field that makes the messages differ keeps the encodings apart.
         let differ: [fn(&mut Call); 5] = [
             |c| c.dp_rank = Some(1),
@@ -453,9 +451,9 @@ mod tests {
                 })
             },
         ];
-        for change in differ {
-            let mut a = long.clone();
-            let mut b = long.clone();
+        for (change, base) in differ.iter().flat_map(|c| [(c, &long), (c, &short)]) {
+            let mut a = base.clone();
+            let mut b = base.clone();
             change(&mut b);
             assert!(!shares(&mut a, &mut b), "{b:?}");
         }

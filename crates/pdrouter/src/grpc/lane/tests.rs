@@ -91,10 +91,7 @@ fn reply(id: &str) -> GenerateResponse {
 }
 
 fn framed<M: prost::Message>(msg: &M) -> Bytes {
-    match Message::frame(msg) {
-        Message::Framed(b) => b,
-        Message::Encoded(_) => unreachable!(),
-    }
+    super::framed(msg)
 }
 
 /// Answers every stream with `replies`, then status 0.
@@ -119,7 +116,7 @@ async fn call(lane: &Lane, limit: usize) -> Result<Replies<GenerateResponse>, St
     lane.generate(
         Runtime::Sglang,
         HeaderMap::new(),
-        Message::frame(&msg),
+        Message::Framed(framed(&msg)),
         limit,
     )
     .await
@@ -175,7 +172,12 @@ async fn a_call_sends_grpc_headers_and_its_framed_message() {
         ..Default::default()
     };
     let replies = lane
-        .generate::<GenerateResponse>(Runtime::Sglang, headers, Message::frame(&msg), 1 << 20)
+        .generate::<GenerateResponse>(
+            Runtime::Sglang,
+            headers,
+            Message::Framed(framed(&msg)),
+            1 << 20,
+        )
         .await
         .unwrap();
     assert!(ids(replies).await.is_empty());
