@@ -34,11 +34,21 @@ fn valid_id(v: &HeaderValue) -> Option<String> {
 }
 
 fn new_id() -> String {
-    format!(
-        "{:016x}{:016x}",
-        rand::random::<u64>(),
-        rand::random::<u64>()
-    )
+    id_of(rand::random::<u64>(), rand::random::<u64>())
+}
+
+/// `a` and `b` as 32 lowercase hex digits (`{:016x}{:016x}`), written by hand: through the
+/// formatting machinery this was about 1,400 instructions per request, over 1% of a small
+/// HTTP PD request's.
+fn id_of(a: u64, b: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(32);
+    for word in [a, b] {
+        for shift in (0..16).rev() {
+            id.push(char::from(HEX[(word >> (shift * 4)) as usize & 0xf]));
+        }
+    }
+    id
 }
 
 /// Assigns the request id, opens the request span, records access metrics, echoes the id.
@@ -308,5 +318,22 @@ mod tests {
         assert!(!same_key(b"secreT", b"secret"));
         assert!(!same_key(b"secret1", b"secret"));
         assert!(!same_key(b"", b"secret"));
+    }
+
+    #[test]
+    fn generated_ids_are_the_words_in_hex() {
+        for (a, b) in [
+            (0, 0),
+            (1, u64::MAX),
+            (0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210),
+        ] {
+            assert_eq!(id_of(a, b), format!("{a:016x}{b:016x}"));
+        }
+        let id = new_id();
+        assert_eq!(id.len(), 32);
+        assert!(
+            id.bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
     }
 }
