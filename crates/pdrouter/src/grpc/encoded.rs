@@ -23,11 +23,22 @@
 
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
+use bytes::{BufMut as _, Bytes, BytesMut};
 use tonic::Status;
 
 use crate::cpu_pool::{self, PoolError};
 use crate::engine::Runtime;
+
+/// `msg` encoded and framed (gRPC's uncompressed message prefix) in one buffer.
+pub(super) fn framed<M: prost::Message>(msg: &M) -> Bytes {
+    let len = msg.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    // Cannot fail: the buffer holds `len` more bytes.
+    let _ = msg.encode(&mut buf);
+    buf.freeze()
+}
 
 /// What a shared encoding was made as: the runtime whose message it is, and whether it
 /// carries gRPC's message prefix.
@@ -61,7 +72,7 @@ impl SharedEncoding {
         runtime: Runtime,
         msg: impl FnOnce() -> M,
     ) -> Bytes {
-        let make = || super::lane::framed(&msg());
+        let make = || framed(&msg());
         match shared {
             Some(shared) => shared.get_or_make((runtime, true), make),
             None => make(),
@@ -138,9 +149,9 @@ mod tests {
         let third = sibling.get_or_encode(Runtime::TokenSpeed, &other);
         assert_eq!(third, prost::Message::encode_to_vec(&other));
         // Nor does one that wants the message framed.
-        let framed = SharedEncoding::framed(Some(&sibling), Runtime::Sglang, || msg.clone());
-        assert_eq!(framed, super::super::lane::framed(&msg));
-        assert_eq!(&framed[5..], &first[..]);
+        let shared_framed = SharedEncoding::framed(Some(&sibling), Runtime::Sglang, || msg.clone());
+        assert_eq!(shared_framed, framed(&msg));
+        assert_eq!(&shared_framed[5..], &first[..]);
     }
 
     #[test]

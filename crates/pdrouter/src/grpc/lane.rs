@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::{BufMut as _, Bytes, BytesMut};
+use bytes::Bytes;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -64,17 +64,6 @@ pub(super) const RESET_STREAM_DURATION: Duration = Duration::from_secs(2);
 pub(super) enum Message {
     Framed(Bytes),
     Encoded(Bytes),
-}
-
-/// `msg` encoded and framed (gRPC's uncompressed message prefix) in one buffer.
-pub(super) fn framed<M: prost::Message>(msg: &M) -> Bytes {
-    let len = msg.encoded_len();
-    let mut buf = BytesMut::with_capacity(5 + len);
-    buf.put_u8(0);
-    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-    // Cannot fail: the buffer holds `len` more bytes.
-    let _ = msg.encode(&mut buf);
-    buf.freeze()
 }
 
 /// One lane's connection (see the module docs).

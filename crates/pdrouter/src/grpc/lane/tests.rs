@@ -91,7 +91,7 @@ fn reply(id: &str) -> GenerateResponse {
 }
 
 fn framed<M: prost::Message>(msg: &M) -> Bytes {
-    super::framed(msg)
+    crate::grpc::encoded::framed(msg)
 }
 
 /// Answers every stream with `replies`, then status 0.
