@@ -136,6 +136,7 @@ impl CacheAware {
                 }));
             }
         }
+        let seen = &seen[..];
         // Best match, ties to the lowest key (load, then position).
         let best = (0..keys.len()).min_by_key(|&i| (std::cmp::Reverse(seen[i].0), keys[i]));
         if let Some(i) = best

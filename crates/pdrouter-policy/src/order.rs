@@ -66,14 +66,24 @@ pub(crate) fn by_load(keys: &mut [u64], first: Option<usize>, out: &mut Vec<usiz
         );
         return;
     }
-    // Up to 4 * INLINE + 65 buckets: inline for INLINE candidates.
-    let mut starts: SmallVec<[usize; 128]> = smallvec::smallvec![0; range + 1];
+    // Up to 4 * INLINE + 65 buckets: on the stack for INLINE candidates (a plain array, not
+    // a SmallVec, whose kilobyte of inline storage is copied when it is made).
+    const BUCKETS: usize = 4 * INLINE + 65;
+    let mut inline;
+    let mut spilled;
+    let starts: &mut [usize] = if range < BUCKETS {
+        inline = [0usize; BUCKETS];
+        &mut inline[..=range]
+    } else {
+        spilled = vec![0usize; range + 1];
+        &mut spilled
+    };
     let rest = keys.iter().filter(|&&k| Some(index_of(k)) != first);
     for &k in rest.clone() {
         starts[(load_of(k) - min) as usize] += 1;
     }
     let mut at = out.len();
-    for s in &mut starts {
+    for s in starts.iter_mut() {
         let count = *s;
         *s = at;
         at += count;

@@ -123,8 +123,8 @@ fn a_tiny_http_pd_request_allocates_within_its_budget() {
     drop((p, d));
 }
 
-/// 100 when set (the defaults: 101; 109 before cache_aware kept its per-rank scratch inline,
-/// 106 and 115 before upstream requests were built without
+/// 100 when set, 99 since request ids are written without the formatting machinery (the
+/// defaults: 100; 109 before cache_aware kept its per-rank scratch inline; 106 and 115 before upstream requests were built without
 /// `http`'s builder and handed to the client as bytes, 114 and 123 before plain workers were
 /// spoken to on the request's own task, 127 and 141 before metric labels stopped copying
 /// their strings and selection its candidate lists), plus a tenth.
@@ -169,7 +169,8 @@ fn a_tiny_grpc_pd_request_allocates_within_its_budget() {
     drop((p, d));
 }
 
-/// 189 when set (190 once the PD legs of a short prompt shared one framed message; 366 before the fast route kept the ids of words it had encoded, the chat
+/// 189 when set (187 since model names are matched to parsers without lowercased copies and
+/// request ids written by hand, the PD legs of a short prompt sharing one framed message; 366 before the fast route kept the ids of words it had encoded, the chat
 /// template's context was named without allocating and `usage` was typed; 436 before the
 /// non-streaming chat body was written without a JSON tree, 379 before metric labels stopped
 /// copying their strings and selection its candidate lists), plus a tenth.
