@@ -51,11 +51,13 @@ pub(crate) fn match_model<T: Copy>(model: &str, patterns: &[(&str, Option<T>)]) 
         owned = model.to_lowercase().replace('_', "-");
         owned.as_bytes()
     };
+    longest(patterns, |p| contains(model, p.as_bytes()))
+}
+
+/// The kind of the longest of `patterns` that is `found`, the first listed on a tie.
+fn longest<T: Copy>(patterns: &[(&str, Option<T>)], found: impl Fn(&str) -> bool) -> Option<T> {
     let mut best: Option<&(&str, Option<T>)> = None;
-    for entry in patterns
-        .iter()
-        .filter(|(p, _)| contains(model, p.as_bytes()))
-    {
+    for entry in patterns.iter().filter(|(p, _)| found(p)) {
         if best.is_none_or(|b| entry.0.len() > b.0.len()) {
             best = Some(entry);
         }
@@ -78,18 +80,12 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 mod match_tests {
     use proptest::prelude::*;
 
-    use super::match_model;
+    use super::{longest, match_model};
 
     /// The matcher as first written: every name through `to_lowercase` and `str::contains`.
     fn reference(model: &str, patterns: &[(&str, Option<u8>)]) -> Option<u8> {
         let model = model.to_lowercase().replace('_', "-");
-        let mut best: Option<&(&str, Option<u8>)> = None;
-        for entry in patterns.iter().filter(|(p, _)| model.contains(p)) {
-            if best.is_none_or(|b| entry.0.len() > b.0.len()) {
-                best = Some(entry);
-            }
-        }
-        best.and_then(|(_, kind)| *kind)
+        longest(patterns, |p| model.contains(p))
     }
 
     const PATTERNS: &[(&str, Option<u8>)] = &[

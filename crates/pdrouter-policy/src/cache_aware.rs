@@ -126,16 +126,18 @@ impl CacheAware {
     fn choose<W: WorkerRef>(&self, workers: &[W], text: &str, chars: usize, keys: &[u64]) -> usize {
         let urls: SmallVec<[&str; order::INLINE]> = workers.iter().map(WorkerRef::url).collect();
         // Per candidate: (matched chars, held chars).
-        let mut seen: SmallVec<[(usize, usize); order::INLINE]> = SmallVec::new();
-        {
+        let seen: SmallVec<[(usize, usize); order::INLINE]> = {
             let trees = self.trees.read();
-            for url in &urls {
-                seen.push(trees.get(*url).map_or((0, 0), |tree| {
-                    let tree = tree.read();
-                    (tree.match_len(text), tree.chars())
-                }));
-            }
-        }
+            urls.iter()
+                .map(|url| {
+                    trees.get(*url).map_or((0, 0), |tree| {
+                        let tree = tree.read();
+                        (tree.match_len(text), tree.chars())
+                    })
+                })
+                .collect()
+        };
+        // Indexed below as a slice: a SmallVec checks where its items are on every index.
         let seen = &seen[..];
         // Best match, ties to the lowest key (load, then position).
         let best = (0..keys.len()).min_by_key(|&i| (std::cmp::Reverse(seen[i].0), keys[i]));
