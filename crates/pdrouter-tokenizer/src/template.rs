@@ -18,8 +18,9 @@
 //! feature; HF renders tool schemas in the client's order).
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
-use minijinja::value::{Kwargs, Rest, Value, ValueKind, ValueOrKwargs};
+use minijinja::value::{Enumerator, Kwargs, Object, Rest, Value, ValueKind, ValueOrKwargs};
 use minijinja::{Environment, Error, ErrorKind};
 use serde::Serialize;
 
@@ -64,6 +65,8 @@ pub struct ChatInput {
 pub struct ChatTemplate {
     env: Environment<'static>,
     special_tokens: Vec<(&'static str, String)>,
+    /// `special_tokens` as template values, made once: every rendering shares them.
+    special_values: Arc<[(Value, Value)]>,
     content_format: ContentFormat,
 }
 
@@ -91,6 +94,65 @@ impl std::error::Error for Raised {}
 
 const RESERVED: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
 
+/// The variables a rendering sees, answered by name without building a map: the template
+/// looks them up on every use, and a map of them hashed each name (and was built per
+/// rendering). Precedence as when they were one map filled in this order: the reserved names,
+/// then the request's extra arguments (the last of a repeated name wins), then the special
+/// tokens. Enumerated in the map's order: special tokens, extra arguments not already named,
+/// the reserved names.
+#[derive(Debug)]
+struct Root {
+    messages: Value,
+    tools: Value,
+    add_generation_prompt: bool,
+    kwargs: Vec<(Value, Value)>,
+    special_tokens: Arc<[(Value, Value)]>,
+}
+
+impl Root {
+    fn lookup(&self, name: &str) -> Option<Value> {
+        match name {
+            "messages" => Some(self.messages.clone()),
+            "tools" => Some(self.tools.clone()),
+            "documents" => Some(Value::from(())),
+            "add_generation_prompt" => Some(Value::from(self.add_generation_prompt)),
+            _ => self
+                .kwargs
+                .iter()
+                .rev()
+                .chain(self.special_tokens.iter())
+                .find(|(key, _)| key.as_str() == Some(name))
+                .map(|(_, value)| value.clone()),
+        }
+    }
+
+    fn names(&self) -> Vec<Value> {
+        let mut names: Vec<Value> =
+            Vec::with_capacity(self.special_tokens.len() + self.kwargs.len() + RESERVED.len());
+        for (key, _) in self.special_tokens.iter().chain(self.kwargs.iter()) {
+            if !names.contains(key) {
+                names.push(key.clone());
+            }
+        }
+        names.extend(RESERVED.iter().map(|name| Value::from(*name)));
+        names
+    }
+}
+
+impl Object for Root {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.lookup(key.as_str()?)
+    }
+
+    fn get_value_by_str(self: &Arc<Self>, key: &str) -> Option<Value> {
+        self.lookup(key)
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Values(self.names())
+    }
+}
+
 impl ChatTemplate {
     /// Compiles `source`; `file` names it in errors.
     pub(crate) fn compile(
@@ -114,9 +176,14 @@ impl ChatTemplate {
                 file: file.to_owned(),
                 detail: e.to_string(),
             })?;
+        let special_values = special_tokens
+            .iter()
+            .map(|(name, token)| (Value::from(*name), Value::from(token.as_str())))
+            .collect();
         let mut template = ChatTemplate {
             env,
             special_tokens,
+            special_values,
             content_format: ContentFormat::String,
         };
         template.content_format = template.probe_content_format();
@@ -125,29 +192,27 @@ impl ChatTemplate {
 
     /// Renders the prompt for `input`.
     pub fn render(&self, input: &ChatInput) -> Result<String, TemplateError> {
-        // Keys as values made from `&str`: short strings are held inline, so naming the
-        // context costs no allocation.
-        let mut ctx: Vec<(Value, Value)> = Vec::with_capacity(12 + input.kwargs.len());
-        for (name, token) in &self.special_tokens {
-            ctx.push((Value::from(*name), Value::from(token.as_str())));
+        if let Some((name, _)) = input
+            .kwargs
+            .iter()
+            .find(|(name, _)| RESERVED.contains(&name.as_str()))
+        {
+            return Err(TemplateError::ReservedArgument { name: name.clone() });
         }
-        for (name, value) in &input.kwargs {
-            if RESERVED.contains(&name.as_str()) {
-                return Err(TemplateError::ReservedArgument { name: name.clone() });
-            }
-            ctx.push((Value::from(name.as_str()), value.0.clone()));
-        }
-        let tools = input
-            .tools
-            .as_ref()
-            .map_or(Value::from(()), |t| t.0.clone());
-        ctx.push((Value::from("messages"), input.messages.0.clone()));
-        ctx.push((Value::from("tools"), tools));
-        ctx.push((Value::from("documents"), Value::from(())));
-        ctx.push((
-            Value::from("add_generation_prompt"),
-            Value::from(input.add_generation_prompt),
-        ));
+        let root = Root {
+            messages: input.messages.0.clone(),
+            tools: input
+                .tools
+                .as_ref()
+                .map_or(Value::from(()), |t| t.0.clone()),
+            add_generation_prompt: input.add_generation_prompt,
+            kwargs: input
+                .kwargs
+                .iter()
+                .map(|(name, value)| (Value::from(name.as_str()), value.0.clone()))
+                .collect(),
+            special_tokens: self.special_values.clone(),
+        };
         let template = self
             .env
             .get_template(NAME)
@@ -155,7 +220,7 @@ impl ChatTemplate {
                 detail: e.to_string(),
             })?;
         template
-            .render(Value::from_pairs(ctx))
+            .render(Value::from_object(root))
             .map_err(|e| match raised(&e) {
                 Some(message) => TemplateError::Raised { message },
                 None => TemplateError::Render {

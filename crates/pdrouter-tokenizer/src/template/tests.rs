@@ -123,6 +123,37 @@ fn special_tokens_and_arguments_are_variables() {
 }
 
 #[test]
+fn arguments_override_special_tokens_and_the_last_repeat_wins() {
+    let t = compile(
+        "{{ bos_token }}|{{ eos_token }}|{{ flag }}|{{ add_generation_prompt }}|{{ documents is none }}|{{ unset is defined }}",
+    );
+    let input = ChatInput {
+        add_generation_prompt: true,
+        kwargs: vec![
+            ("eos_token".into(), TemplateValue::from_serialize("<end>")),
+            ("flag".into(), TemplateValue::from_serialize(&1)),
+            ("flag".into(), TemplateValue::from_serialize(&2)),
+        ],
+        ..ChatInput::default()
+    };
+    assert_eq!(t.render(&input).unwrap(), "<s>|<end>|2|True|True|False");
+    // Every reserved name is refused, wherever it comes among the arguments.
+    for name in RESERVED {
+        let input = ChatInput {
+            kwargs: vec![
+                ("flag".into(), TemplateValue::from_serialize(&1)),
+                (name.into(), TemplateValue::from_serialize(&1)),
+            ],
+            ..ChatInput::default()
+        };
+        assert!(matches!(
+            t.render(&input),
+            Err(TemplateError::ReservedArgument { name: n }) if n == name
+        ));
+    }
+}
+
+#[test]
 fn strftime_formats_utc_dates() {
     // 2024-02-29 13:05:09 UTC, a Thursday, day 60 of a leap year.
     let t = 1_709_211_909;

@@ -209,7 +209,11 @@ where
     };
     let task = run(start, job, signals);
     PrefillLeg {
-        handle: Some(tokio::spawn(tracing::Instrument::instrument(task, span))),
+        // Boxed here, once: the task cell then holds a pointer, and the future is not copied
+        // again on its way through `spawn`.
+        handle: Some(tokio::spawn(Box::pin(tracing::Instrument::instrument(
+            task, span,
+        )))),
         outcome: Some(outcome),
         decode_done: Some(decode_done),
         kept: None,
