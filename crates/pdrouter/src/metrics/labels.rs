@@ -69,7 +69,7 @@ pub struct RouteLabels {
 }
 
 /// The route templates answered most: their labels borrow these instead of copying.
-const HOT_ROUTES: [&str; 6] = [
+pub(super) const HOT_ROUTES: [&str; 6] = [
     "/generate",
     "/v1/chat/completions",
     "/v1/completions",
@@ -81,12 +81,17 @@ const HOT_ROUTES: [&str; 6] = [
 impl RouteLabels {
     /// The labels of `method` on the route template `path`.
     pub(super) fn new(method: &'static str, path: &str) -> Self {
-        let path = match HOT_ROUTES.iter().find(|r| **r == path) {
-            Some(r) => Cow::Borrowed(*r),
+        let path = match hot_route(path) {
+            Some(i) => Cow::Borrowed(HOT_ROUTES[i]),
             None => Cow::Owned(path.to_owned()),
         };
         RouteLabels { method, path }
     }
+}
+
+/// The index of `path` in [`HOT_ROUTES`].
+pub(super) fn hot_route(path: &str) -> Option<usize> {
+    HOT_ROUTES.iter().position(|r| *r == path)
 }
 
 /// Labels: response status and error code.

@@ -1,16 +1,31 @@
 //! HTTP requests, client connections and routed inference requests: what the router's
 //! listener saw, by method, route template, status and error code. The method label is one of
 //! a fixed set ([`method_label`]); paths arrive as route templates (or `other`).
+//!
+//! Series the router updates on every request (`POST` or `GET` on a hot route, status 200
+//! without an error code) keep their handles once made: a family lookup hashes the labels
+//! under a lock, and these families never drop a series, so a kept handle stays the one the
+//! registry exposes. A series is still made on its first update, never before.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::family::{HistFamily, latency_histogram};
-use super::labels::{EndpointLabel, ErrorLabels, ResponseLabels, RouteLabels};
+use super::labels::{
+    EndpointLabel, ErrorLabels, HOT_ROUTES, ResponseLabels, RouteLabels, hot_route,
+};
+
+/// Methods whose hot routes keep their series' handles.
+const HOT_METHODS: [&str; 2] = ["POST", "GET"];
+
+/// One route's kept handles: its request counter and duration histogram.
+type RouteSeries = (Counter, Histogram);
 
 /// The HTTP and routing families.
 #[derive(Debug)]
@@ -21,6 +36,10 @@ pub(super) struct RequestMetrics {
     http_connections: Gauge,
     router_requests: Family<EndpointLabel, Counter>,
     router_errors: Family<ErrorLabels, Counter>,
+    /// Kept handles, by [`HOT_METHODS`] then [`HOT_ROUTES`] index.
+    hot_routes: [[OnceLock<RouteSeries>; HOT_ROUTES.len()]; HOT_METHODS.len()],
+    /// The `200`/`none` response counter, kept.
+    ok_responses: OnceLock<Counter>,
 }
 
 impl RequestMetrics {
@@ -70,6 +89,8 @@ impl RequestMetrics {
             http_connections,
             router_requests,
             router_errors,
+            hot_routes: Default::default(),
+            ok_responses: OnceLock::new(),
         }
     }
 
@@ -82,17 +103,42 @@ impl RequestMetrics {
         code: Option<&'static str>,
         elapsed: Duration,
     ) {
-        let route = RouteLabels::new(method_label(method), path);
-        self.http_requests.get_or_create(&route).inc();
-        self.http_duration
-            .get_or_create(&route)
-            .observe(elapsed.as_secs_f64());
-        self.http_responses
-            .get_or_create(&ResponseLabels {
-                status_code: status.as_u16(),
-                error_code: code.unwrap_or("none"),
-            })
-            .inc();
+        let method = method_label(method);
+        let hot = HOT_METHODS
+            .iter()
+            .position(|m| *m == method)
+            .zip(hot_route(path));
+        match hot {
+            Some((m, r)) => {
+                let (requests, duration) = self.hot_routes[m][r].get_or_init(|| {
+                    let route = RouteLabels::new(method, path);
+                    (
+                        self.http_requests.get_or_create(&route).clone(),
+                        self.http_duration.get_or_create(&route).clone(),
+                    )
+                });
+                requests.inc();
+                duration.observe(elapsed.as_secs_f64());
+            }
+            None => {
+                let route = RouteLabels::new(method, path);
+                self.http_requests.get_or_create(&route).inc();
+                self.http_duration
+                    .get_or_create(&route)
+                    .observe(elapsed.as_secs_f64());
+            }
+        }
+        let labels = ResponseLabels {
+            status_code: status.as_u16(),
+            error_code: code.unwrap_or("none"),
+        };
+        if status == http::StatusCode::OK && code.is_none() {
+            self.ok_responses
+                .get_or_init(|| self.http_responses.get_or_create(&labels).clone())
+                .inc();
+        } else {
+            self.http_responses.get_or_create(&labels).inc();
+        }
     }
 
     /// A client connection was accepted.

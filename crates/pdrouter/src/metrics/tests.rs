@@ -225,3 +225,63 @@ fn every_registered_family_is_in_the_golden_file() {
         );
     }
 }
+
+#[test]
+fn kept_series_handles_count_into_the_exposed_series() {
+    let m = Metrics::new();
+    let ms = Duration::from_millis;
+    for _ in 0..3 {
+        m.http_request(
+            &http::Method::POST,
+            "/generate",
+            http::StatusCode::OK,
+            None,
+            ms(2),
+        );
+    }
+    m.http_request(
+        &http::Method::GET,
+        "/generate",
+        http::StatusCode::OK,
+        None,
+        ms(2),
+    );
+    m.http_request(
+        &http::Method::PUT,
+        "/generate",
+        http::StatusCode::OK,
+        None,
+        ms(2),
+    );
+    m.http_request(
+        &http::Method::POST,
+        "/workers",
+        http::StatusCode::OK,
+        None,
+        ms(2),
+    );
+    m.http_request(
+        &http::Method::POST,
+        "/generate",
+        http::StatusCode::BAD_REQUEST,
+        Some("invalid_request"),
+        ms(1),
+    );
+    let text = m.encode();
+    for line in [
+        r#"smg_http_requests_total{method="POST",path="/generate"} 4"#,
+        r#"smg_http_requests_total{method="GET",path="/generate"} 1"#,
+        r#"smg_http_requests_total{method="PUT",path="/generate"} 1"#,
+        r#"smg_http_requests_total{method="POST",path="/workers"} 1"#,
+        r#"smg_http_request_duration_seconds_count{method="POST",path="/generate"} 4"#,
+        r#"smg_http_responses_total{status_code="200",error_code="none"} 6"#,
+        r#"smg_http_responses_total{status_code="400",error_code="invalid_request"} 1"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
+    // A route never requested has no series.
+    assert!(!text.contains(r#"path="/v1/chat/completions""#));
+}
