@@ -169,8 +169,10 @@ fn a_tiny_grpc_pd_request_allocates_within_its_budget() {
     drop((p, d));
 }
 
-/// 189 when set (187 since model names are matched to parsers without lowercased copies and
-/// request ids written by hand, the PD legs of a short prompt sharing one framed message; 366 before the fast route kept the ids of words it had encoded, the chat
+/// 189 when set (184 since the chat template's variables are one object answering by name
+/// instead of a map built per rendering, 187 before; 187 since model names are matched to
+/// parsers without lowercased copies and request ids written by hand, the PD legs of a short
+/// prompt sharing one framed message; 366 before the fast route kept the ids of words it had encoded, the chat
 /// template's context was named without allocating and `usage` was typed; 436 before the
 /// non-streaming chat body was written without a JSON tree, 379 before metric labels stopped
 /// copying their strings and selection its candidate lists), plus a tenth.
