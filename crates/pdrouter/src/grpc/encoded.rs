@@ -35,8 +35,9 @@ pub(super) fn framed<M: prost::Message>(msg: &M) -> Bytes {
     let mut buf = BytesMut::with_capacity(5 + len);
     buf.put_u8(0);
     buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-    // Cannot fail: the buffer holds `len` more bytes.
-    let _ = msg.encode(&mut buf);
+    // `encode` would measure the message a second time to check the room; the buffer was
+    // sized from `len` above (and grows if it had to).
+    msg.encode_raw(&mut buf);
     buf.freeze()
 }
 
