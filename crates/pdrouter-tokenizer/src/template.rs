@@ -105,8 +105,52 @@ struct Root {
     messages: Value,
     tools: Value,
     add_generation_prompt: bool,
-    kwargs: Vec<(Value, Value)>,
+    arguments: Arguments,
     special_tokens: Arc<[(Value, Value)]>,
+}
+
+/// Most scanned arguments: a request may send any number, and beyond a few a lookup by name
+/// goes through a map again, so no lookup costs more than a scan of this many.
+const SCANNED_ARGUMENTS: usize = 16;
+
+/// The request's extra template arguments.
+#[derive(Debug)]
+enum Arguments {
+    /// Up to [`SCANNED_ARGUMENTS`], in the request's order, scanned from the last.
+    Few(Vec<(Value, Value)>),
+    /// More: a map in which a repeated name holds its last value.
+    Many(Value),
+}
+
+impl Arguments {
+    fn new(kwargs: &[(String, TemplateValue)]) -> Self {
+        let pairs = kwargs
+            .iter()
+            .map(|(name, value)| (Value::from(name.as_str()), value.0.clone()));
+        if kwargs.len() <= SCANNED_ARGUMENTS {
+            Arguments::Few(pairs.collect())
+        } else {
+            Arguments::Many(Value::from_pairs(pairs.collect::<Vec<_>>()))
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Value> {
+        match self {
+            Arguments::Few(pairs) => pairs
+                .iter()
+                .rev()
+                .find(|(key, _)| key.as_str() == Some(name))
+                .map(|(_, value)| value.clone()),
+            Arguments::Many(map) => map.get_attr(name).ok().filter(|v| !v.is_undefined()),
+        }
+    }
+
+    fn names(&self) -> Vec<Value> {
+        match self {
+            Arguments::Few(pairs) => pairs.iter().map(|(key, _)| key.clone()).collect(),
+            Arguments::Many(map) => map.try_iter().map(Iterator::collect).unwrap_or_default(),
+        }
+    }
 }
 
 impl Root {
@@ -116,22 +160,20 @@ impl Root {
             "tools" => Some(self.tools.clone()),
             "documents" => Some(Value::from(())),
             "add_generation_prompt" => Some(Value::from(self.add_generation_prompt)),
-            _ => self
-                .kwargs
-                .iter()
-                .rev()
-                .chain(self.special_tokens.iter())
-                .find(|(key, _)| key.as_str() == Some(name))
-                .map(|(_, value)| value.clone()),
+            _ => self.arguments.get(name).or_else(|| {
+                self.special_tokens
+                    .iter()
+                    .find(|(key, _)| key.as_str() == Some(name))
+                    .map(|(_, value)| value.clone())
+            }),
         }
     }
 
     fn names(&self) -> Vec<Value> {
-        let mut names: Vec<Value> =
-            Vec::with_capacity(self.special_tokens.len() + self.kwargs.len() + RESERVED.len());
-        for (key, _) in self.special_tokens.iter().chain(self.kwargs.iter()) {
-            if !names.contains(key) {
-                names.push(key.clone());
+        let mut names: Vec<Value> = self.special_tokens.iter().map(|(k, _)| k.clone()).collect();
+        for key in self.arguments.names() {
+            if !names.contains(&key) {
+                names.push(key);
             }
         }
         names.extend(RESERVED.iter().map(|name| Value::from(*name)));
@@ -206,11 +248,7 @@ impl ChatTemplate {
                 .as_ref()
                 .map_or(Value::from(()), |t| t.0.clone()),
             add_generation_prompt: input.add_generation_prompt,
-            kwargs: input
-                .kwargs
-                .iter()
-                .map(|(name, value)| (Value::from(name.as_str()), value.0.clone()))
-                .collect(),
+            arguments: Arguments::new(&input.kwargs),
             special_tokens: self.special_values.clone(),
         };
         let template = self

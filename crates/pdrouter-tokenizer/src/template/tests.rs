@@ -137,6 +137,21 @@ fn arguments_override_special_tokens_and_the_last_repeat_wins() {
         ..ChatInput::default()
     };
     assert_eq!(t.render(&input).unwrap(), "<s>|<end>|2|True|True|False");
+    // The same with more arguments than are scanned: looked up through a map.
+    let mut many = input.kwargs.clone();
+    many.extend(
+        (0..2 * SCANNED_ARGUMENTS).map(|i| (format!("x{i}"), TemplateValue::from_serialize(&i))),
+    );
+    many.push(("flag".into(), TemplateValue::from_serialize(&3)));
+    let input = ChatInput {
+        kwargs: many,
+        ..input
+    };
+    assert_eq!(t.render(&input).unwrap(), "<s>|<end>|3|True|True|False");
+    let names = compile("{{ x0 }},{{ x31 }},{{ x32 is defined }}")
+        .render(&input)
+        .unwrap();
+    assert_eq!(names, "0,31,False");
     // Every reserved name is refused, wherever it comes among the arguments.
     for name in RESERVED {
         let input = ChatInput {
