@@ -64,9 +64,8 @@ pub struct ChatInput {
 /// A compiled chat template with the special tokens it is rendered with. `Send + Sync`.
 pub struct ChatTemplate {
     env: Environment<'static>,
-    special_tokens: Vec<(&'static str, String)>,
-    /// `special_tokens` as template values, made once: every rendering shares them.
-    special_values: Arc<[(Value, Value)]>,
+    /// `(name, token)` as template values, made once: every rendering shares them.
+    special_tokens: Arc<[(Value, Value)]>,
     content_format: ContentFormat,
 }
 
@@ -218,14 +217,13 @@ impl ChatTemplate {
                 file: file.to_owned(),
                 detail: e.to_string(),
             })?;
-        let special_values = special_tokens
+        let special_tokens = special_tokens
             .iter()
             .map(|(name, token)| (Value::from(*name), Value::from(token.as_str())))
             .collect();
         let mut template = ChatTemplate {
             env,
             special_tokens,
-            special_values,
             content_format: ContentFormat::String,
         };
         template.content_format = template.probe_content_format();
@@ -249,7 +247,7 @@ impl ChatTemplate {
                 .map_or(Value::from(()), |t| t.0.clone()),
             add_generation_prompt: input.add_generation_prompt,
             arguments: Arguments::new(&input.kwargs),
-            special_tokens: self.special_values.clone(),
+            special_tokens: self.special_tokens.clone(),
         };
         let template = self
             .env

@@ -192,8 +192,9 @@ impl LegJob {
 ///
 /// `start` is a closure called inside the task, not a future: an unstarted future is as large
 /// as its whole state machine, and the task would hold it twice (captured, then awaited). For
-/// the same reason the task is one `async fn` whose parameters are only small handles: the
-/// spawned future is copied a few times on its way into the task, so every byte of it counts.
+/// the same reason the task is one `async fn` whose parameters are only small handles: every
+/// PD request allocates and fills that future (it is boxed once, below, and then moves as a
+/// pointer), so every byte of it counts.
 pub(crate) fn spawn<A, F, Fut>(start: F, job: LegJob) -> PrefillLeg<A::Kept>
 where
     A: PrefillAnswer,

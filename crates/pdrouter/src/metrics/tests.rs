@@ -228,45 +228,25 @@ fn every_registered_family_is_in_the_golden_file() {
 
 #[test]
 fn kept_series_handles_count_into_the_exposed_series() {
+    use http::{Method, StatusCode};
     let m = Metrics::new();
-    let ms = Duration::from_millis;
-    for _ in 0..3 {
-        m.http_request(
-            &http::Method::POST,
+    let ok = (StatusCode::OK, None);
+    let requests = [
+        (Method::POST, "/generate", ok),
+        (Method::POST, "/generate", ok),
+        (Method::POST, "/generate", ok),
+        (Method::GET, "/generate", ok),
+        (Method::PUT, "/generate", ok),
+        (Method::POST, "/workers", ok),
+        (
+            Method::POST,
             "/generate",
-            http::StatusCode::OK,
-            None,
-            ms(2),
-        );
+            (StatusCode::BAD_REQUEST, Some("invalid_request")),
+        ),
+    ];
+    for (method, path, (status, code)) in requests {
+        m.http_request(&method, path, status, code, Duration::from_millis(2));
     }
-    m.http_request(
-        &http::Method::GET,
-        "/generate",
-        http::StatusCode::OK,
-        None,
-        ms(2),
-    );
-    m.http_request(
-        &http::Method::PUT,
-        "/generate",
-        http::StatusCode::OK,
-        None,
-        ms(2),
-    );
-    m.http_request(
-        &http::Method::POST,
-        "/workers",
-        http::StatusCode::OK,
-        None,
-        ms(2),
-    );
-    m.http_request(
-        &http::Method::POST,
-        "/generate",
-        http::StatusCode::BAD_REQUEST,
-        Some("invalid_request"),
-        ms(1),
-    );
     let text = m.encode();
     for line in [
         r#"smg_http_requests_total{method="POST",path="/generate"} 4"#,
