@@ -354,8 +354,8 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
         .filter(|m| !m.is_empty())
         .map(Arc::from);
     // A named model is forwarded as is, so only an empty or null `model` may be replaced.
-    let replaces_field = ROUTER_FIELDS.iter().any(|k| body.contains_key(*k))
-        || (model.is_none() && body.contains_key("model"));
+    let replaces_field = ROUTER_FIELDS.iter().any(|k| body.field(k).is_some())
+        || (model.is_none() && body.field("model").is_some());
     let prompt_tokens = prompt_field(endpoint, &body).map_or(1, |p| estimate_tokens(p, n));
     let object = (keep_tree || replaces_field).then(|| Arc::new(body));
     Ok(ParsedRequest {

@@ -22,6 +22,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 pub use super::error::{INFO_BODY_LIMIT, UpstreamError};
+pub use super::h1::Fields;
 
 /// The kind of a pooled (TLS) client failure.
 fn classify(e: &hyper_util::client::legacy::Error) -> UpstreamError {
@@ -113,8 +114,20 @@ impl UpstreamClient {
         req: Request<Bytes>,
         timeout: Duration,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.send_with(req, timeout, Fields::Kept).await
+    }
+
+    /// [`UpstreamClient::send`]; with [`Fields::Dropped`] an answer from a plain `http://`
+    /// worker comes without its header fields (for a caller that reads only the status and
+    /// the body).
+    pub async fn send_with(
+        &self,
+        req: Request<Bytes>,
+        timeout: Duration,
+        fields: Fields,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
-            let sent = self.inner.plain.send(req);
+            let sent = self.inner.plain.send_with(req, fields);
             return match tokio::time::timeout(timeout, sent).await {
                 Ok(r) => r.map(|resp| resp.map(Either::Left)),
                 Err(_) => Err(UpstreamError::Timeout),
@@ -172,44 +185,72 @@ impl UpstreamClient {
 /// an empty request, which fails as a connection failure (it names no worker).
 pub fn json_post(
     base_url: &str,
-    path: &str,
+    path: &'static str,
     body: Bytes,
     api_key: Option<&str>,
     request_id: &str,
 ) -> Request<Bytes> {
-    post_with(base_url, path, body, api_key, request_id)
-        .unwrap_or_else(|| Request::new(Bytes::new()))
+    match Origin::parse(base_url, api_key) {
+        Some(origin) => origin.post(path, body, request_id),
+        None => Request::new(Bytes::new()),
+    }
 }
 
-/// [`json_post`]'s parts set directly rather than through `http::request::Builder`, which
-/// moves itself through a closure per header and parses names that are constants here.
-fn post_with(
-    base_url: &str,
-    path: &str,
-    body: Bytes,
-    api_key: Option<&str>,
-    request_id: &str,
-) -> Option<Request<Bytes>> {
-    // The URL was validated at registration and the path is one of our own routes.
-    let uri = http::Uri::try_from(format!("{base_url}{path}")).ok()?;
-    let id = http::HeaderValue::from_str(request_id).ok()?;
-    let auth = match api_key {
-        Some(k) => Some(http::HeaderValue::try_from(format!("Bearer {k}")).ok()?),
-        None => None,
-    };
-    let mut req = Request::new(body);
-    *req.method_mut() = http::Method::POST;
-    *req.uri_mut() = uri;
-    let h = req.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    h.insert(http::HeaderName::from_static("x-request-id"), id);
-    if let Some(v) = auth {
-        h.insert(http::header::AUTHORIZATION, v);
+/// A worker's `scheme://host[:port]` and credential, parsed once (at registration): a leg's
+/// request URI is assembled from shared parts instead of formatting and parsing a string, and
+/// the `Authorization` value is made once.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    auth: Option<http::HeaderValue>,
+}
+
+impl Origin {
+    /// `None` when `base_url` is not `scheme://authority` (worker URLs are checked to be so
+    /// at registration) or the key cannot be a header value.
+    pub fn parse(base_url: &str, api_key: Option<&str>) -> Option<Self> {
+        let parts = http::Uri::try_from(base_url).ok()?.into_parts();
+        let auth = match api_key {
+            Some(k) => Some(http::HeaderValue::try_from(format!("Bearer {k}")).ok()?),
+            None => None,
+        };
+        Some(Self {
+            scheme: parts.scheme?,
+            authority: parts.authority?,
+            auth,
+        })
     }
-    Some(req)
+
+    /// A JSON POST of `body` to `path` (one of the router's own routes) with the request id;
+    /// an id that cannot be a header value leaves an empty request (see [`json_post`]).
+    pub fn post(&self, path: &'static str, body: Bytes, request_id: &str) -> Request<Bytes> {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_static(path));
+        let (Ok(uri), Ok(id)) = (
+            http::Uri::from_parts(parts),
+            http::HeaderValue::from_str(request_id),
+        ) else {
+            return Request::new(Bytes::new());
+        };
+        // The parts are set directly rather than through `http::request::Builder`, which
+        // moves itself through a closure per header and parses names that are constants here.
+        let mut req = Request::new(body);
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = uri;
+        let h = req.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        h.insert(http::HeaderName::from_static("x-request-id"), id);
+        if let Some(v) = &self.auth {
+            h.insert(http::header::AUTHORIZATION, v.clone());
+        }
+        req
+    }
 }
 
 #[cfg(test)]

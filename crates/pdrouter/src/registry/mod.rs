@@ -253,6 +253,7 @@ impl Registry {
             bootstrap_host: worker::host_of(&spec.url),
             url: url.into(),
             base_url: spec.url.clone(),
+            origin: crate::proxy::client::Origin::parse(&spec.url, spec.api_key.as_deref()),
             worker_type: spec.worker_type,
             bootstrap_port: spec.bootstrap_port,
             dp_rank,

@@ -131,6 +131,8 @@ pub struct Worker {
     /// Shared, so metric labels name the worker without copying the string.
     pub(crate) url: Arc<str>,
     pub(crate) base_url: String,
+    /// `base_url` and the key, parsed once for the requests sent to an HTTP worker.
+    pub(crate) origin: Option<crate::proxy::client::Origin>,
     pub(crate) worker_type: WorkerType,
     pub(crate) bootstrap_port: Option<u16>,
     pub(crate) bootstrap_host: String,
@@ -184,6 +186,11 @@ impl Worker {
     /// URL requests are sent to.
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+    /// [`Worker::base_url`] and [`Worker::api_key`], parsed (`None` if either cannot be
+    /// sent: requests to the worker then fail as connection failures).
+    pub(crate) fn origin(&self) -> Option<&crate::proxy::client::Origin> {
+        self.origin.as_ref()
     }
     /// Role.
     pub fn worker_type(&self) -> WorkerType {

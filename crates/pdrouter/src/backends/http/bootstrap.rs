@@ -48,21 +48,23 @@ fn bootstrap_fields(req: &ParsedRequest, prefill: &Worker) -> Vec<(&'static str,
     let port = prefill.bootstrap_port().map_or(Value::Null, Value::from);
     if req.is_batched() {
         let k = req.sub_requests();
-        vec![
+        return vec![
             ("bootstrap_host", Value::Array(vec![host; k])),
             ("bootstrap_port", Value::Array(vec![port; k])),
             (
                 "bootstrap_room",
                 Value::Array((0..k).map(|_| Value::from(random_room())).collect()),
             ),
-        ]
-    } else {
-        vec![
-            ("bootstrap_host", host),
-            ("bootstrap_port", port),
-            ("bootstrap_room", Value::from(random_room())),
-        ]
+        ];
     }
+    // Room for what `ticket` and `bodies` may add (the model, DP ranks) without growing.
+    let mut fields = Vec::with_capacity(6);
+    fields.extend([
+        ("bootstrap_host", host),
+        ("bootstrap_port", port),
+        ("bootstrap_room", Value::from(random_room())),
+    ]);
+    fields
 }
 
 #[cfg(test)]

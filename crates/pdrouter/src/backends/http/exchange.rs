@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::core::RequestCtx;
 use crate::error::{ApiError, Leg};
-use crate::proxy::client::{UpstreamClient, UpstreamError, json_post};
+use crate::proxy::client::{Fields, UpstreamClient, UpstreamError};
 use crate::registry::Worker;
 use crate::request::ParsedRequest;
 
@@ -35,7 +35,7 @@ pub(crate) async fn exchange(
     client: &UpstreamClient,
     worker: &Worker,
     leg: Leg,
-    path: &str,
+    path: &'static str,
     body: Bytes,
     ctx: &RequestCtx,
     timeout: std::time::Duration,
@@ -50,19 +50,16 @@ pub(crate) async fn exchange_with(
     client: &UpstreamClient,
     worker: &Worker,
     leg: Leg,
-    path: &str,
+    path: &'static str,
     body: Bytes,
     ctx: &RequestCtx,
     timeout: std::time::Duration,
     extra: Vec<(http::HeaderName, http::HeaderValue)>,
 ) -> Result<http::Response<crate::proxy::client::UpstreamBody>, ApiError> {
-    let mut req = json_post(
-        worker.base_url(),
-        path,
-        body,
-        worker.api_key(),
-        &ctx.request_id,
-    );
+    let mut req = match worker.origin() {
+        Some(origin) => origin.post(path, body, &ctx.request_id),
+        None => http::Request::new(Bytes::new()),
+    };
     if let Some(f) = &ctx.forwarded {
         f.apply(&mut req, worker.api_key().is_some());
     }
@@ -70,8 +67,14 @@ pub(crate) async fn exchange_with(
     for (name, value) in extra {
         req.headers_mut().insert(name, value);
     }
+    // A Prefill leg's answer is read for its status and body only.
+    let fields = if leg == Leg::Prefill {
+        Fields::Dropped
+    } else {
+        Fields::Kept
+    };
     let resp = client
-        .send(req, timeout)
+        .send_with(req, timeout, fields)
         .await
         .map_err(|e| upstream_error(e, leg, worker.url()))?;
     let status = resp.status();
@@ -118,26 +121,74 @@ async fn error_detail(body: crate::proxy::client::UpstreamBody) -> String {
     }
 }
 
-/// Copies a worker's response head, minus hop-by-hop headers, around `body`.
+/// A worker's response head, minus hop-by-hop headers, around `body`.
 pub(crate) fn relay_response(parts: http::response::Parts, body: Body) -> Response {
+    let mut headers = parts.headers;
+    // Most answers carry one or two of these (a `date`, a `server`): only those are removed,
+    // and the rest of the head moves over as it is.
+    let mut present = [None; HOP_BY_HOP.len()];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| name.as_str() == *h) {
+            present[i] = Some(HOP_BY_HOP[i]);
+        }
+    }
+    for name in present.into_iter().flatten() {
+        headers.remove(name);
+    }
     let mut resp = Response::new(body);
     *resp.status_mut() = parts.status;
-    for (name, value) in &parts.headers {
-        if matches!(
-            name.as_str(),
-            "connection"
-                | "keep-alive"
-                | "transfer-encoding"
-                | "te"
-                | "trailer"
-                | "upgrade"
-                | "proxy-connection"
-                | "date"
-                | "server"
-        ) {
-            continue;
-        }
-        resp.headers_mut().append(name.clone(), value.clone());
-    }
+    *resp.headers_mut() = headers;
     resp
+}
+
+/// Headers of one connection (and the worker's own `date` and `server`), never relayed.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "date",
+    "server",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relayed_head_keeps_the_answers_headers_but_not_the_connections() {
+        let upstream = http::Response::builder()
+            .status(http::StatusCode::CREATED)
+            .header("content-type", "application/json")
+            .header("Date", "Mon, 07 Dec 2026 10:00:00 GMT")
+            .header("x-engine", "a")
+            .header("connection", "keep-alive")
+            .header("x-engine", "b")
+            .header("server", "uvicorn")
+            .header("keep-alive", "timeout=5")
+            .header("transfer-encoding", "chunked")
+            .body(())
+            .unwrap();
+        let (parts, ()) = upstream.into_parts();
+        let resp = relay_response(parts, Body::empty());
+        assert_eq!(resp.status(), http::StatusCode::CREATED);
+        let kept: Vec<_> = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("content-type", "application/json"),
+                ("x-engine", "a"),
+                ("x-engine", "b")
+            ]
+        );
+        let (parts, ()) = http::Response::new(()).into_parts();
+        assert!(relay_response(parts, Body::empty()).headers().is_empty());
+    }
 }

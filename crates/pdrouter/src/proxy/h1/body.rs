@@ -107,7 +107,7 @@ impl InlineBody {
             && self.keep_alive
             && conn.buf.is_empty()
         {
-            self.home.put(self.host.clone(), conn.io);
+            self.home.put(&self.host, conn);
         }
     }
 

@@ -9,7 +9,9 @@
 //! - A connection is reusable after the body only on an HTTP/1.1 answer whose framing ends by
 //!   itself and that does not say `Connection: close`.
 
-use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use std::mem::MaybeUninit;
+
+use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
 
 /// Largest response head read (hyper's default buffer bound is of the same order).
@@ -29,6 +31,15 @@ pub enum Framing {
     Chunked,
     /// Everything until the worker closes the connection.
     UntilClose,
+}
+
+/// Whether a response head's fields are wanted as a `HeaderMap`, or only its status and
+/// framing (a Prefill leg's answer, whose fields nobody reads: making the map is most of a
+/// head's parsing cost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fields {
+    Kept,
+    Dropped,
 }
 
 /// A parsed response head.
@@ -104,11 +115,17 @@ fn format_len(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
 }
 
 /// Parses the response head at the start of `buf`: `Ok(None)` while it is incomplete.
-/// Interim (1xx) answers before the final one are skipped; `len` counts them too.
-pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<Option<Head>, BrokenHead> {
+/// Interim (1xx) answers before the final one are skipped; `len` counts them too. With
+/// [`Fields::Dropped`] the response carries no headers (they are checked all the same:
+/// httparse admits exactly the names and values a `HeaderMap` does).
+pub fn parse_response_head(
+    buf: &[u8],
+    method: &Method,
+    fields: Fields,
+) -> Result<Option<Head>, BrokenHead> {
     let mut offset = 0;
     loop {
-        let Some(mut head) = parse_one(&buf[offset..], method)? else {
+        let Some(mut head) = parse_one(&buf[offset..], method, fields)? else {
             return if buf.len() > MAX_HEAD_BYTES {
                 Err(BrokenHead)
             } else {
@@ -132,10 +149,16 @@ pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<Option<Head>, 
     }
 }
 
-fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, BrokenHead> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut fields);
-    let len = match parsed.parse(buf) {
+fn parse_one(buf: &[u8], method: &Method, keep: Fields) -> Result<Option<Head>, BrokenHead> {
+    // Left uninitialised: httparse writes the fields it finds, and an initialised array
+    // would cost a few kilobytes of stores per answer.
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut parsed,
+        buf,
+        &mut fields,
+    ) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(_) => return Err(BrokenHead),
@@ -145,14 +168,19 @@ fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, BrokenHead> {
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(BrokenHead)?;
     let http11 = parsed.version == Some(1);
-    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
-    for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BrokenHead)?;
-        let value = HeaderValue::from_bytes(field.value).map_err(|_| BrokenHead)?;
-        headers.append(name, value);
+    let mut headers = HeaderMap::new();
+    if keep == Fields::Kept {
+        headers.reserve(parsed.headers.len());
+        for field in parsed.headers.iter() {
+            let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BrokenHead)?;
+            let value = HeaderValue::from_bytes(field.value).map_err(|_| BrokenHead)?;
+            headers.append(name, value);
+        }
     }
-    let framing = framing_of(status, method, &headers)?;
-    let close = has_token(&headers, CONNECTION, "close");
+    // Read off the parsed fields (every one a valid name and value by now), not the map:
+    // no hashing of names the answer usually does not have.
+    let framing = framing_of(status, method, parsed.headers)?;
+    let close = has_token(parsed.headers, "connection", "close");
     let keep_alive = http11 && !close && framing != Framing::UntilClose;
     let mut response = Response::new(());
     *response.status_mut() = status;
@@ -171,7 +199,11 @@ fn parse_one(buf: &[u8], method: &Method) -> Result<Option<Head>, BrokenHead> {
 }
 
 /// RFC 9112 §6.3, for a client.
-fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Framing, BrokenHead> {
+fn framing_of(
+    status: StatusCode,
+    method: &Method,
+    fields: &[httparse::Header<'_>],
+) -> Result<Framing, BrokenHead> {
     if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -179,16 +211,16 @@ fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Fram
     {
         return Ok(Framing::Empty);
     }
-    if h.contains_key(TRANSFER_ENCODING) {
+    if named(fields, "transfer-encoding").next().is_some() {
         // Only a final `chunked` delimits the body; any other coding runs to the close.
-        return Ok(match tokens(h, TRANSFER_ENCODING).last() {
+        return Ok(match tokens(fields, "transfer-encoding").last() {
             Some(t) if t.eq_ignore_ascii_case("chunked") => Framing::Chunked,
             _ => Framing::UntilClose,
         });
     }
     let mut length = None;
-    for value in h.get_all(CONTENT_LENGTH) {
-        let text = value.to_str().map_err(|_| BrokenHead)?;
+    for value in named(fields, "content-length") {
+        let text = visible(value).ok_or(BrokenHead)?;
         for part in text.split(',') {
             let part = part.trim();
             if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
@@ -208,19 +240,41 @@ fn framing_of(status: StatusCode, method: &Method, h: &HeaderMap) -> Result<Fram
     })
 }
 
-/// The tokens of a comma-separated header, all its fields in order, empty ones skipped.
-fn tokens(h: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
-    h.get_all(name)
+/// The values of the fields called `name` (lowercase), in order.
+fn named<'a>(
+    fields: &'a [httparse::Header<'_>],
+    name: &'static str,
+) -> impl Iterator<Item = &'a [u8]> {
+    fields
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .filter(move |f| f.name.eq_ignore_ascii_case(name))
+        .map(|f| f.value)
+}
+
+/// A value as text when it is visible ASCII (tabs allowed), as `HeaderValue::to_str`.
+fn visible(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
+}
+
+/// The tokens of a comma-separated header, all its fields in order, empty ones skipped.
+fn tokens<'a>(
+    fields: &'a [httparse::Header<'_>],
+    name: &'static str,
+) -> impl Iterator<Item = &'a str> {
+    named(fields, name)
+        .filter_map(visible)
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|t| !t.is_empty())
 }
 
 /// Whether a comma-separated header lists `token` (case-insensitive).
-fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    tokens(h, name).any(|t| t.eq_ignore_ascii_case(token))
+fn has_token(fields: &[httparse::Header<'_>], name: &'static str, token: &str) -> bool {
+    tokens(fields, name).any(|t| t.eq_ignore_ascii_case(token))
 }
 
 #[cfg(test)]
@@ -228,7 +282,7 @@ mod tests {
     use super::*;
 
     fn head(text: &str) -> Head {
-        parse_response_head(text.as_bytes(), &Method::POST)
+        parse_response_head(text.as_bytes(), &Method::POST, Fields::Kept)
             .unwrap()
             .expect("complete")
     }
@@ -280,8 +334,43 @@ mod tests {
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\ncontent-length: 7\r\n\r\n");
         assert_eq!(h.framing, Framing::Length(7));
         let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n";
-        let h = parse_response_head(resp, &Method::HEAD).unwrap().unwrap();
+        let h = parse_response_head(resp, &Method::HEAD, Fields::Kept)
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing, Framing::Empty);
+    }
+
+    #[test]
+    fn a_head_read_for_its_status_has_the_same_framing_and_no_fields() {
+        let texts = [
+            "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\n\r\nhello",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.1 503 Busy\r\nConnection: close\r\ncontent-length: 2\r\n\r\n",
+            "HTTP/1.0 200 OK\r\nserver: w\r\n\r\n",
+        ];
+        for text in texts {
+            let kept = head(text);
+            let dropped = parse_response_head(text.as_bytes(), &Method::POST, Fields::Dropped)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (
+                    kept.response.status(),
+                    kept.framing,
+                    kept.keep_alive,
+                    kept.len
+                ),
+                (
+                    dropped.response.status(),
+                    dropped.framing,
+                    dropped.keep_alive,
+                    dropped.len
+                ),
+                "{text:?}"
+            );
+            assert!(!kept.response.headers().is_empty());
+            assert!(dropped.response.headers().is_empty());
+        }
     }
 
     #[test]
@@ -293,7 +382,7 @@ mod tests {
         assert_eq!(&text[h.len..], "x");
         let partial = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n";
         assert!(
-            parse_response_head(partial.as_bytes(), &Method::POST)
+            parse_response_head(partial.as_bytes(), &Method::POST, Fields::Kept)
                 .unwrap()
                 .is_none()
         );
@@ -311,16 +400,28 @@ mod tests {
             "HTTP/1.1 999999 Big\r\n\r\n",
         ];
         for text in bad {
-            assert_eq!(
-                parse_response_head(text.as_bytes(), &Method::POST).unwrap_err(),
-                BrokenHead,
-                "{text:?}"
-            );
+            for fields in [Fields::Kept, Fields::Dropped] {
+                assert_eq!(
+                    parse_response_head(text.as_bytes(), &Method::POST, fields).unwrap_err(),
+                    BrokenHead,
+                    "{text:?}"
+                );
+            }
         }
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: v\r\n")).collect();
         let text = format!("HTTP/1.1 200 OK\r\n{many}\r\n");
-        assert!(parse_response_head(text.as_bytes(), &Method::POST).is_err());
+        assert!(parse_response_head(text.as_bytes(), &Method::POST, Fields::Kept).is_err());
         let endless = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES));
-        assert!(parse_response_head(endless.as_bytes(), &Method::POST).is_err());
+        assert!(parse_response_head(endless.as_bytes(), &Method::POST, Fields::Dropped).is_err());
+        // Names and values a header map refuses are refused without one too.
+        for field in ["bad name: v", "x: a\x01b", "x: a\x7fb", "(x): v"] {
+            let text = format!("HTTP/1.1 200 OK\r\n{field}\r\ncontent-length: 0\r\n\r\n");
+            for fields in [Fields::Kept, Fields::Dropped] {
+                assert!(
+                    parse_response_head(text.as_bytes(), &Method::POST, fields).is_err(),
+                    "{field:?} {fields:?}"
+                );
+            }
+        }
     }
 }

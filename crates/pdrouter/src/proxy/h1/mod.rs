@@ -39,6 +39,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 pub use body::InlineBody;
+pub use head::Fields;
 
 use super::error::UpstreamError;
 
@@ -103,7 +104,17 @@ pub struct Client {
 impl Client {
     /// Sends `req` (an `http://` URL with a host) and returns the answer's head, its body
     /// still on the connection. The caller bounds the time.
+    #[cfg(test)]
     pub async fn send(&self, req: Request<Bytes>) -> Result<Response<InlineBody>, UpstreamError> {
+        self.send_with(req, head::Fields::Kept).await
+    }
+
+    /// [`Client::send`], with the answer's header fields kept or not.
+    pub async fn send_with(
+        &self,
+        req: Request<Bytes>,
+        fields: head::Fields,
+    ) -> Result<Response<InlineBody>, UpstreamError> {
         let host = req
             .uri()
             .authority()
@@ -118,8 +129,8 @@ impl Client {
             body = Bytes::new();
         }
         let method = parts.method;
-        if let Some(io) = self.pool.take(&host) {
-            match exchange(Conn::new(io), &head, &body, &method).await {
+        if let Some(conn) = self.pool.take(&host) {
+            match exchange(conn, &head, &body, &method, fields).await {
                 Ok((h, conn)) => return Ok(self.answer(h, conn, host)),
                 Err(Failure::Broken) => return Err(UpstreamError::Broken),
                 Err(Failure::Unanswered) => {
@@ -128,7 +139,7 @@ impl Client {
             }
         }
         let io = connect(&host).await?;
-        match exchange(Conn::new(io), &head, &body, &method).await {
+        match exchange(Conn::new(io), &head, &body, &method, fields).await {
             Ok((h, conn)) => Ok(self.answer(h, conn, host)),
             Err(_) => Err(UpstreamError::Broken),
         }
@@ -176,6 +187,7 @@ async fn exchange(
     head: &[u8],
     body: &[u8],
     method: &Method,
+    fields: head::Fields,
 ) -> Result<(head::Head, Conn), Failure> {
     let written = async {
         conn.io.write_all(head).await?;
@@ -200,7 +212,7 @@ async fn exchange(
                 Failure::Broken
             });
         }
-        match head::parse_response_head(&conn.buf, method) {
+        match head::parse_response_head(&conn.buf, method, fields) {
             Ok(Some(h)) => {
                 let _ = conn.buf.split_to(h.len);
                 return Ok((h, conn));
