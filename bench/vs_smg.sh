@@ -28,7 +28,9 @@
 #   grpc_default  the same with http_default's flags
 # Each (router, configuration) is measured RUNS times (default 1), the routers alternating.
 # Figures: OK requests per router CPU-second at c=64 (the router's CPU from /proc, all its
-# threads; the capacity of one router core), p50/p99 at c=64 and c=1.
+# threads; the capacity of one router core), p50/p99 at c=64 and c=1, and how busy the
+# router's core and the fleet's core were at c=64 (a router that idles part of the time,
+# waiting on a saturated fleet, pays more wake-ups per request than one kept busy).
 #
 # Then pdrouter's own targets, same run and same fleet: gRPC PD router CPU per request over
 # HTTP PD's on /generate at 16 and 1,024 prompt tokens (c=64, round_robin), and its added p50
@@ -141,6 +143,18 @@ HTTP_LOAD=(--path /generate --prompt-mean-tokens 2 --max-tokens 1)
 CHAT_LOAD=(--path /v1/chat/completions --prompt-mean-tokens 2 --max-tokens 1
     --body-extra '{"model":"mock-model"}')
 
+# core_ticks CORE: one core's busy and total jiffies so far (/proc/stat).
+core_ticks() {
+    awk -v c="cpu$1" '$1 == c { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat
+}
+# busy BEFORE AFTER: the busy percentage between two core_ticks readings.
+busy() {
+    local b0 t0 b1 t1
+    read -r b0 t0 <<<"$1"
+    read -r b1 t1 <<<"$2"
+    calc %.0f "($t1 > $t0) ? 100 * ($b1 - $b0) / ($t1 - $t0) : 0"
+}
+
 # measure LABEL URL PID CONCURRENCY [BENCH ARGS...]: 0.5 s of warm-up, then DURATION s; the
 # summary in $WORK/LABEL.txt, the process tree's CPU seconds meanwhile in $WORK/LABEL.cpu
 # (PID - for none: a mock measured directly).
@@ -148,10 +162,13 @@ measure() {
     local label=$1 url=$2 pid=$3 c=$4
     shift 4
     bench --url "$url" "$@" --concurrency "$c" --duration 0.5 >/dev/null
-    local cpu0=0
+    local cpu0=0 router0 fleet0
     [[ $pid == - ]] || cpu0=$(tree_cpu "$pid")
+    router0=$(core_ticks 0) fleet0=$(core_ticks 1)
     bench --url "$url" "$@" --concurrency "$c" --duration "$DURATION" --label "$label" \
         >"$WORK/$label.txt"
+    echo "$(busy "$router0" "$(core_ticks 0)") $(busy "$fleet0" "$(core_ticks 1)")" \
+        >"$WORK/$label.busy"
     if [[ $pid == - ]]; then
         echo 0 >"$WORK/$label.cpu"
     else
@@ -222,6 +239,10 @@ figure() {
     for ((r = 1; r <= RUNS; r++)); do
         if [[ $key == rps_cpu ]]; then
             vals+=("$(per_cpu "$who-$config-c$c-r$r")")
+        elif [[ $key == router_busy || $key == fleet_busy ]]; then
+            local i=1
+            [[ $key == fleet_busy ]] && i=2
+            vals+=("$(awk -v i="$i" '{ print $i }' "$WORK/$who-$config-c$c-r$r.busy")")
         else
             vals+=("$(kv "$WORK/$who-$config-c$c-r$r.txt" "$key")")
         fi
@@ -231,14 +252,15 @@ figure() {
 
 echo
 echo "smg==$SMG_VERSION beside pdrouter $("$ROUTER_BIN" --version 2>/dev/null | awk '{print $NF}'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), ${DURATION}s per measurement, $RUNS run(s), medians"
-printf '%-13s %-9s %14s %10s %10s %10s %10s\n' config router req/cpu_s_c64 p50_c64 p99_c64 \
-    p50_c1 p99_c1
+printf '%-13s %-9s %14s %10s %10s %10s %10s %12s %11s\n' config router req/cpu_s_c64 p50_c64 \
+    p99_c64 p50_c1 p99_c1 core_busy_% fleet_busy_%
 for config in "${CONFIGS[@]}"; do
     for who in "${ROUTERS[@]}"; do
-        printf '%-13s %-9s %14s %10.3f %10.3f %10.3f %10.3f\n' "$config" "$who" \
+        printf '%-13s %-9s %14s %10.3f %10.3f %10.3f %10.3f %12s %11s\n' "$config" "$who" \
             "$(figure "$who" "$config" 64 rps_cpu)" "$(figure "$who" "$config" 64 lat_p50_ms)" \
             "$(figure "$who" "$config" 64 lat_p99_ms)" "$(figure "$who" "$config" 1 lat_p50_ms)" \
-            "$(figure "$who" "$config" 1 lat_p99_ms)"
+            "$(figure "$who" "$config" 1 lat_p99_ms)" "$(figure "$who" "$config" 64 router_busy)" \
+            "$(figure "$who" "$config" 64 fleet_busy)"
     done
 done
 if ((RUNS > 1)); then
@@ -248,9 +270,19 @@ if ((RUNS > 1)); then
             ratios+=("$(calc %.2f "$(per_cpu "pdrouter-$config-c64-r$r") / $(per_cpu "smg-$config-c64-r$r")")")
         done
         echo "$config ratio per run: ${ratios[*]}"
+        for who in "${ROUTERS[@]}"; do
+            vals=()
+            for ((r = 1; r <= RUNS; r++)); do
+                vals+=("$(per_cpu "$who-$config-c64-r$r")")
+            done
+            echo "  $who req/cpu_s per run: ${vals[*]}"
+        done
     done
 fi
-echo "(times in ms; req/cpu_s = OK requests per router CPU-second at concurrency 64)"
+echo "(times in ms; req/cpu_s = OK requests per router CPU-second at concurrency 64;" \
+    "core_busy_% = the router's core busy at concurrency 64, fleet_busy_% = the mocks' and" \
+    "the load generator's core: below 100 on the router's core with the fleet's at 100 means" \
+    "the fleet, not the router, set the load)"
 
 ratio() { calc %.2f "$(figure pdrouter "$1" 64 rps_cpu) / $(figure smg "$1" 64 rps_cpu)"; }
 us_per() { calc %.2f "$(cat "$WORK/$1.cpu") * 1000000 / $(kv "$WORK/$1.txt" ok)"; }

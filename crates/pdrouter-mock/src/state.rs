@@ -72,6 +72,17 @@ pub struct MockStats {
 /// Request headers as recorded: name → values in the order received.
 pub type Headers = BTreeMap<String, Vec<String>>;
 
+/// A request's headers by name, each name's values in order (lossy UTF-8).
+fn headers_of(headers: &axum::http::HeaderMap) -> Headers {
+    let mut map = Headers::new();
+    for (name, value) in headers {
+        map.entry(name.as_str().to_owned())
+            .or_default()
+            .push(String::from_utf8_lossy(value.as_bytes()).into_owned());
+    }
+    map
+}
+
 /// Runtime knobs of a running worker, shared with its request handlers.
 ///
 /// Every setter takes effect for requests that reach the corresponding
@@ -117,7 +128,9 @@ pub struct MockControls {
     aborts_total: AtomicU64,
     encode_items_total: AtomicU64,
     last_output_ids: Mutex<Option<Vec<u32>>>,
-    last_headers: Mutex<Option<Headers>>,
+    /// Kept as received: made into [`Headers`] only when the stats are read, so recording
+    /// costs a request nothing but a lock (a benchmark's fleet serves every request).
+    last_headers: Mutex<Option<axum::http::HeaderMap>>,
 }
 
 /// The hang switch and the requests it holds, oldest first.
@@ -320,7 +333,8 @@ impl MockControls {
                 .last_headers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+                .as_ref()
+                .map(headers_of),
             // Filled by `Shared::stats`, which owns the KV table.
             kv_held_requests: 0,
             kv_held_blocks: 0,
@@ -372,14 +386,14 @@ impl MockControls {
     }
 
     /// Records the headers of a generation request.
-    pub(crate) fn record_headers(&self, headers: &axum::http::HeaderMap) {
-        let mut map = Headers::new();
-        for (name, value) in headers {
-            map.entry(name.as_str().to_owned())
-                .or_default()
-                .push(String::from_utf8_lossy(value.as_bytes()).into_owned());
-        }
-        *self.last_headers.lock().unwrap_or_else(|e| e.into_inner()) = Some(map);
+    pub(crate) fn record_headers(&self, headers: axum::http::HeaderMap) {
+        let previous = self
+            .last_headers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(headers);
+        // Dropped outside the lock.
+        drop(previous);
     }
 
     /// Waits while the hang switch is on, until the hang is cleared or this

@@ -121,7 +121,7 @@ impl TokenSpeedEncoder for Encoder {
     ) -> Result<Response<EncodeResponse>, Status> {
         let s = &self.shared;
         s.controls
-            .record_headers(&request.metadata().clone().into_headers());
+            .record_headers(request.metadata().clone().into_headers());
         let req = request.into_inner();
         let _guard = InflightGuard::begin(s);
         let shown = view(&req);

@@ -283,7 +283,7 @@ impl SglangScheduler for Scheduler {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let s = &self.shared;
         s.controls
-            .record_headers(&request.metadata().clone().into_headers());
+            .record_headers(request.metadata().clone().into_headers());
         let req = request.into_inner();
         let recorded = req.clone();
         s.controls.record_decoded(std::sync::Arc::new(move || {

@@ -422,7 +422,7 @@ impl VllmEngine for VllmFront {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let s = &self.inner.shared;
         s.controls
-            .record_headers(&request.metadata().clone().into_headers());
+            .record_headers(request.metadata().clone().into_headers());
         let req = request.into_inner();
         let recorded = req.clone();
         s.controls.record_decoded(Arc::new(move || {

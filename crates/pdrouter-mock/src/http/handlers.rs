@@ -251,7 +251,7 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
 async fn generation(State(s): AppState, api: Api, headers: HeaderMap, body: Bytes) -> Response {
     let guard = InflightGuard::begin(&s);
     let controls = &s.controls;
-    controls.record_headers(&headers);
+    controls.record_headers(headers);
 
     let parsed = serde_json::from_slice::<Value>(&body);
     if parsed.is_ok() {

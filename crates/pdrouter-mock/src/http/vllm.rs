@@ -221,7 +221,7 @@ async fn respond(
 ) -> Response {
     let guard = InflightGuard::begin(s);
     let c = &s.controls;
-    c.record_headers(headers);
+    c.record_headers(headers.clone());
     let parsed = serde_json::from_slice::<Value>(&body);
     if parsed.is_ok() {
         c.record_request(body);

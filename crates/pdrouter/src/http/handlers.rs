@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Uri};
+use axum::http::{HeaderMap, HeaderName, Uri};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -26,8 +26,9 @@ use crate::proxy::forward::Forwarded;
 use crate::registry::{ServedModel, Worker};
 use crate::request::{Endpoint, ParsedRequest, parse, parse_keeping_tree};
 
-const TARGET_WORKER: &str = "x-smg-target-worker";
-const ROUTING_KEY: &str = "x-smg-routing-key";
+// Names, not strings: a lookup by string parses and lowercases the name on every request.
+const TARGET_WORKER: HeaderName = HeaderName::from_static("x-smg-target-worker");
+const ROUTING_KEY: HeaderName = HeaderName::from_static("x-smg-routing-key");
 
 /// Rejects a declared body length over the limit before anything is read.
 fn check_length(limit: usize, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -75,13 +76,13 @@ pub(crate) async fn read_body(
     collect_body(state.cfg.max_payload_size, state.cfg.request_timeout, body).await
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v
             .to_str()
             .map(|s| Some(s.trim()))
-            .map_err(|_| ApiError::invalid_header(name, "must be visible ASCII")),
+            .map_err(|_| ApiError::invalid_header(name.as_str(), "must be visible ASCII")),
     }
 }
 
@@ -148,16 +149,16 @@ fn request_ctx(state: &AppState, req: Request) -> Result<(RequestCtx, Body), Api
     }
     let (parts, body) = req.into_parts();
     check_length(state.cfg.max_payload_size, &parts.headers)?;
-    let target = match header_str(&parts.headers, TARGET_WORKER)? {
+    let target = match header_str(&parts.headers, &TARGET_WORKER)? {
         None => None,
         Some(s) => Some(s.parse::<u32>().map_err(|_| {
             ApiError::invalid_header(
-                TARGET_WORKER,
+                TARGET_WORKER.as_str(),
                 format!("must be a 0-based worker index, got '{s}'"),
             )
         })?),
     };
-    let routing_key = header_str(&parts.headers, ROUTING_KEY)?.map(Arc::<str>::from);
+    let routing_key = header_str(&parts.headers, &ROUTING_KEY)?.map(Arc::<str>::from);
     let request_id = parts
         .extensions
         .get::<RequestId>()
