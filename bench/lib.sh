@@ -88,6 +88,25 @@ start_mock() {
         --host 127.0.0.1 --port 0 --role "$role" "$@"
 }
 
+# start_fleet NAME N [FLAGS...]: one pdrouter-mock process (`--pairs N`) serving N Prefill and
+# N Decode workers, pinned with the others; their URLs end up in FLEET_PREFILL and FLEET_DECODE.
+# (A Decode worker's KV rendezvous with a Prefill worker of the same process is in memory.)
+start_fleet() {
+    local name=$1 n=$2
+    shift 2
+    spawn "$name" "listening on" "${OTHERS_CPU[@]}" "$BIN/pdrouter-mock" \
+        --host 127.0.0.1 --pairs "$n" "$@"
+    local deadline=$((SECONDS + 30))
+    while (($(grep -c "listening on" "$WORK/$name.out") < 2 * n)); do
+        ((SECONDS < deadline)) || die "$name did not print its $((2 * n)) addresses within 30 s"
+        sleep 0.05
+    done
+    mapfile -t FLEET_PREFILL < <(grep "role=prefill" "$WORK/$name.out" |
+        grep -oE "(http|grpc)://[^ ]*")
+    mapfile -t FLEET_DECODE < <(grep "role=decode" "$WORK/$name.out" |
+        grep -oE "(http|grpc)://[^ ]*")
+}
+
 # start_router NAME FLAGS...: `pdrouter launch` on its own core with one tokio
 # worker thread, Prometheus on an ephemeral port, warn-level logs; its URL
 # ends up in SPAWNED_URL.

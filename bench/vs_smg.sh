@@ -10,9 +10,11 @@
 # it, `smg launch ...`, with the same flags as pdrouter's `pdrouter launch ...`.
 #
 # Fleet (pdrouter-mock, no delays, on core 1 with the load generator): 2 HTTP Prefill and 2
-# HTTP Decode workers (SGLang's HTTP API and bootstrap), and 2 gRPC Prefill and 2 gRPC Decode
-# workers (SGLang's scheduler service, with its byte-level tokenizer served over GetTokenizer
-# to both routers). The router under test runs alone on core 0 (taskset) with one tokio worker
+# HTTP Decode workers (SGLang's HTTP API and bootstrap) in one process, and 2 gRPC Prefill and
+# 2 gRPC Decode workers (SGLang's scheduler service, with its byte-level tokenizer served over
+# GetTokenizer to both routers) in another (`pdrouter-mock --pairs 2`: a Decode mock waits for
+# its Prefill's KV room in memory rather than over an HTTP long poll per request, so the
+# fleet's core serves requests instead of talking to itself). The router under test runs alone on core 0 (taskset) with one tokio worker
 # thread (TOKIO_WORKER_THREADS=1, which both routers' runtimes read).
 #
 # Paths and configurations, each at concurrency 64 and 1 (closed loop):
@@ -65,28 +67,25 @@ fi
 
 # ---- Fleet ----
 start_pair() { # KIND (http|grpc): two Prefill and two Decode mocks; their flags in KIND_ARGS
-    local kind=$1 i extra=()
+    local kind=$1 url extra=()
     [[ $kind == grpc ]] && extra=(--grpc)
     local -n args="${kind^^}_ARGS"
     args=()
-    for i in 0 1; do
-        start_mock "$kind-prefill$i" prefill "${extra[@]}"
+    start_fleet "$kind-fleet" 2 "${extra[@]}"
+    for url in "${FLEET_PREFILL[@]}"; do
         # A gRPC Prefill mock serves KV rooms on its own port (the bootstrap port the Decode
         # mock is sent to); the HTTP mocks need none.
         if [[ $kind == grpc ]]; then
-            args+=(--prefill "$SPAWNED_URL" "${SPAWNED_URL##*:}")
+            args+=(--prefill "$url" "${url##*:}")
         else
-            args+=(--prefill "$SPAWNED_URL")
+            args+=(--prefill "$url")
         fi
     done
-    for i in 0 1; do
-        start_mock "$kind-decode$i" decode "${extra[@]}"
-        args+=(--decode "$SPAWNED_URL")
-        if [[ $i == 0 ]]; then
-            local -n first="${kind^^}_DECODE"
-            first=$SPAWNED_URL
-        fi
+    for url in "${FLEET_DECODE[@]}"; do
+        args+=(--decode "$url")
     done
+    local -n first="${kind^^}_DECODE"
+    first=${FLEET_DECODE[0]}
 }
 start_pair http
 start_pair grpc

@@ -10,9 +10,14 @@
 //!   `bootstrap_room` of its request body, [`await_bootstrap`], or a gRPC ticket,
 //!   [`await_room`]) and starts generating only after the answer, through one process-wide
 //!   keep-alive client.
+//! * With [`rendezvous_in_process`] on (a process running several workers, `--pairs`), a
+//!   decode worker whose room is served by a worker of the same process waits on that
+//!   worker's [`Rooms`] directly: the same wait (until the room finishes, at most
+//!   [`LONG_POLL_LIMIT`], answering its tag), without an HTTP exchange per request.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use axum::Router;
@@ -213,6 +218,16 @@ pub(crate) async fn await_room_tag(
     room: u64,
 ) -> Result<Option<String>, String> {
     let authority = authority(host, port);
+    if let Some(rooms) = in_process(&authority) {
+        // What `GET /room/{room}` would answer, without the exchange.
+        return match tokio::time::timeout(LONG_POLL_LIMIT, rooms.wait(room)).await {
+            Ok(()) => Ok(rooms.tag(room)),
+            Err(_) => Err(format!(
+                "bootstrap {authority} room {room}: {}",
+                StatusCode::GATEWAY_TIMEOUT
+            )),
+        };
+    }
     let uri: hyper::Uri = format!("http://{authority}/room/{room}")
         .parse()
         .map_err(|e| format!("bootstrap {authority}: {e}"))?;
@@ -233,6 +248,40 @@ pub(crate) async fn await_room_tag(
     } else {
         Err(format!("bootstrap {authority} room {room}: {status}"))
     }
+}
+
+/// This process's workers' rooms by the address their `GET /room` is served on; `None` until
+/// [`rendezvous_in_process`] turns the shortcut on.
+static IN_PROCESS: Mutex<Option<HashMap<String, Weak<Rooms>>>> = Mutex::new(None);
+
+/// Turns on the in-process rendezvous (see the module docs) for workers started from now on.
+pub fn rendezvous_in_process() {
+    IN_PROCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new);
+}
+
+/// Makes `rooms`, served at `addr`, waitable in process (when the shortcut is on).
+pub(crate) fn serve_in_process(addr: SocketAddr, rooms: &Arc<Rooms>) {
+    if let Some(map) = IN_PROCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+    {
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(addr.to_string(), Arc::downgrade(rooms));
+    }
+}
+
+/// The rooms served at `authority` by a live worker of this process, if the shortcut is on.
+fn in_process(authority: &str) -> Option<Arc<Rooms>> {
+    IN_PROCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()?
+        .get(authority)?
+        .upgrade()
 }
 
 /// `host:port` as a URI authority (an IPv6 host in brackets).

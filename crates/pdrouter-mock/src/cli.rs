@@ -25,8 +25,16 @@ pub struct MockArgs {
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// Role of the worker.
-    #[arg(long, value_enum)]
-    pub role: Role,
+    #[arg(long, value_enum, required_unless_present = "pairs")]
+    pub role: Option<Role>,
+    /// Start N Prefill and N Decode workers in this one process instead of one worker of
+    /// `--role`, each on a free port, every other flag applying to all of them. A Decode
+    /// worker's KV rendezvous with a Prefill worker of this process then waits on it in
+    /// memory instead of over HTTP (the same wait, without an exchange per request): a
+    /// benchmark's fleet on one core spends its time serving, not talking to itself.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64),
+          conflicts_with_all = ["role", "port", "bootstrap_port"])]
+    pub pairs: Option<u16>,
     /// Milliseconds before the first byte of a generation response (prefill:
     /// the whole prefill).
     #[arg(long, default_value_t = 0, value_name = "D")]
@@ -207,12 +215,17 @@ impl MockArgs {
         Ok(args)
     }
 
-    /// The worker configuration these flags describe.
+    /// The worker configuration these flags describe (with `--pairs`, a Prefill worker's).
     pub fn to_config(&self) -> MockConfig {
+        self.config_as(self.role.unwrap_or(Role::Prefill))
+    }
+
+    /// The configuration of a worker of `role` with these flags.
+    fn config_as(&self, role: Role) -> MockConfig {
         MockConfig {
             host: self.host.clone(),
             port: self.port,
-            role: self.role,
+            role,
             delay: Duration::from_millis(self.delay_ms),
             output_tokens: self.output_tokens,
             output_text: self.output_text.clone(),
@@ -288,30 +301,43 @@ impl From<io::Error> for CliError {
 }
 
 /// Runs the `pdrouter-mock` command: parses `args` (including the program
-/// name, as in [`std::env::args`]), starts the worker, prints
-/// `pdrouter-mock listening on http://ADDR role=ROLE` (`grpc://ADDR` with
-/// `--grpc`; engine-mode or Mooncake prefill: followed by ` bootstrap_port=P`) to stdout
-/// and serves
-/// until Ctrl-C or SIGTERM.
+/// name, as in [`std::env::args`]), starts the worker (with `--pairs N`, N Prefill then N
+/// Decode workers), prints `pdrouter-mock listening on http://ADDR role=ROLE` for each
+/// (`grpc://ADDR` with `--grpc`; engine-mode or Mooncake prefill: followed by
+/// ` bootstrap_port=P`) to stdout and serves until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: impl IntoIterator<Item = String>) -> Result<(), CliError> {
     let args = MockArgs::try_parse_checked(args).map_err(CliError::Args)?;
-    let worker = MockWorker::start(args.to_config()).await?;
+    let roles = match (args.pairs, args.role) {
+        (Some(n), _) => {
+            crate::bootstrap::rendezvous_in_process();
+            let n = usize::from(n);
+            [vec![Role::Prefill; n], vec![Role::Decode; n]].concat()
+        }
+        (None, role) => vec![role.unwrap_or(Role::Prefill)],
+    };
+    let mut workers = Vec::with_capacity(roles.len());
+    for role in roles {
+        workers.push((MockWorker::start(args.config_as(role)).await?, role));
+    }
     {
         let mut out = io::stdout().lock();
-        write!(
-            out,
-            "pdrouter-mock listening on {} role={}",
-            worker.url(),
-            args.role
-        )?;
-        if let Some(b) = worker.bootstrap_addr() {
-            write!(out, " bootstrap_port={}", b.port())?;
+        for (worker, role) in &workers {
+            write!(
+                out,
+                "pdrouter-mock listening on {} role={role}",
+                worker.url()
+            )?;
+            if let Some(b) = worker.bootstrap_addr() {
+                write!(out, " bootstrap_port={}", b.port())?;
+            }
+            writeln!(out)?;
         }
-        writeln!(out)?;
         out.flush()?;
     }
     wait_for_signal().await?;
-    worker.shutdown().await;
+    for (worker, _) in workers {
+        worker.shutdown().await;
+    }
     Ok(())
 }
 
@@ -335,6 +361,25 @@ mod tests {
     use clap::Parser as _;
 
     use super::*;
+
+    #[test]
+    fn pairs_replace_the_role_and_take_free_ports() {
+        let args =
+            MockArgs::try_parse_checked(["pdrouter-mock", "--pairs", "2", "--grpc"]).unwrap();
+        assert_eq!((args.pairs, args.role), (Some(2), None));
+        assert_eq!(args.config_as(Role::Decode).role, Role::Decode);
+        assert_eq!(args.config_as(Role::Decode).port, 0);
+        for bad in [
+            vec!["--pairs", "2", "--role", "decode"],
+            vec!["--pairs", "2", "--port", "8000"],
+            vec!["--pairs", "0"],
+            vec!["--pairs", "65"],
+            vec![],
+        ] {
+            let argv = std::iter::once("pdrouter-mock").chain(bad.iter().copied());
+            assert!(MockArgs::try_parse_checked(argv).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn default_sampling_params_must_be_a_json_object_on_a_grpc_worker() {

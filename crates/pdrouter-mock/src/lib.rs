@@ -144,6 +144,7 @@ mod state;
 mod vllm_kv;
 mod worker;
 
+pub use bootstrap::rendezvous_in_process;
 pub use cli::{CliError, MockArgs, RuntimeArg, run_cli};
 pub use config::{GrpcRuntime, HttpRuntime, KvConnectorKind, MockConfig, ParseRoleError, Role};
 pub use engine::EngineConfig;

@@ -69,6 +69,10 @@ impl MockWorker {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(&cfg, addr));
         let (app, protocol) = if cfg.grpc {
+            // Every gRPC worker but vLLM's serves its rooms on its own port.
+            if !vllm {
+                bootstrap::serve_in_process(addr, &shared.rooms);
+            }
             (grpc::router(Arc::clone(&shared))?, Protocol::Auto)
         } else {
             (http::router(Arc::clone(&shared)), Protocol::Http1)
@@ -87,10 +91,14 @@ impl MockWorker {
             }
             _ => None,
         };
+        let rooms_served = bootstrap_app.is_some() && !mooncake;
         let bootstrap = match bootstrap_app {
             Some(app) => {
                 let listener = bind(&cfg.host, bootstrap_port).await?;
                 let addr = listener.local_addr()?;
+                if rooms_served {
+                    bootstrap::serve_in_process(addr, &shared.rooms);
+                }
                 let (stop, stop_rx) = oneshot::channel();
                 let task = tokio::spawn(serve(listener, app, Protocol::Http1, None, stop_rx));
                 Some(Bootstrap { addr, stop, task })

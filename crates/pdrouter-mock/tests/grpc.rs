@@ -12,9 +12,9 @@ use pdrouter_mock::{GRPC_OUTPUT_TEXT, MockConfig, MockWorker, Role};
 use pdrouter_proto::common::GetTokenizerRequest;
 use pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient;
 use pdrouter_proto::scheduler::{
-    AbortRequest, DisaggregatedParams, GenerateComplete, GenerateRequest, GenerateResponse,
-    GenerateStreamChunk, GetModelInfoRequest, GetServerInfoRequest, HealthCheckRequest,
-    SamplingParams, TokenizedInput, generate_complete::MatchedStop, generate_response::Response,
+    AbortRequest, GenerateComplete, GenerateRequest, GenerateResponse, GenerateStreamChunk,
+    GetModelInfoRequest, GetServerInfoRequest, HealthCheckRequest, generate_complete::MatchedStop,
+    generate_response::Response,
 };
 use pdrouter_tokenizer::{bundle, bytelevel};
 use serde_json::{Value, json};
@@ -34,37 +34,11 @@ async fn start(role: Role, tune: impl FnOnce(&mut MockConfig)) -> MockWorker {
 
 async fn client(w: &MockWorker) -> Client {
     assert_eq!(w.url(), format!("grpc://{}", w.addr()));
-    tokio::time::timeout(
-        TIMEOUT,
-        SglangSchedulerClient::connect(format!("http://{}", w.addr())),
-    )
-    .await
-    .expect("connect in time")
-    .expect("connect")
+    common::grpc_client(w.addr()).await
 }
 
 fn request(id: &str, input: &str, ticket: Option<(u16, i32)>) -> GenerateRequest {
-    GenerateRequest {
-        request_id: id.to_owned(),
-        tokenized: Some(TokenizedInput {
-            original_text: input.to_owned(),
-            input_ids: bytelevel::encode_plain(input),
-        }),
-        sampling_params: Some(SamplingParams {
-            temperature: 0.7,
-            top_p: 1.0,
-            top_k: -1,
-            n: 1,
-            ..Default::default()
-        }),
-        disaggregated_params: ticket.map(|(port, room)| DisaggregatedParams {
-            bootstrap_host: "127.0.0.1".to_owned(),
-            bootstrap_port: i32::from(port),
-            bootstrap_room: room,
-        }),
-        stream: true,
-        ..Default::default()
-    }
+    common::grpc_request(id, input, ticket)
 }
 
 async fn stats(addr: SocketAddr) -> Value {

@@ -219,3 +219,51 @@ where
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A tonic client of SGLang's scheduler service on a gRPC mock at `addr`.
+pub async fn grpc_client(
+    addr: SocketAddr,
+) -> pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient<
+    tonic::transport::Channel,
+> {
+    tokio::time::timeout(
+        TIMEOUT,
+        pdrouter_proto::scheduler::sglang_scheduler_client::SglangSchedulerClient::connect(
+            format!("http://{addr}"),
+        ),
+    )
+    .await
+    .expect("connect in time")
+    .expect("connect")
+}
+
+/// A streamed `Generate` of `input` (byte-level ids), with a KV ticket `(port, room)` on
+/// 127.0.0.1 when given.
+pub fn grpc_request(
+    id: &str,
+    input: &str,
+    ticket: Option<(u16, i32)>,
+) -> pdrouter_proto::scheduler::GenerateRequest {
+    use pdrouter_proto::scheduler::{DisaggregatedParams, SamplingParams, TokenizedInput};
+    pdrouter_proto::scheduler::GenerateRequest {
+        request_id: id.to_owned(),
+        tokenized: Some(TokenizedInput {
+            original_text: input.to_owned(),
+            input_ids: pdrouter_tokenizer::bytelevel::encode_plain(input),
+        }),
+        sampling_params: Some(SamplingParams {
+            temperature: 0.7,
+            top_p: 1.0,
+            top_k: -1,
+            n: 1,
+            ..Default::default()
+        }),
+        disaggregated_params: ticket.map(|(port, room)| DisaggregatedParams {
+            bootstrap_host: "127.0.0.1".to_owned(),
+            bootstrap_port: i32::from(port),
+            bootstrap_room: room,
+        }),
+        stream: true,
+        ..Default::default()
+    }
+}
