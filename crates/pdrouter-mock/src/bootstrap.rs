@@ -148,14 +148,16 @@ impl Drop for RoomWaiter<'_> {
     }
 }
 
-/// The bootstrap endpoint's routes: `GET /room/{room}` (long poll) and
+/// The bootstrap endpoint's routes, served at `addr`: `GET /room/{room}` (long poll) and
 /// `GET /health`.
-pub(crate) fn bootstrap_router(rooms: Arc<Rooms>) -> Router {
-    room_routes(rooms).route("/health", get(|| async { StatusCode::OK }))
+pub(crate) fn bootstrap_router(rooms: Arc<Rooms>, addr: SocketAddr) -> Router {
+    room_routes(rooms, addr).route("/health", get(|| async { StatusCode::OK }))
 }
 
-/// `GET /room/{room}` alone (a gRPC worker serves it on its own port).
-pub(crate) fn room_routes<S>(rooms: Arc<Rooms>) -> Router<S> {
+/// `GET /room/{room}` alone, served at `addr` (a gRPC worker serves it on its own port);
+/// the rooms are also waitable in process from there when the shortcut is on.
+pub(crate) fn room_routes<S>(rooms: Arc<Rooms>, addr: SocketAddr) -> Router<S> {
+    serve_in_process(addr, &rooms);
     Router::new()
         .route("/room/{room}", get(room))
         .with_state(rooms)
@@ -263,7 +265,7 @@ pub fn rendezvous_in_process() {
 }
 
 /// Makes `rooms`, served at `addr`, waitable in process (when the shortcut is on).
-pub(crate) fn serve_in_process(addr: SocketAddr, rooms: &Arc<Rooms>) {
+fn serve_in_process(addr: SocketAddr, rooms: &Arc<Rooms>) {
     if let Some(map) = IN_PROCESS
         .lock()
         .unwrap_or_else(|e| e.into_inner())

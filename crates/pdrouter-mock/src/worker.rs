@@ -69,10 +69,6 @@ impl MockWorker {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(&cfg, addr));
         let (app, protocol) = if cfg.grpc {
-            // Every gRPC worker but vLLM's serves its rooms on its own port.
-            if !vllm {
-                bootstrap::serve_in_process(addr, &shared.rooms);
-            }
             (grpc::router(Arc::clone(&shared))?, Protocol::Auto)
         } else {
             (http::router(Arc::clone(&shared)), Protocol::Http1)
@@ -82,28 +78,21 @@ impl MockWorker {
         // free one).
         let mooncake = vllm && cfg.kv_connector == KvConnectorKind::Mooncake;
         let bootstrap_port = cfg.engine.as_ref().map_or(0, |e| e.bootstrap_port);
-        let bootstrap_app = match (cfg.role, &cfg.engine) {
-            (Role::Prefill, _) if mooncake => {
-                Some(http::mooncake_bootstrap_router(Arc::clone(&shared)))
-            }
-            (Role::Prefill, Some(_)) if !vllm => {
-                Some(bootstrap::bootstrap_router(Arc::clone(&shared.rooms)))
-            }
-            _ => None,
-        };
-        let rooms_served = bootstrap_app.is_some() && !mooncake;
-        let bootstrap = match bootstrap_app {
-            Some(app) => {
-                let listener = bind(&cfg.host, bootstrap_port).await?;
-                let addr = listener.local_addr()?;
-                if rooms_served {
-                    bootstrap::serve_in_process(addr, &shared.rooms);
-                }
-                let (stop, stop_rx) = oneshot::channel();
-                let task = tokio::spawn(serve(listener, app, Protocol::Http1, None, stop_rx));
-                Some(Bootstrap { addr, stop, task })
-            }
-            None => None,
+        let serves_bootstrap =
+            cfg.role == Role::Prefill && (mooncake || (cfg.engine.is_some() && !vllm));
+        let bootstrap = if serves_bootstrap {
+            let listener = bind(&cfg.host, bootstrap_port).await?;
+            let addr = listener.local_addr()?;
+            let app = if mooncake {
+                http::mooncake_bootstrap_router(Arc::clone(&shared))
+            } else {
+                bootstrap::bootstrap_router(Arc::clone(&shared.rooms), addr)
+            };
+            let (stop, stop_rx) = oneshot::channel();
+            let task = tokio::spawn(serve(listener, app, Protocol::Http1, None, stop_rx));
+            Some(Bootstrap { addr, stop, task })
+        } else {
+            None
         };
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(serve(

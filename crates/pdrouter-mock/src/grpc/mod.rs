@@ -78,7 +78,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> std::io::Result<Router> {
         let path = format!("/{VLLM_ENGINE_SERVICE}/{{*method}}");
         return Ok(hooks.with_state(shared).route_service(&path, grpc));
     }
-    let router = hooks.with_state(shared).merge(room_routes(rooms));
+    let served_at = shared.addr;
+    let router = hooks
+        .with_state(shared)
+        .merge(room_routes(rooms, served_at));
     if encode {
         // Checked at start: an encode worker speaks TokenSpeed's protocol.
         let grpc = TokenSpeedEncoderServer::new(encoder)

@@ -190,10 +190,25 @@ pub fn json_post(
     api_key: Option<&str>,
     request_id: &str,
 ) -> Request<Bytes> {
-    match Origin::parse(base_url, api_key) {
-        Some(origin) => origin.post(path, body, request_id),
-        None => Request::new(Bytes::new()),
-    }
+    worker_post(
+        Origin::parse(base_url, api_key).as_ref(),
+        path,
+        body,
+        request_id,
+    )
+}
+
+/// [`json_post`] to a worker whose origin was parsed already (`None`: it could not be, and
+/// the empty request fails as a connection failure).
+pub fn worker_post(
+    origin: Option<&Origin>,
+    path: &'static str,
+    body: Bytes,
+    request_id: &str,
+) -> Request<Bytes> {
+    origin
+        .and_then(|o| o.post(path, body, request_id))
+        .unwrap_or_else(|| Request::new(Bytes::new()))
 }
 
 /// A worker's `scheme://host[:port]` and credential, parsed once (at registration): a leg's
@@ -223,18 +238,14 @@ impl Origin {
     }
 
     /// A JSON POST of `body` to `path` (one of the router's own routes) with the request id;
-    /// an id that cannot be a header value leaves an empty request (see [`json_post`]).
-    pub fn post(&self, path: &'static str, body: Bytes, request_id: &str) -> Request<Bytes> {
+    /// `None` when the id cannot be a header value.
+    fn post(&self, path: &'static str, body: Bytes, request_id: &str) -> Option<Request<Bytes>> {
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(self.scheme.clone());
         parts.authority = Some(self.authority.clone());
         parts.path_and_query = Some(http::uri::PathAndQuery::from_static(path));
-        let (Ok(uri), Ok(id)) = (
-            http::Uri::from_parts(parts),
-            http::HeaderValue::from_str(request_id),
-        ) else {
-            return Request::new(Bytes::new());
-        };
+        let uri = http::Uri::from_parts(parts).ok()?;
+        let id = http::HeaderValue::from_str(request_id).ok()?;
         // The parts are set directly rather than through `http::request::Builder`, which
         // moves itself through a closure per header and parses names that are constants here.
         let mut req = Request::new(body);
@@ -249,7 +260,7 @@ impl Origin {
         if let Some(v) = &self.auth {
             h.insert(http::header::AUTHORIZATION, v.clone());
         }
-        req
+        Some(req)
     }
 }
 

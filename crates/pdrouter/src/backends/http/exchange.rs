@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::core::RequestCtx;
 use crate::error::{ApiError, Leg};
-use crate::proxy::client::{Fields, UpstreamClient, UpstreamError};
+use crate::proxy::client::{Fields, UpstreamClient, UpstreamError, worker_post};
 use crate::registry::Worker;
 use crate::request::ParsedRequest;
 
@@ -56,10 +56,7 @@ pub(crate) async fn exchange_with(
     timeout: std::time::Duration,
     extra: Vec<(http::HeaderName, http::HeaderValue)>,
 ) -> Result<http::Response<crate::proxy::client::UpstreamBody>, ApiError> {
-    let mut req = match worker.origin() {
-        Some(origin) => origin.post(path, body, &ctx.request_id),
-        None => http::Request::new(Bytes::new()),
-    };
+    let mut req = worker_post(worker.origin(), path, body, &ctx.request_id);
     if let Some(f) = &ctx.forwarded {
         f.apply(&mut req, worker.api_key().is_some());
     }

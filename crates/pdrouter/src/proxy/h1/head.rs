@@ -253,11 +253,9 @@ fn named<'a>(
 
 /// A value as text when it is visible ASCII (tabs allowed), as `HeaderValue::to_str`.
 fn visible(value: &[u8]) -> Option<&str> {
-    value
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-        .then(|| std::str::from_utf8(value).ok())
-        .flatten()
+    std::str::from_utf8(value)
+        .ok()
+        .filter(|v| v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)))
 }
 
 /// The tokens of a comma-separated header, all its fields in order, empty ones skipped.
