@@ -30,9 +30,13 @@
 #   grpc_default  the same with http_default's flags
 # Each (router, configuration) is measured RUNS times (default 1), the routers alternating.
 # Figures: OK requests per router CPU-second at c=64 (the router's CPU from /proc, all its
-# threads; the capacity of one router core), p50/p99 at c=64 and c=1, and how busy the
-# router's core and the fleet's core were at c=64 (a router that idles part of the time,
-# waiting on a saturated fleet, pays more wake-ups per request than one kept busy).
+# threads; the capacity of one router core), that CPU per request split into user and kernel
+# time, p50/p99 at c=64 and c=1, and how busy the router's core and the fleet's core were at
+# c=64 (a router that idles part of the time, waiting on a saturated fleet, pays more wake-ups
+# per request than one kept busy). A `kernel-bound ceiling` line divides the reference's CPU
+# per request by pdrouter's kernel time per request: the ratio pdrouter would reach if its
+# own code cost nothing (on loopback each send also runs the receiver's TCP input, so most
+# of a proxy's kernel time is the same for any router).
 #
 # Then pdrouter's own targets, same run and same fleet: gRPC PD router CPU per request over
 # HTTP PD's on /generate at 16 and 1,024 prompt tokens (c=64, round_robin), and its added p50
@@ -101,15 +105,15 @@ tree() {
     done
 }
 TICKS=$(getconf CLK_TCK)
-# tree_cpu PID: CPU seconds the process tree has used so far (user + system).
+# tree_cpu PID: CPU seconds the process tree has used so far, "USER KERNEL".
 tree_cpu() {
-    local total=0 p
+    local user=0 kernel=0 p
     for p in $(tree "$1"); do
         [[ -r /proc/$p/stat ]] || continue
-        total=$(awk -v t="$TICKS" -v s="$total" '{ printf "%.4f", s + ($14 + $15) / t }' \
-            "/proc/$p/stat")
+        read -r user kernel < <(awk -v t="$TICKS" -v u="$user" -v k="$kernel" \
+            '{ printf "%.4f %.4f\n", u + $14 / t, k + $15 / t }' "/proc/$p/stat")
     done
-    echo "$total"
+    echo "$user $kernel"
 }
 
 free_port() {
@@ -155,24 +159,25 @@ busy() {
 }
 
 # measure LABEL URL PID CONCURRENCY [BENCH ARGS...]: 0.5 s of warm-up, then DURATION s; the
-# summary in $WORK/LABEL.txt, the process tree's CPU seconds meanwhile in $WORK/LABEL.cpu
-# (PID - for none: a mock measured directly).
+# summary in $WORK/LABEL.txt, the process tree's CPU seconds meanwhile in $WORK/LABEL.cpu and
+# the kernel's part of them in $WORK/LABEL.sys (PID - for none: a mock measured directly).
 measure() {
     local label=$1 url=$2 pid=$3 c=$4
     shift 4
     bench --url "$url" "$@" --concurrency "$c" --duration 0.5 >/dev/null
-    local cpu0=0 router0 fleet0
+    local cpu0="0 0" router0 fleet0
     [[ $pid == - ]] || cpu0=$(tree_cpu "$pid")
     router0=$(core_ticks 0) fleet0=$(core_ticks 1)
     bench --url "$url" "$@" --concurrency "$c" --duration "$DURATION" --label "$label" \
         >"$WORK/$label.txt"
     echo "$(busy "$router0" "$(core_ticks 0)") $(busy "$fleet0" "$(core_ticks 1)")" \
         >"$WORK/$label.busy"
-    if [[ $pid == - ]]; then
-        echo 0 >"$WORK/$label.cpu"
-    else
-        calc %.4f "$(tree_cpu "$pid") - $cpu0" >"$WORK/$label.cpu"
-    fi
+    local cpu1="0 0" user0 kernel0 user1 kernel1
+    [[ $pid == - ]] || cpu1=$(tree_cpu "$pid")
+    read -r user0 kernel0 <<<"$cpu0"
+    read -r user1 kernel1 <<<"$cpu1"
+    calc %.4f "$user1 + $kernel1 - $user0 - $kernel0" >"$WORK/$label.cpu"
+    calc %.4f "$kernel1 - $kernel0" >"$WORK/$label.sys"
     local errors=$(($(kv "$WORK/$label.txt" requests) - $(kv "$WORK/$label.txt" ok)))
     ((errors == 0)) || echo "warning: $label had $errors unsuccessful requests" >&2
 }
@@ -232,12 +237,18 @@ done
 
 # ---- Report ----
 per_cpu() { calc %.0f "$(kv "$WORK/$1.txt" ok) / $(cat "$WORK/$1.cpu")"; }
-# figure WHO CONFIG C KEY: the median over runs of KEY (rps_cpu, or a kv key) at concurrency C.
+# user_us / kernel_us LABEL: the router's user and kernel CPU microseconds per OK request.
+user_us() { calc %.1f "($(cat "$WORK/$1.cpu") - $(cat "$WORK/$1.sys")) * 1000000 / $(kv "$WORK/$1.txt" ok)"; }
+kernel_us() { calc %.1f "$(cat "$WORK/$1.sys") * 1000000 / $(kv "$WORK/$1.txt" ok)"; }
+# figure WHO CONFIG C KEY: the median over runs of KEY (rps_cpu, user_us, kernel_us, or a kv
+# key) at concurrency C.
 figure() {
     local who=$1 config=$2 c=$3 key=$4 r vals=()
     for ((r = 1; r <= RUNS; r++)); do
         if [[ $key == rps_cpu ]]; then
             vals+=("$(per_cpu "$who-$config-c$c-r$r")")
+        elif [[ $key == user_us || $key == kernel_us ]]; then
+            vals+=("$("$key" "$who-$config-c$c-r$r")")
         elif [[ $key == router_busy || $key == fleet_busy ]]; then
             local i=1
             [[ $key == fleet_busy ]] && i=2
@@ -251,17 +262,27 @@ figure() {
 
 echo
 echo "smg==$SMG_VERSION beside pdrouter $("$ROUTER_BIN" --version 2>/dev/null | awk '{print $NF}'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), ${DURATION}s per measurement, $RUNS run(s), medians"
-printf '%-13s %-9s %14s %10s %10s %10s %10s %12s %11s\n' config router req/cpu_s_c64 p50_c64 \
-    p99_c64 p50_c1 p99_c1 core_busy_% fleet_busy_%
+printf '%-13s %-9s %14s %8s %10s %10s %10s %10s %10s %12s %11s\n' config router req/cpu_s_c64 \
+    user_us kernel_us p50_c64 p99_c64 p50_c1 p99_c1 core_busy_% fleet_busy_%
 for config in "${CONFIGS[@]}"; do
     for who in "${ROUTERS[@]}"; do
-        printf '%-13s %-9s %14s %10.3f %10.3f %10.3f %10.3f %12s %11s\n' "$config" "$who" \
-            "$(figure "$who" "$config" 64 rps_cpu)" "$(figure "$who" "$config" 64 lat_p50_ms)" \
+        printf '%-13s %-9s %14s %8s %10s %10.3f %10.3f %10.3f %10.3f %12s %11s\n' "$config" \
+            "$who" "$(figure "$who" "$config" 64 rps_cpu)" "$(figure "$who" "$config" 64 user_us)" \
+            "$(figure "$who" "$config" 64 kernel_us)" "$(figure "$who" "$config" 64 lat_p50_ms)" \
             "$(figure "$who" "$config" 64 lat_p99_ms)" "$(figure "$who" "$config" 1 lat_p50_ms)" \
             "$(figure "$who" "$config" 1 lat_p99_ms)" "$(figure "$who" "$config" 64 router_busy)" \
             "$(figure "$who" "$config" 64 fleet_busy)"
     done
 done
+# How far the kernel's part alone lets pdrouter go: the reference's whole CPU per request over
+# pdrouter's kernel CPU per request (medians), the ratio pdrouter would reach with no user time.
+ceilings=()
+for config in "${CONFIGS[@]}"; do
+    ceilings+=("$config $(calc %.2f "1000000 / $(figure smg "$config" 64 rps_cpu) \
+        / $(figure pdrouter "$config" 64 kernel_us)")x")
+done
+echo "kernel-bound ceiling (the reference's CPU per request / pdrouter's kernel CPU per" \
+    "request): $(IFS=,; echo "${ceilings[*]}" | sed 's/,/, /g')"
 if ((RUNS > 1)); then
     for config in "${CONFIGS[@]}"; do
         ratios=()
@@ -279,6 +300,7 @@ if ((RUNS > 1)); then
     done
 fi
 echo "(times in ms; req/cpu_s = OK requests per router CPU-second at concurrency 64;" \
+    "user_us, kernel_us = the router's user and kernel CPU microseconds per request there;" \
     "core_busy_% = the router's core busy at concurrency 64, fleet_busy_% = the mocks' and" \
     "the load generator's core: below 100 on the router's core with the fleet's at 100 means" \
     "the fleet, not the router, set the load)"
