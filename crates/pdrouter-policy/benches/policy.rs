@@ -7,6 +7,33 @@
 
 use std::hint::black_box;
 use std::time::Duration;
+/// Prompts of two random numbered words ("w123 w45678"), as `pdrouter-bench` sends.
+fn numbered(rng: &mut Lcg, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|_| format!("w{} w{}", rng.below(100_000), rng.below(100_000)))
+        .collect()
+}
+
+fn bench_cache_aware_big_trees(c: &mut Criterion) {
+    // Two candidates (a PD pair's Prefill workers) whose trees already hold 400,000 short
+    // prompts that branch at every digit: far beyond the CPU caches, so a rank's walks are
+    // bound by cache misses, as in a router that has served traffic for a while. The benched
+    // prompts (100,000, cycled) are new to the trees the first time round.
+    let mut rng = Lcg(7);
+    let ws = workers(2);
+    let policy = Policy::new(PolicyKind::CacheAware, CacheAwareConfig::default());
+    let fill = numbered(&mut rng, 400_000);
+    let mut warm = rank_commit(&policy, &ws, &fill);
+    for _ in 0..fill.len() {
+        warm();
+    }
+    let fresh = numbered(&mut rng, 100_000);
+    c.bench_function("cache_aware_big_trees/2", |b| {
+        let mut f = rank_commit(&policy, &ws, &fresh);
+        b.iter(|| black_box(f()));
+    });
+}
+
 #[expect(
     clippy::disallowed_types,
     reason = "wall time of real threads; this crate has no runtime clock"
@@ -226,6 +253,7 @@ criterion_group!(
     benches,
     bench_policies,
     bench_cache_aware_warm,
+    bench_cache_aware_big_trees,
     bench_cache_aware_threads
 );
 criterion_main!(benches);

@@ -18,35 +18,68 @@
 //! - Lengths are counted in chars (Unicode scalar values), never bytes; edges split only on char
 //!   boundaries.
 //! - No clock is read: recency is insertion order.
+//! - Every edge holds valid UTF-8 (it is cut from a `&str` at char boundaries only).
+//!
+//! Layout: a node is one 64-byte cache line. An edge of up to [`INLINE_EDGE`] bytes and up to
+//! [`INLINE_CHILDREN`] children live in the node itself; only longer edges and wider nodes
+//! point elsewhere. Trees are large (up to `max_tree_size` chars per worker) and every rank
+//! walks one per candidate, so the walk is bound by cache misses, not instructions: with the
+//! edge and the children behind their own pointers a level cost three misses, now usually one.
+
+use smallvec::SmallVec;
 
 type NodeId = u32;
 const ROOT: NodeId = 0;
 /// "No node" in the recency links.
 const NIL: NodeId = NodeId::MAX;
+/// Longest edge, in bytes, kept inside its node.
+const INLINE_EDGE: usize = 16;
+/// Most children kept inside their node.
+const INLINE_CHILDREN: usize = 2;
+
+/// An edge's text as UTF-8 bytes (see the module invariants).
+type Edge = SmallVec<[u8; INLINE_EDGE]>;
 
 #[derive(Debug)]
+#[repr(align(64))]
 struct Node {
     parent: NodeId,
-    edge: String,
-    edge_chars: usize,
-    /// Sorted by first char of the child's edge.
-    children: Vec<(char, NodeId)>,
     /// Recency list neighbours (`NIL` at the ends).
     older: NodeId,
     newer: NodeId,
+    /// At most `MAX_INDEXED_CHARS`: texts are cut to that before they reach a tree.
+    edge_chars: u32,
+    edge: Edge,
+    /// Sorted by first char of the child's edge.
+    children: SmallVec<[(char, NodeId); INLINE_CHILDREN]>,
 }
 
+const _: () = assert!(
+    std::mem::size_of::<Node>() == 64,
+    "a node is one cache line"
+);
+
 impl Node {
-    fn new(parent: NodeId, edge: String, edge_chars: usize) -> Self {
+    fn new(parent: NodeId, edge: &[u8], edge_chars: usize) -> Self {
         Node {
             parent,
-            edge,
-            edge_chars,
-            children: Vec::new(),
             older: NIL,
             newer: NIL,
+            edge_chars: chars_u32(edge_chars),
+            edge: Edge::from_slice(edge),
+            children: SmallVec::new(),
         }
     }
+
+    fn edge_chars(&self) -> usize {
+        self.edge_chars as usize
+    }
+}
+
+/// A char count as stored in a node: an edge is part of one text, and texts are cut to
+/// `MAX_INDEXED_CHARS` before they reach a tree, so the saturation is never reached.
+fn chars_u32(chars: usize) -> u32 {
+    u32::try_from(chars).unwrap_or(u32::MAX)
 }
 
 /// One worker's tree. See the module docs for its invariants.
@@ -62,7 +95,7 @@ pub(crate) struct RadixTree {
 impl Default for RadixTree {
     fn default() -> Self {
         Self {
-            nodes: vec![Node::new(ROOT, String::new(), 0)],
+            nodes: vec![Node::new(ROOT, b"", 0)],
             free: Vec::new(),
             chars: 0,
             oldest: NIL,
@@ -71,18 +104,38 @@ impl Default for RadixTree {
     }
 }
 
+/// Whether byte `b` starts a char (is not a UTF-8 continuation byte).
+fn starts_char(b: u8) -> bool {
+    (b as i8) >= -0x40
+}
+
 /// Length of the common prefix of `edge` and `text` as `(bytes, chars)`; `bytes` is a char
 /// boundary of both. `edge_chars` is `edge`'s char count (saves a recount on a full match).
-fn common_prefix(edge: &str, text: &str, edge_chars: usize) -> (usize, usize) {
-    let mut n = common_bytes(edge.as_bytes(), text.as_bytes());
+fn common_prefix(edge: &[u8], text: &str, edge_chars: usize) -> (usize, usize) {
+    let mut n = common_bytes(edge, text.as_bytes());
     if n == edge.len() {
         return (n, edge_chars);
     }
     // Identical bytes up to a char boundary of `edge` decode identically in `text`.
-    while !edge.is_char_boundary(n) {
+    while !starts_char(edge[n]) {
         n -= 1;
     }
-    (n, edge[..n].chars().count())
+    (n, edge[..n].iter().filter(|&&b| starts_char(b)).count())
+}
+
+/// The first char of a non-empty UTF-8 edge (NUL for an empty one).
+fn first_char(edge: &[u8]) -> char {
+    let width = match edge.first() {
+        None => return char::default(),
+        Some(0..=0x7f) => 1,
+        Some(0xc0..=0xdf) => 2,
+        Some(0xe0..=0xef) => 3,
+        Some(_) => 4,
+    };
+    std::str::from_utf8(&edge[..width.min(edge.len())])
+        .ok()
+        .and_then(|s| s.chars().next())
+        .unwrap_or_default()
 }
 
 /// Length of the common prefix of two byte strings. Compares eight bytes at a time: every
@@ -125,11 +178,7 @@ impl RadixTree {
     }
 
     fn first_char(&self, node: NodeId) -> char {
-        self.nodes[node as usize]
-            .edge
-            .chars()
-            .next()
-            .unwrap_or_default()
+        first_char(&self.nodes[node as usize].edge)
     }
 
     fn alloc(&mut self, node: Node) -> NodeId {
@@ -196,7 +245,7 @@ impl RadixTree {
         while let Some(c) = rest.chars().next() {
             let Some(child) = self.child(node, c) else {
                 let edge_chars = rest.chars().count();
-                let leaf = self.alloc(Node::new(node, rest.to_owned(), edge_chars));
+                let leaf = self.alloc(Node::new(node, rest.as_bytes(), edge_chars));
                 let children = &mut self.nodes[node as usize].children;
                 let at = children.partition_point(|e| e.0 < c);
                 children.insert(at, (c, leaf));
@@ -205,7 +254,7 @@ impl RadixTree {
                 return;
             };
             let n = &self.nodes[child as usize];
-            let (bytes, chars) = common_prefix(&n.edge, rest, n.edge_chars);
+            let (bytes, chars) = common_prefix(&n.edge, rest, n.edge_chars());
             let child = if bytes < n.edge.len() {
                 self.split(child, bytes, chars)
             } else {
@@ -224,13 +273,17 @@ impl RadixTree {
     /// unlinked (the caller places it on the recency list, newer than `node`).
     fn split(&mut self, node: NodeId, bytes: usize, chars: usize) -> NodeId {
         let n = &mut self.nodes[node as usize];
-        let tail = n.edge.split_off(bytes);
-        let head = std::mem::replace(&mut n.edge, tail);
-        n.edge_chars -= chars;
+        let tail = Edge::from_slice(&n.edge[bytes..]);
+        let mut head = std::mem::replace(&mut n.edge, tail);
+        head.truncate(bytes);
+        n.edge_chars -= chars_u32(chars);
         let parent = n.parent;
-        let tail_first = n.edge.chars().next().unwrap_or_default();
-        let head_first = head.chars().next().unwrap_or_default();
-        let mut upper = Node::new(parent, head, chars);
+        let tail_first = first_char(&n.edge);
+        let head_first = first_char(&head);
+        let mut upper = Node::new(parent, b"", chars);
+        // Back inside the node when the cut made it short enough.
+        head.shrink_to_fit();
+        upper.edge = head;
         upper.children.push((tail_first, node));
         let mid = self.alloc(upper);
         self.nodes[node as usize].parent = mid;
@@ -252,7 +305,7 @@ impl RadixTree {
                 break;
             };
             let n = &self.nodes[child as usize];
-            let (bytes, chars) = common_prefix(&n.edge, rest, n.edge_chars);
+            let (bytes, chars) = common_prefix(&n.edge, rest, n.edge_chars());
             depth += chars;
             if bytes < n.edge.len() {
                 break;
@@ -285,8 +338,8 @@ impl RadixTree {
         self.unlink(id);
         let c = self.first_char(id);
         let n = &mut self.nodes[id as usize];
-        let (parent, edge_chars) = (n.parent, n.edge_chars);
-        n.edge = String::new();
+        let (parent, edge_chars) = (n.parent, n.edge_chars());
+        n.edge = Edge::new();
         n.edge_chars = 0;
         let siblings = &mut self.nodes[parent as usize].children;
         if let Ok(i) = siblings.binary_search_by_key(&c, |e| e.0) {
@@ -325,9 +378,11 @@ impl RadixTree {
                 let ch = &self.nodes[child as usize];
                 assert!(!free.contains(&child), "freed node reachable");
                 assert_eq!(ch.parent, id);
-                assert_eq!(ch.edge.chars().next(), Some(c));
-                assert_eq!(ch.edge.chars().count(), ch.edge_chars);
-                chars += ch.edge_chars;
+                let edge = std::str::from_utf8(&ch.edge).expect("edges are UTF-8");
+                assert_eq!(edge.chars().next(), Some(c));
+                assert_eq!(first_char(&ch.edge), c);
+                assert_eq!(edge.chars().count(), ch.edge_chars());
+                chars += ch.edge_chars();
                 let pos = rank.get(&child).expect("live node on the list");
                 if id != ROOT {
                     assert!(pos < &rank[&id], "child newer than its parent");

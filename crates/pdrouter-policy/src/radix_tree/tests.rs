@@ -127,6 +127,37 @@ fn evict_to_zero_frees_everything_and_nodes_are_reused() {
 }
 
 #[test]
+fn edges_and_children_beyond_the_node_spill_out_and_come_back() {
+    // 40 bytes: longer than an edge kept in its node; the split after 12 bytes (4 chars)
+    // leaves a short upper half (back in its node) over a long lower one, and six children
+    // spill the upper node's child list.
+    let long = "语".repeat(4) + &"x".repeat(28);
+    let stem = &long[..12];
+    let mut t = tree_with(&[&long]);
+    let mut items = vec![long.clone()];
+    for c in ['a', 'b', 'c', 'd', 'é'] {
+        let text = format!("{stem}{c}");
+        t.insert(&text);
+        t.check_invariants();
+        items.push(text);
+    }
+    let split = t.child(ROOT, '语').expect("the stem");
+    assert_eq!(t.nodes[split as usize].edge.as_slice(), stem.as_bytes());
+    assert!(
+        !t.nodes[split as usize].edge.spilled(),
+        "a short edge is back in its node"
+    );
+    assert!(t.nodes[split as usize].children.spilled());
+    assert_eq!(t.match_len(&long), 32);
+    assert_eq!(t.match_len(&format!("{stem}c!")), 5);
+    assert_eq!(t.match_len(&format!("{stem}é")), 5);
+    assert_eq!(t.match_len(&format!("{stem}è")), 4);
+    assert_eq!(t.chars(), 32 + 5);
+    evict_all(&mut t, 0);
+    assert_eq!(t.node_count(), 1);
+}
+
+#[test]
 fn evict_work_is_bounded_by_its_budget() {
     let mut t = tree_with(&["a1", "b2", "c3", "d4"]);
     assert!(!t.evict(0, 1));
