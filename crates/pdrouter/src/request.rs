@@ -25,6 +25,14 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// Every inference endpoint.
+    pub const ALL: [Endpoint; 4] = [
+        Self::Generate,
+        Self::ChatCompletions,
+        Self::Completions,
+        Self::Responses,
+    ];
+
     /// The path, identical on the router and on the engines.
     pub fn path(self) -> &'static str {
         match self {

@@ -44,10 +44,7 @@ impl<S> Layer<S> for CorsLayer {
     type Service = CorsService<S>;
 
     fn layer(&self, inner: S) -> CorsService<S> {
-        CorsService {
-            inner,
-            cors: self.0.clone(),
-        }
+        CorsService::new(inner, Some(self.0.clone()))
     }
 }
 
@@ -55,7 +52,14 @@ impl<S> Layer<S> for CorsLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct CorsService<S> {
     inner: S,
-    cors: Arc<Cors>,
+    /// `None`: no origins configured, requests pass untouched.
+    cors: Option<Arc<Cors>>,
+}
+
+impl<S> CorsService<S> {
+    pub(crate) fn new(inner: S, cors: Option<Arc<Cors>>) -> Self {
+        Self { inner, cors }
+    }
 }
 
 /// The answer to a preflight: `allow` is the origin to allow (none: refuse), `requested` the
@@ -99,13 +103,13 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let Some(origin) = req.headers().get(header::ORIGIN) else {
+        let (Some(cors), Some(origin)) = (&self.cors, req.headers().get(header::ORIGIN)) else {
             return CorsFuture::Inner {
                 inner: self.inner.call(req),
                 allow: None,
             };
         };
-        let allow = self.cors.allow(origin);
+        let allow = cors.allow(origin);
         if req.method() == Method::OPTIONS
             && req
                 .headers()

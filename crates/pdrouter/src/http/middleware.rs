@@ -67,6 +67,7 @@ impl<S> Layer<S> for ObserveLayer {
         Observe {
             inner,
             state: self.0.clone(),
+            route: None,
         }
     }
 }
@@ -76,6 +77,37 @@ impl<S> Layer<S> for ObserveLayer {
 pub(crate) struct Observe<S> {
     inner: S,
     state: Arc<AppState>,
+    /// The route's path when the service serves one route only, without axum's router (which
+    /// otherwise tells it through [`MatchedPath`]).
+    route: Option<&'static str>,
+}
+
+impl<S> Observe<S> {
+    /// Observes `inner`, the one service of route `route`.
+    pub(crate) fn route(inner: S, state: Arc<AppState>, route: &'static str) -> Self {
+        Self {
+            inner,
+            state,
+            route: Some(route),
+        }
+    }
+}
+
+/// The route a request took, as its metrics and span name it ("other" for none).
+#[derive(Debug)]
+enum RouteLabel {
+    Fixed(&'static str),
+    Matched(MatchedPath),
+}
+
+impl RouteLabel {
+    fn name(label: Option<&Self>) -> &str {
+        match label {
+            Some(Self::Fixed(path)) => path,
+            Some(Self::Matched(path)) => path.as_str(),
+            None => "other",
+        }
+    }
 }
 
 impl<S> Service<Request> for Observe<S>
@@ -101,14 +133,21 @@ where
             .iter()
             .find_map(|name| headers.get(name).and_then(valid_id))
             .unwrap_or_else(new_id);
-        let path = req.extensions().get::<MatchedPath>().cloned();
+        let path = match self.route {
+            Some(route) => Some(RouteLabel::Fixed(route)),
+            None => req
+                .extensions()
+                .get::<MatchedPath>()
+                .cloned()
+                .map(RouteLabel::Matched),
+        };
         let method = req.method().clone();
         req.extensions_mut().insert(RequestId(id.clone()));
         let span = tracing::info_span!(
             "request",
             request_id = %id,
             method = %method,
-            path = path.as_ref().map_or("other", MatchedPath::as_str),
+            path = RouteLabel::name(path.as_ref()),
         );
         crate::telemetry::continue_client_trace(&span, req.headers());
         let inner = {
@@ -135,7 +174,7 @@ struct Record {
     started: Instant,
     id: String,
     method: Method,
-    path: Option<MatchedPath>,
+    path: Option<RouteLabel>,
 }
 
 pin_project! {
@@ -189,7 +228,7 @@ where
                 tracing::debug!(status, "request answered");
             }
         });
-        let path = record.path.as_ref().map_or("other", MatchedPath::as_str);
+        let path = RouteLabel::name(record.path.as_ref());
         record.state.metrics.http_request(
             &record.method,
             path,
@@ -274,10 +313,7 @@ impl<S> Layer<S> for AuthLayer {
     type Service = Auth<S>;
 
     fn layer(&self, inner: S) -> Auth<S> {
-        Auth {
-            inner,
-            gate: self.0.clone(),
-        }
+        Auth::new(inner, Some(self.0.clone()))
     }
 }
 
@@ -285,7 +321,14 @@ impl<S> Layer<S> for AuthLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct Auth<S> {
     inner: S,
-    gate: Arc<Gate>,
+    /// `None`: everyone passes.
+    gate: Option<Arc<Gate>>,
+}
+
+impl<S> Auth<S> {
+    pub(crate) fn new(inner: S, gate: Option<Arc<Gate>>) -> Self {
+        Self { inner, gate }
+    }
 }
 
 impl<S> Service<Request> for Auth<S>
@@ -301,7 +344,7 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        match self.gate.refuse(&req) {
+        match self.gate.as_deref().and_then(|g| g.refuse(&req)) {
             None => Either::Right(self.inner.call(req)),
             Some(e) => Either::Left(std::future::ready(Ok(e.into_response()))),
         }

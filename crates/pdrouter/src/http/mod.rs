@@ -9,12 +9,15 @@
 
 mod conn;
 mod cors;
+mod front;
 mod handlers;
 mod middleware;
 mod serve;
 mod workers;
 
-pub use serve::{ConnLimits, serve};
+pub(crate) use front::Front;
+pub use serve::ConnLimits;
+pub(crate) use serve::serve;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -45,8 +48,9 @@ pub struct AppState {
     pub(crate) sharer: Option<Arc<pdrouter_admission::Sharer>>,
 }
 
-/// Builds the router's HTTP application.
-pub fn app(state: Arc<AppState>) -> Router {
+/// Builds the router's HTTP application: axum's router for every route, and beside it a direct
+/// way in for inference requests (see [`Front`]).
+pub(crate) fn app(state: Arc<AppState>) -> Front {
     let infer = |endpoint| post_service(handlers::Infer::new(state.clone(), endpoint));
     let inference = Router::new()
         .route("/generate", infer(Endpoint::Generate))
@@ -91,8 +95,10 @@ pub fn app(state: Arc<AppState>) -> Router {
     if let Some(cors) = &state.cfg.edge.cors {
         app = app.layer(cors::CorsLayer(Arc::new(cors.clone())));
     }
-    app.layer(middleware::ObserveLayer(state.clone()))
-        .with_state(state)
+    let router = app
+        .layer(middleware::ObserveLayer(state.clone()))
+        .with_state(state.clone());
+    Front::new(&state, router, api_key_gate())
 }
 
 /// Serves `GET /metrics` (the Prometheus exposition of `metrics`) on its own listener until the

@@ -2,8 +2,10 @@
 //!
 //! Why not `axum::serve`: it sniffs every connection for HTTP/2 (an extra rewind layer) and
 //! rebuilds the router's route table for each connection, which costs several KB per open
-//! connection — and an admission queue exists to hold many open connections. Here the router
-//! is built once and each connection gets a cheap clone. Graceful shutdown: stop accepting,
+//! connection — and an admission queue exists to hold many open connections. Here the
+//! application ([`Front`]: the router and the inference routes' direct stacks) is built once
+//! and each connection gets a cheap clone, called by hyper as is (no tower adapter cloning it
+//! again per request). Graceful shutdown: stop accepting,
 //! tell every connection to finish its current request and close, then wait for them.
 //!
 //! Limits: at most `max_connections` connections are open at once — at the cap the loop stops
@@ -14,15 +16,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use futures_util::FutureExt;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+use super::Front;
 use super::conn::{ConnState, HeadDeadlineIo, HeadPolicy, OpenConnection, Tracked};
 use crate::metrics::Metrics;
 
@@ -39,9 +40,9 @@ pub struct ConnLimits {
 
 /// Serves `app` on `listener` until `stop` turns true, then drains open connections (the
 /// caller bounds how long that may take).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: Front,
     mut stop: watch::Receiver<bool>,
     limits: ConnLimits,
     metrics: Arc<Metrics>,
@@ -80,7 +81,7 @@ pub async fn serve(
                     let _ = stream.set_nodelay(true);
                     let open = OpenConnection::new(permit, metrics.clone());
                     let state = Arc::new(ConnState::default());
-                    let service = Tracked::new(TowerToHyperService::new(app.clone()), state.clone());
+                    let service = Tracked::new(app.clone(), state.clone());
                     let Some(acceptor) = &tls else {
                         let io = TokioIo::new(HeadDeadlineIo::new(stream, state, head.clone()));
                         let conn = graceful.watch(builder.serve_connection(io, service));

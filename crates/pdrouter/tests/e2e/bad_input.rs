@@ -141,6 +141,29 @@ async fn api_key_guards_inference_and_admin_but_not_probes() {
     assert_eq!(reply.status, 401);
     assert_eq!(reply.error_code(), "unauthorized");
     assert!(!reply.text().contains("s3cret"));
+    // Every inference route, each served by its own direct stack.
+    for path in [
+        "/generate",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/chat/completions",
+    ] {
+        let reply = post(r.addr(), path, "{}").await;
+        assert_eq!(reply.status, 401, "{path}");
+        let reply = send(
+            r.addr(),
+            "POST",
+            path,
+            "{",
+            &[("authorization", "Bearer s3cret")],
+        )
+        .await;
+        assert_eq!(
+            reply.status, 400,
+            "{path}: the key passes, the body does not"
+        );
+        assert!(reply.header("x-request-id").is_some(), "{path}");
+    }
     let reply = send(
         r.addr(),
         "GET",
