@@ -51,12 +51,10 @@ pub struct AppState {
 /// Builds the router's HTTP application: axum's router for every route, and beside it a direct
 /// way in for inference requests (see [`Front`]).
 pub(crate) fn app(state: Arc<AppState>) -> Front {
-    let infer = |endpoint| post_service(handlers::Infer::new(state.clone(), endpoint));
-    let inference = Router::new()
-        .route("/generate", infer(Endpoint::Generate))
-        .route("/v1/chat/completions", infer(Endpoint::ChatCompletions))
-        .route("/v1/completions", infer(Endpoint::Completions))
-        .route("/v1/responses", infer(Endpoint::Responses));
+    // The router keeps the inference routes for what `Front` does not take (other methods).
+    let inference = Endpoint::ALL.iter().fold(Router::new(), |r, &e| {
+        r.route(e.path(), post_service(handlers::Infer::new(state.clone(), e)))
+    });
     let control = Router::new()
         .route("/workers", post(workers::add).get(workers::list))
         .route(
