@@ -53,7 +53,10 @@ pub struct AppState {
 pub(crate) fn app(state: Arc<AppState>) -> Front {
     // The router keeps the inference routes for what `Front` does not take (other methods).
     let inference = Endpoint::ALL.iter().fold(Router::new(), |r, &e| {
-        r.route(e.path(), post_service(handlers::Infer::new(state.clone(), e)))
+        r.route(
+            e.path(),
+            post_service(handlers::Infer::new(state.clone(), e)),
+        )
     });
     let control = Router::new()
         .route("/workers", post(workers::add).get(workers::list))
