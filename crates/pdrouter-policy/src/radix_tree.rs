@@ -177,10 +177,6 @@ impl RadixTree {
         Some(children[i].1)
     }
 
-    fn first_char(&self, node: NodeId) -> char {
-        first_char(&self.nodes[node as usize].edge)
-    }
-
     fn alloc(&mut self, node: Node) -> NodeId {
         match self.free.pop() {
             Some(id) => {
@@ -273,18 +269,13 @@ impl RadixTree {
     /// unlinked (the caller places it on the recency list, newer than `node`).
     fn split(&mut self, node: NodeId, bytes: usize, chars: usize) -> NodeId {
         let n = &mut self.nodes[node as usize];
-        let tail = Edge::from_slice(&n.edge[bytes..]);
-        let mut head = std::mem::replace(&mut n.edge, tail);
-        head.truncate(bytes);
+        // Both halves copied: each lands inside its node when short enough.
+        let mut upper = Node::new(n.parent, &n.edge[..bytes], chars);
+        n.edge = Edge::from_slice(&n.edge[bytes..]);
         n.edge_chars -= chars_u32(chars);
         let parent = n.parent;
-        let tail_first = first_char(&n.edge);
-        let head_first = first_char(&head);
-        let mut upper = Node::new(parent, b"", chars);
-        // Back inside the node when the cut made it short enough.
-        head.shrink_to_fit();
-        upper.edge = head;
-        upper.children.push((tail_first, node));
+        let head_first = first_char(&upper.edge);
+        upper.children.push((first_char(&n.edge), node));
         let mid = self.alloc(upper);
         self.nodes[node as usize].parent = mid;
         let siblings = &mut self.nodes[parent as usize].children;
@@ -336,7 +327,7 @@ impl RadixTree {
         }
         debug_assert!(self.nodes[id as usize].children.is_empty());
         self.unlink(id);
-        let c = self.first_char(id);
+        let c = first_char(&self.nodes[id as usize].edge);
         let n = &mut self.nodes[id as usize];
         let (parent, edge_chars) = (n.parent, n.edge_chars());
         n.edge = Edge::new();

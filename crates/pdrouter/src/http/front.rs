@@ -51,10 +51,14 @@ impl std::fmt::Debug for Front {
 
 impl Front {
     /// `router` serves everything; the inference routes also get their direct stacks, guarded
-    /// by `gate` (the inference routes' credential, if any).
-    pub(crate) fn new(state: &Arc<AppState>, router: Router, gate: Option<Gate>) -> Self {
-        let gate = gate.map(Arc::new);
-        let cors = state.cfg.edge.cors.clone().map(Arc::new);
+    /// by `gate` (the inference routes' credential, if any), with `cors` (the origins, if any):
+    /// the ones the router's layers hold.
+    pub(crate) fn new(
+        state: &Arc<AppState>,
+        router: Router,
+        gate: Option<Arc<Gate>>,
+        cors: Option<Arc<crate::edge::Cors>>,
+    ) -> Self {
         let stacks = Endpoint::ALL.map(|endpoint| {
             let infer = Infer::new(state.clone(), endpoint);
             let guarded = CorsService::new(Auth::new(infer, gate.clone()), cors.clone());

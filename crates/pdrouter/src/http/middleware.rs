@@ -93,19 +93,21 @@ impl<S> Observe<S> {
     }
 }
 
-/// The route a request took, as its metrics and span name it ("other" for none).
+/// The route a request took, as its metrics and span name it.
 #[derive(Debug)]
 enum RouteLabel {
     Fixed(&'static str),
     Matched(MatchedPath),
+    /// No route matched.
+    Other,
 }
 
 impl RouteLabel {
-    fn name(label: Option<&Self>) -> &str {
-        match label {
-            Some(Self::Fixed(path)) => path,
-            Some(Self::Matched(path)) => path.as_str(),
-            None => "other",
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Fixed(path) => path,
+            Self::Matched(path) => path.as_str(),
+            Self::Other => "other",
         }
     }
 }
@@ -134,12 +136,12 @@ where
             .find_map(|name| headers.get(name).and_then(valid_id))
             .unwrap_or_else(new_id);
         let path = match self.route {
-            Some(route) => Some(RouteLabel::Fixed(route)),
+            Some(route) => RouteLabel::Fixed(route),
             None => req
                 .extensions()
                 .get::<MatchedPath>()
                 .cloned()
-                .map(RouteLabel::Matched),
+                .map_or(RouteLabel::Other, RouteLabel::Matched),
         };
         let method = req.method().clone();
         req.extensions_mut().insert(RequestId(id.clone()));
@@ -147,7 +149,7 @@ where
             "request",
             request_id = %id,
             method = %method,
-            path = RouteLabel::name(path.as_ref()),
+            path = path.as_str(),
         );
         crate::telemetry::continue_client_trace(&span, req.headers());
         let inner = {
@@ -174,7 +176,7 @@ struct Record {
     started: Instant,
     id: String,
     method: Method,
-    path: Option<RouteLabel>,
+    path: RouteLabel,
 }
 
 pin_project! {
@@ -228,7 +230,7 @@ where
                 tracing::debug!(status, "request answered");
             }
         });
-        let path = RouteLabel::name(record.path.as_ref());
+        let path = record.path.as_str();
         record.state.metrics.http_request(
             &record.method,
             path,

@@ -66,19 +66,24 @@ pub(crate) fn app(state: Arc<AppState>) -> Front {
                 .put(workers::update)
                 .delete(workers::remove),
         );
-    let api_key_gate = || state.cfg.api_key.as_deref().map(|k| Gate::ApiKey(k.into()));
+    // One gate for the inference routes, shared by the router and `Front`.
+    let api_key_gate = state
+        .cfg
+        .api_key
+        .as_deref()
+        .map(|k| Arc::new(Gate::ApiKey(k.into())));
     // Control-plane keys, when given, are the only way onto the control plane; otherwise
     // `--api-key` guards it like inference.
     let control_gate = match state.cfg.edge.control_plane_keys.as_slice() {
-        [] => api_key_gate(),
-        keys => Some(Gate::ControlPlane(keys.to_vec())),
+        [] => api_key_gate.clone(),
+        keys => Some(Arc::new(Gate::ControlPlane(keys.to_vec()))),
     };
     // Without a credential there is nothing to check: leave the layer off the hot path.
-    let gated = |routes: Router<Arc<AppState>>, gate: Option<Gate>| match gate {
-        Some(g) => routes.route_layer(middleware::AuthLayer(Arc::new(g))),
+    let gated = |routes: Router<Arc<AppState>>, gate: Option<Arc<Gate>>| match gate {
+        Some(g) => routes.route_layer(middleware::AuthLayer(g)),
         None => routes,
     };
-    let protected = gated(inference, api_key_gate()).merge(gated(control, control_gate));
+    let protected = gated(inference, api_key_gate.clone()).merge(gated(control, control_gate));
     let open = Router::new()
         .route("/health", get(handlers::health))
         .route("/liveness", get(handlers::liveness))
@@ -93,13 +98,14 @@ pub(crate) fn app(state: Arc<AppState>) -> Front {
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed);
     // Only with origins configured, so other deployments keep the smaller request future.
-    if let Some(cors) = &state.cfg.edge.cors {
-        app = app.layer(cors::CorsLayer(Arc::new(cors.clone())));
+    let cors = state.cfg.edge.cors.clone().map(Arc::new);
+    if let Some(cors) = &cors {
+        app = app.layer(cors::CorsLayer(cors.clone()));
     }
     let router = app
         .layer(middleware::ObserveLayer(state.clone()))
         .with_state(state.clone());
-    Front::new(&state, router, api_key_gate())
+    Front::new(&state, router, api_key_gate, cors)
 }
 
 /// Serves `GET /metrics` (the Prometheus exposition of `metrics`) on its own listener until the
