@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use futures_util::future::BoxFuture;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -70,6 +71,8 @@ impl MockWorker {
         let shared = Arc::new(Shared::new(&cfg, addr));
         let (app, protocol) = if cfg.grpc {
             (grpc::router(Arc::clone(&shared))?, Protocol::Auto)
+        } else if cfg.http_runtime == HttpRuntime::Sglang {
+            (http::router(Arc::clone(&shared)), Protocol::Http1Direct)
         } else {
             (http::router(Arc::clone(&shared)), Protocol::Http1)
         };
@@ -251,6 +254,9 @@ async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
 enum Protocol {
     /// HTTP/1.1 only.
     Http1,
+    /// HTTP/1.1 only, generation requests straight to their handler
+    /// ([`http::front::Front`]; needs the worker's state, `counted`).
+    Http1Direct,
     /// HTTP/1.1 or HTTP/2 (prior knowledge, as gRPC clients connect),
     /// told apart by the connection preface.
     Auto,
@@ -276,19 +282,38 @@ async fn serve(
                         shared.controls.record_connection();
                     }
                     let _ = stream.set_nodelay(true);
-                    let svc = TowerToHyperService::new(app.clone());
                     let io = TokioIo::new(stream);
+                    let conn: BoxFuture<'static, Result<(), String>> = match (protocol, &counted) {
+                        (Protocol::Http1Direct, Some(shared)) => {
+                            let front = http::front::Front::new(Arc::clone(shared), app.clone());
+                            Box::pin(async move {
+                                http1::Builder::new()
+                                    .serve_connection(io, front)
+                                    .await
+                                    .map_err(|e| e.to_string())
+                            })
+                        }
+                        (Protocol::Http1 | Protocol::Http1Direct, _) => {
+                            let svc = TowerToHyperService::new(app.clone());
+                            Box::pin(async move {
+                                http1::Builder::new()
+                                    .serve_connection(io, svc)
+                                    .await
+                                    .map_err(|e| e.to_string())
+                            })
+                        }
+                        (Protocol::Auto, _) => {
+                            let svc = TowerToHyperService::new(app.clone());
+                            Box::pin(async move {
+                                auto::Builder::new(TokioExecutor::new())
+                                    .serve_connection(io, svc)
+                                    .await
+                                    .map_err(|e| e.to_string())
+                            })
+                        }
+                    };
                     conns.spawn(async move {
-                        let ended = match protocol {
-                            Protocol::Http1 => http1::Builder::new()
-                                .serve_connection(io, svc)
-                                .await
-                                .map_err(|e| e.to_string()),
-                            Protocol::Auto => auto::Builder::new(TokioExecutor::new())
-                                .serve_connection(io, svc)
-                                .await
-                                .map_err(|e| e.to_string()),
-                        };
+                        let ended = conn.await;
                         if let Err(e) = ended {
                             tracing::trace!(error = %e, "mock connection ended with error");
                         }

@@ -665,8 +665,19 @@ async fn an_api_key_guards_every_route_but_the_test_hooks() {
     let mut cfg = MockConfig::new(Role::Regular);
     cfg.api_key = Some("k1".into());
     let w = MockWorker::start(cfg).await.unwrap();
-    let body = Some(r#"{"text":"hi"}"#);
-    for (path, body) in [("/health", None), ("/v1/models", None), ("/generate", body)] {
+    // The generation routes are served past the router (straight to their handler): the
+    // key is checked there too.
+    for (path, body) in [
+        ("/health", None),
+        ("/v1/models", None),
+        ("/generate", Some(r#"{"text":"hi"}"#)),
+        (
+            "/v1/chat/completions",
+            Some(r#"{"messages":[{"role":"user","content":"hi"}]}"#),
+        ),
+        ("/v1/completions", Some(r#"{"prompt":"hi"}"#)),
+        ("/v1/responses", Some(r#"{"input":"hi"}"#)),
+    ] {
         for headers in [
             &[][..],
             &[("authorization", "Bearer k2")][..],
@@ -682,6 +693,9 @@ async fn an_api_key_guards_every_route_but_the_test_hooks() {
         assert_eq!(status, StatusCode::OK, "{path}");
     }
     assert_eq!(get(w.addr(), "/mock/stats").await.status, StatusCode::OK);
+    // Only a POST takes the direct way: other methods still get the router's 405.
+    let (status, _) = with_headers(&w, "/generate", None, &[("authorization", "Bearer k1")]).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     w.shutdown().await;
 }
 

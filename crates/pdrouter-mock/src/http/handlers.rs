@@ -67,25 +67,28 @@ pub(crate) async fn require_key(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some(key) = &s.api_key else {
-        return next.run(req).await;
-    };
-    if req.uri().path().starts_with("/mock/") {
-        return next.run(req).await;
-    }
-    let mut given = req
-        .headers()
-        .get_all(axum::http::header::AUTHORIZATION)
-        .iter();
-    let ok = match (given.next(), given.next()) {
-        (Some(v), None) => v.as_bytes().strip_prefix(b"Bearer ") == Some(key.as_bytes()),
-        _ => false,
-    };
-    if ok {
+    if req.uri().path().starts_with("/mock/") || key_ok(&s, req.headers()) {
         next.run(req).await
     } else {
-        body::error(StatusCode::UNAUTHORIZED, "invalid or missing API key", None)
+        unauthorized()
     }
+}
+
+/// Whether a request may pass: no `--api-key`, or exactly one `Authorization: Bearer KEY`.
+pub(crate) fn key_ok(s: &Shared, headers: &HeaderMap) -> bool {
+    let Some(key) = &s.api_key else {
+        return true;
+    };
+    let mut given = headers.get_all(axum::http::header::AUTHORIZATION).iter();
+    match (given.next(), given.next()) {
+        (Some(v), None) => v.as_bytes().strip_prefix(b"Bearer ") == Some(key.as_bytes()),
+        _ => false,
+    }
+}
+
+/// What a request without the right key is answered.
+pub(crate) fn unauthorized() -> Response {
+    body::error(StatusCode::UNAUTHORIZED, "invalid or missing API key", None)
 }
 
 pub(crate) async fn health(State(s): AppState) -> StatusCode {
@@ -248,7 +251,12 @@ pub(crate) async fn set_controls(State(s): AppState, body: Bytes) -> Response {
 }
 
 /// Every generation route: count, validate, inject faults, wait, answer.
-async fn generation(State(s): AppState, api: Api, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn generation(
+    State(s): AppState,
+    api: Api,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let guard = InflightGuard::begin(&s);
     let controls = &s.controls;
     controls.record_headers(headers);

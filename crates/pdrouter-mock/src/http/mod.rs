@@ -4,6 +4,7 @@
 //! `mooncake`, `lmcache`), which a vLLM gRPC worker mounts too.
 
 mod body;
+pub(crate) mod front;
 pub(crate) mod handlers;
 pub(crate) mod lmcache;
 mod mooncake;

@@ -13,6 +13,7 @@
 //!   last, a Decode worker only the last, a regular worker all of them: a PD pair's two lists
 //!   put together are what one regular worker answers.
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::config::Role;
@@ -48,12 +49,23 @@ impl Finish {
     }
 
     /// SGLang's `meta_info.finish_reason` after `tokens` tokens.
-    pub(crate) fn sglang(&self, tokens: u32) -> Value {
+    pub(crate) fn sglang(&self, tokens: u32) -> SglangFinish<'_> {
         match self {
-            Finish::Length => json!({ "type": "length", "length": tokens }),
-            Finish::Stop(m) => json!({ "type": "stop", "matched": m }),
+            Finish::Length => SglangFinish::Length { length: tokens },
+            Finish::Stop(matched) => SglangFinish::Stop { matched },
         }
     }
+}
+
+/// SGLang's `meta_info.finish_reason`: `{"type": "length", "length": N}` or
+/// `{"type": "stop", "matched": M}`.
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub(crate) enum SglangFinish<'a> {
+    /// The cap was reached after `length` tokens.
+    Length { length: u32 },
+    /// A stop string, a stop token id or EOS matched.
+    Stop { matched: &'a Value },
 }
 
 /// The generated output, the same for every sample of a request.
@@ -120,9 +132,12 @@ pub(crate) fn generate(
     stops: &Stops,
     schema: Option<&Value>,
 ) -> Output {
+    // Only the tokens the cap lets through are formatted: a worker's own length may be far
+    // beyond what the request asks for.
+    let natural_cap = cap.map_or(natural, |c| c.min(natural));
     let candidates: Vec<String> = match schema {
         Some(schema) => json_pieces(schema),
-        None => (0..natural).map(|k| format!(" tok{k}")).collect(),
+        None => (0..natural_cap).map(|k| format!(" tok{k}")).collect(),
     };
     let limit = cap.map_or(candidates.len(), |c| (c as usize).min(candidates.len()));
     let mut pieces = Vec::with_capacity(limit);
@@ -342,7 +357,7 @@ mod tests {
         // Spanning two tokens.
         let out = generate(8, None, &stops(json!({"stop": "0 tok1"})), None);
         assert_eq!((out.tokens(), out.text(2)), (2, " tok".to_owned()));
-        assert_eq!(out.finish.sglang(2)["matched"], "0 tok1");
+        assert_eq!(json!(out.finish.sglang(2))["matched"], "0 tok1");
     }
 
     #[test]
@@ -351,9 +366,12 @@ mod tests {
         assert_eq!(out.tokens(), 2);
         assert_eq!(out.text(2), " tok0");
         assert_eq!(
-            out.finish.sglang(2),
+            json!(out.finish.sglang(2)),
             json!({"type": "stop", "matched": 1001})
         );
+        // The tag comes first, as SGLang writes it.
+        let length = serde_json::to_string(&Finish::Length.sglang(3)).unwrap_or_default();
+        assert_eq!(length, r#"{"type":"length","length":3}"#);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::Stream;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::output::{self, Output, Stops};
@@ -22,6 +23,30 @@ struct Sample {
     /// The prompt's token ids, when the request gave ids.
     prompt_ids: Option<Vec<Value>>,
     rid: String,
+}
+
+/// One `/generate` result object, SGLang's shape, keys in SGLang's order.
+#[derive(Serialize)]
+struct GenerateItem<'a> {
+    text: String,
+    meta_info: MetaInfo<'a>,
+    /// A batch item's position.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<usize>,
+}
+
+/// `meta_info` of a `/generate` result.
+#[derive(Serialize)]
+struct MetaInfo<'a> {
+    id: &'a str,
+    /// `null` until the last token.
+    finish_reason: Option<output::SglangFinish<'a>>,
+    prompt_tokens: u64,
+    completion_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_token_logprobs: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_token_logprobs: Option<Value>,
 }
 
 /// What to answer to one generation request.
@@ -50,8 +75,16 @@ pub(crate) struct Plan {
     cached_tokens: Option<u64>,
 }
 
+/// 32 random lowercase hex digits (what `format!("{:032x}", ..)` gives, without the
+/// formatter's machinery: every answer draws one or two).
 pub(crate) fn random_hex() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let v = rand::random::<u128>();
+    let mut out = String::with_capacity(32);
+    for i in (0..32).rev() {
+        out.push(char::from(DIGITS[((v >> (4 * i)) & 0xf) as usize]));
+    }
+    out
 }
 
 pub(crate) fn now_secs() -> u64 {
@@ -60,7 +93,7 @@ pub(crate) fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn push_sse(out: &mut Vec<u8>, v: &Value) {
+fn push_sse(out: &mut Vec<u8>, v: &impl Serialize) {
     out.extend_from_slice(b"data: ");
     // Serialising a `Value` into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, v);
@@ -216,32 +249,28 @@ impl Plan {
     }
 
     /// A `/generate` result object after `done` tokens.
-    fn generate_item(&self, i: usize, done: u32, finished: bool) -> Value {
+    fn generate_item(&self, i: usize, done: u32, finished: bool) -> GenerateItem<'_> {
         let sample = &self.samples[i];
-        let finish = if finished {
-            self.out.finish.sglang(done)
-        } else {
-            Value::Null
-        };
-        let mut v = json!({
-            "text": self.out.text(done as usize),
-            "meta_info": {
-                "id": sample.rid,
-                "finish_reason": finish,
-                "prompt_tokens": sample.prompt_tokens,
-                "completion_tokens": done,
-            },
-        });
-        if self.logprobs {
+        let logprobs = self.logprobs.then(|| {
             let prompt = usize::try_from(sample.prompt_tokens).unwrap_or(usize::MAX);
-            v["meta_info"]["input_token_logprobs"] =
-                output::input_token_logprobs(self.role, prompt, sample.prompt_ids.as_deref());
-            v["meta_info"]["output_token_logprobs"] = output::output_token_logprobs(done);
+            (
+                output::input_token_logprobs(self.role, prompt, sample.prompt_ids.as_deref()),
+                output::output_token_logprobs(done),
+            )
+        });
+        let (input_token_logprobs, output_token_logprobs) = logprobs.unzip();
+        GenerateItem {
+            text: self.out.text(done as usize),
+            meta_info: MetaInfo {
+                id: &sample.rid,
+                finish_reason: finished.then(|| self.out.finish.sglang(done)),
+                prompt_tokens: sample.prompt_tokens,
+                completion_tokens: done,
+                input_token_logprobs,
+                output_token_logprobs,
+            },
+            index: self.batch.then_some(i),
         }
-        if self.batch {
-            v["index"] = json!(i);
-        }
-        v
     }
 
     /// A streamed chat or completion chunk.
@@ -334,7 +363,18 @@ impl Plan {
 
     /// The complete non-streaming JSON body.
     pub(crate) fn full_body(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.full_value()).unwrap_or_default()
+        // `/generate` items are written straight from their fields: no tree of maps built
+        // only to be serialised.
+        let body = match (self.api, self.batch) {
+            (Api::Generate, false) => serde_json::to_vec(&self.generate_item(0, self.tokens, true)),
+            (Api::Generate, true) => serde_json::to_vec(
+                &(0..self.samples.len())
+                    .map(|i| self.generate_item(i, self.tokens, true))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => serde_json::to_vec(&self.full_value()),
+        };
+        body.unwrap_or_default()
     }
 
     /// The complete non-streaming answer, as JSON to add fields to.
@@ -342,17 +382,7 @@ impl Plan {
         let text = self.out.text(self.tokens as usize);
         let finish = self.out.finish.openai();
         match self.api {
-            Api::Generate => {
-                if self.batch {
-                    Value::Array(
-                        (0..self.samples.len())
-                            .map(|i| self.generate_item(i, self.tokens, true))
-                            .collect(),
-                    )
-                } else {
-                    self.generate_item(0, self.tokens, true)
-                }
-            }
+            Api::Generate => serde_json::from_slice(&self.full_body()).unwrap_or_default(),
             Api::Chat => json!({
                 "id": self.id,
                 "object": "chat.completion",
@@ -650,5 +680,95 @@ impl TokenStream {
         }
         out.extend_from_slice(DONE);
         out.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::{Api, Plan, random_hex};
+    use crate::config::Role;
+
+    fn generate_body(req: Value, role: Role) -> (String, u64) {
+        let Value::Object(req) = req else {
+            unreachable!("an object")
+        };
+        let plan = match Plan::new(Api::Generate, &req, role, "m", 8) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let body = String::from_utf8(plan.full_body()).unwrap_or_default();
+        (body, plan.prompt_tokens())
+    }
+
+    #[test]
+    fn generate_bodies_have_sglangs_keys_in_sglangs_order() {
+        let (body, p) = generate_body(
+            json!({"text": "a b", "rid": "r1", "sampling_params": {"max_new_tokens": 2}}),
+            Role::Regular,
+        );
+        let want = format!(
+            r#"{{"text":" tok0 tok1","meta_info":{{"id":"r1","finish_reason":{{"type":"length","length":2}},"prompt_tokens":{p},"completion_tokens":2}}}}"#
+        );
+        assert_eq!(body, want);
+
+        // A batch: one object per prompt, each with its index; a natural end stops at EOS.
+        let (body, _) = generate_body(json!({"text": ["a", "b"], "rid": ["x", "y"]}), Role::Decode);
+        let items: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
+        assert_eq!(items.len(), 2);
+        for (i, (item, rid)) in items.iter().zip(["x", "y"]).enumerate() {
+            assert_eq!(item["index"], json!(i));
+            assert_eq!(item["meta_info"]["id"], rid);
+            assert_eq!(item["meta_info"]["finish_reason"]["type"], "stop");
+            let keys: Vec<&str> = item
+                .as_object()
+                .map(|o| o.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            assert_eq!(keys, ["text", "meta_info", "index"]);
+        }
+
+        // Logprobs come last in meta_info.
+        let (body, _) = generate_body(
+            json!({"input_ids": [5, 6, 7], "return_logprob": true,
+                   "sampling_params": {"max_new_tokens": 1}}),
+            Role::Regular,
+        );
+        let item: Value = serde_json::from_str(&body).unwrap_or_default();
+        let keys: Vec<&str> = item["meta_info"]
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            [
+                "id",
+                "finish_reason",
+                "prompt_tokens",
+                "completion_tokens",
+                "input_token_logprobs",
+                "output_token_logprobs"
+            ]
+        );
+        assert_eq!(
+            item["meta_info"]["output_token_logprobs"][0][1],
+            json!(1000)
+        );
+        assert!(item.get("index").is_none());
+    }
+
+    #[test]
+    fn random_hex_is_32_lowercase_hex_digits_and_varies() {
+        let a = random_hex();
+        let b = random_hex();
+        for h in [&a, &b] {
+            assert_eq!(h.len(), 32, "{h}");
+            assert!(
+                h.bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)),
+                "{h}"
+            );
+        }
+        assert_ne!(a, b);
     }
 }
