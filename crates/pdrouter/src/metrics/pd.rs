@@ -1,6 +1,7 @@
 //! Prefill/decode timings, EPD Encode calls per Encode worker, and how Prefill legs that
 //! outlived their Decode ended ([`AfterDecode`]).
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -63,6 +64,10 @@ pub(super) struct PdMetrics {
     encode_failures: Family<WorkerLabel, Counter>,
     prefill_after_decode: Family<OutcomeLabel, Counter>,
     kv_handoffs: Family<OutcomeLabel, Counter>,
+    /// Kept handles of the outcome series (never removed), by the outcome's index: an
+    /// outcome counted per request costs an increment, not a label and a lookup.
+    after_decode_series: [OnceLock<Counter>; 3],
+    kv_handoff_series: [OnceLock<Counter>; 3],
 }
 
 impl PdMetrics {
@@ -115,16 +120,19 @@ impl PdMetrics {
             encode_failures,
             prefill_after_decode,
             kv_handoffs,
+            after_decode_series: Default::default(),
+            kv_handoff_series: Default::default(),
         }
     }
 
     /// A vLLM PD handoff went as `outcome` says.
     pub(super) fn kv_handoff(&self, outcome: KvHandoff) {
-        self.kv_handoffs
-            .get_or_create(&OutcomeLabel {
-                outcome: outcome.as_str().to_string(),
-            })
-            .inc();
+        outcome_series(
+            &self.kv_handoffs,
+            &self.kv_handoff_series[outcome as usize],
+            outcome.as_str(),
+        )
+        .inc();
     }
 
     /// PD time to first byte.
@@ -153,11 +161,12 @@ impl PdMetrics {
 
     /// A Prefill leg that outlived Decode ended.
     pub(super) fn prefill_after_decode(&self, outcome: AfterDecode) {
-        self.prefill_after_decode
-            .get_or_create(&OutcomeLabel {
-                outcome: outcome.as_str().to_string(),
-            })
-            .inc();
+        outcome_series(
+            &self.prefill_after_decode,
+            &self.after_decode_series[outcome as usize],
+            outcome.as_str(),
+        )
+        .inc();
     }
 
     /// A worker was removed (not replaced): its Encode counters go. A replacement keeps the
@@ -167,4 +176,19 @@ impl PdMetrics {
         self.encode_requests.remove(&l);
         self.encode_failures.remove(&l);
     }
+}
+
+/// The series of `outcome` in `family`, kept in `kept` from its first use on.
+fn outcome_series<'a>(
+    family: &Family<OutcomeLabel, Counter>,
+    kept: &'a OnceLock<Counter>,
+    outcome: &str,
+) -> &'a Counter {
+    kept.get_or_init(|| {
+        family
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .clone()
+    })
 }

@@ -38,6 +38,8 @@ pub(super) struct RequestMetrics {
     router_errors: Family<ErrorLabels, Counter>,
     /// Kept handles, by [`HOT_METHODS`] then [`HOT_ROUTES`] index.
     hot_routes: [[OnceLock<RouteSeries>; HOT_ROUTES.len()]; HOT_METHODS.len()],
+    /// Kept `router_requests` handles, by [`HOT_ROUTES`] index.
+    hot_routed: [OnceLock<Counter>; HOT_ROUTES.len()],
     /// The `200`/`none` response counter, kept.
     ok_responses: OnceLock<Counter>,
 }
@@ -90,6 +92,7 @@ impl RequestMetrics {
             router_requests,
             router_errors,
             hot_routes: Default::default(),
+            hot_routed: Default::default(),
             ok_responses: OnceLock::new(),
         }
     }
@@ -153,9 +156,15 @@ impl RequestMetrics {
 
     /// One inference request routed.
     pub(super) fn routed(&self, route: &'static str) {
-        self.router_requests
-            .get_or_create(&EndpointLabel { route })
-            .inc();
+        let series = || {
+            self.router_requests
+                .get_or_create(&EndpointLabel { route })
+                .clone()
+        };
+        match hot_route(route) {
+            Some(r) => self.hot_routed[r].get_or_init(series).inc(),
+            None => series().inc(),
+        };
     }
 
     /// One inference request failed.

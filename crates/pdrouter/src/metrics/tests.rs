@@ -264,4 +264,88 @@ fn kept_series_handles_count_into_the_exposed_series() {
     }
     // A route never requested has no series.
     assert!(!text.contains(r#"path="/v1/chat/completions""#));
+
+    // Per-request counters with kept handles: routed requests and PD outcomes.
+    for route in ["/generate", "/generate", "/v1/completions", "/workers"] {
+        m.routed(route);
+    }
+    for outcome in [
+        AfterDecode::Drained,
+        AfterDecode::Drained,
+        AfterDecode::Failed,
+    ] {
+        m.prefill_after_decode(outcome);
+    }
+    m.kv_handoff(KvHandoff::Relayed);
+    m.kv_handoff(KvHandoff::Relayed);
+    let text = m.encode();
+    for line in [
+        r#"smg_router_requests_total{route="/generate"} 2"#,
+        r#"smg_router_requests_total{route="/v1/completions"} 1"#,
+        r#"smg_router_requests_total{route="/workers"} 1"#,
+        r#"smg_pd_prefill_after_decode_total{outcome="drained"} 2"#,
+        r#"smg_pd_prefill_after_decode_total{outcome="failed"} 1"#,
+        r#"smg_pd_kv_handoffs_total{outcome="relayed"} 2"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
+    assert!(!text.contains(r#"outcome="aborted""#));
+}
+
+/// The line of the load series of `url`, if it is exposed.
+fn load_line(m: &Metrics, url: &str) -> Option<String> {
+    let prefix = format!(r#"smg_worker_requests_active{{worker="{url}"}} "#);
+    m.encode()
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .map(str::to_owned)
+}
+
+#[test]
+fn a_kept_load_handle_is_taken_again_after_its_series_was_removed() {
+    use crate::registry::LoadGuard;
+    let m = Metrics::new();
+    let breaker = BreakerConfig {
+        enabled: false,
+        failure_threshold: 1,
+        success_threshold: 1,
+        timeout: Duration::from_secs(10),
+        window: Duration::from_secs(120),
+    };
+    let registry = Registry::new(breaker, None);
+    let hook = m.clone();
+    registry.set_load_hook(Arc::new(move |w| hook.worker_load(w)));
+    let events = m.clone();
+    registry.subscribe(Arc::new(move |e| events.on_event(e)));
+    let url = "http://p:1";
+    let old = worker(&registry, url, WorkerType::Prefill);
+    let held = LoadGuard::new(old.clone(), 1);
+    assert_eq!(
+        load_line(&m, url).as_deref(),
+        Some(r#"smg_worker_requests_active{worker="http://p:1"} 1"#)
+    );
+
+    // Removed while busy: its series stays; a new registration of the URL shares it (and
+    // the URL's load count) and keeps its own handle on it.
+    let _ = registry.remove(old.id());
+    let new = worker(&registry, url, WorkerType::Prefill);
+    drop(LoadGuard::new(new.clone(), 1));
+    assert!(load_line(&m, url).is_some_and(|l| l.ends_with(" 1")));
+
+    // The old entry's last request ends: the series goes.
+    drop(held);
+    assert_eq!(load_line(&m, url), None);
+
+    // The new entry's next request brings it back, not a handle on the removed series.
+    let busy = LoadGuard::new(new.clone(), 1);
+    assert!(
+        load_line(&m, url).is_some_and(|l| l.ends_with(" 1")),
+        "{:?}",
+        load_line(&m, url)
+    );
+    drop(busy);
+    assert!(load_line(&m, url).is_some_and(|l| l.ends_with(" 0")));
 }

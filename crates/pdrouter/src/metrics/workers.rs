@@ -2,6 +2,8 @@
 //! series come with its registration and go with its removal (its load gauge once it holds
 //! nothing in flight), so a removed worker leaves no stale series behind.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,6 +16,10 @@ use crate::registry::{BreakerState, Worker, WorkerStatus};
 #[derive(Debug)]
 pub(super) struct WorkerMetrics {
     active: Family<WorkerLabel, Gauge>,
+    /// Removals from `active` so far. A worker keeps a handle on its load series with the
+    /// count at the time; the handle is the family's series while the count is unchanged
+    /// (only a removal can replace a series), and is taken again after any removal.
+    active_removals: AtomicU64,
     health: Family<WorkerLabel, Gauge>,
     cb_state: Family<WorkerLabel, Gauge>,
     cb_transitions: Family<TransitionLabels, Counter>,
@@ -55,6 +61,7 @@ impl WorkerMetrics {
         );
         Self {
             active,
+            active_removals: AtomicU64::new(0),
             health,
             cb_state,
             cb_transitions,
@@ -69,13 +76,32 @@ impl WorkerMetrics {
 
     /// Worker load changed.
     pub(super) fn load(&self, w: &Worker) {
-        let l = WorkerLabel::of(w);
         let load = w.load();
         if w.status() == WorkerStatus::Draining && load == 0 {
-            self.active.remove(&l);
-        } else {
-            self.active.get_or_create(&l).set(load as i64);
+            self.remove_active(&WorkerLabel::of(w));
+            return;
         }
+        // Read before the handle is used: a removal after this read leaves the set below
+        // as if it had come first (the series goes), which is what a lookup racing the
+        // removal could give too.
+        let removals = self.active_removals.load(Ordering::Acquire);
+        let mut kept = w.load_series.lock();
+        match &*kept {
+            Some((at, series)) if *at == removals => {
+                series.set(load as i64);
+            }
+            _ => {
+                let series = self.active.get_or_create(&WorkerLabel::of(w)).clone();
+                series.set(load as i64);
+                *kept = Some((removals, series));
+            }
+        }
+    }
+
+    /// Removes a load series; every kept handle is taken again on its next use.
+    fn remove_active(&self, l: &WorkerLabel) {
+        self.active.remove(l);
+        self.active_removals.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A worker was registered: its series start from its current state.
@@ -106,7 +132,7 @@ impl WorkerMetrics {
             });
         }
         if w.load() == 0 {
-            self.active.remove(&l);
+            self.remove_active(&l);
         }
     }
 

@@ -265,6 +265,7 @@ impl Registry {
             model: Default::default(),
             probed: std::sync::atomic::AtomicBool::new(false),
             load_hook: self.load_hook.lock().clone(),
+            load_series: Default::default(),
             grpc,
             http_engine: std::sync::atomic::AtomicU8::new(given.map_or(0, worker::engine_code)),
             engine_given: given.is_some(),

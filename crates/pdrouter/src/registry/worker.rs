@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
 use pdrouter_admission::Slot;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
 use super::breaker::Breaker;
@@ -145,6 +146,10 @@ pub struct Worker {
     pub(crate) model: ArcSwapOption<ServedModel>,
     pub(crate) probed: std::sync::atomic::AtomicBool,
     pub(crate) load_hook: Option<LoadHook>,
+    /// The metrics' handle on this worker's load series and the count of removals from that
+    /// family when it was taken: the load hook sets the series through it, without a label
+    /// or a lookup, while no series has been removed since (see the metrics' worker module).
+    pub(crate) load_series: parking_lot::Mutex<Option<(u64, Gauge)>>,
     /// The gRPC channel of a `grpc://` worker, shared by its DP-rank entries.
     pub(crate) grpc: Option<std::sync::Arc<crate::grpc::client::WorkerChannel>>,
     /// An HTTP worker's engine: 0 not learned yet (served as SGLang's), 1 SGLang, 2 vLLM.
