@@ -7,11 +7,20 @@
 //! several times cheaper; above it the map's index is used.
 //!
 //! Invariant: [`Field::field`] answers exactly what `get` answers, for every map.
+//!
+//! [`Fields`] goes one step further for the body's top level: its fields in order, without
+//! the map at all (building it hashes every key too), for the common path that reads a few
+//! fields and drops the tree. Its `field` answers what the map built from the same text
+//! answers.
 
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Largest map scanned instead of looked up.
-const SCAN_UP_TO: usize = 16;
+pub(crate) const SCAN_UP_TO: usize = 16;
 
 /// `get` by field name, for body objects and values.
 pub(crate) trait Field {
@@ -40,9 +49,114 @@ impl Field for Value {
     }
 }
 
+/// A JSON object's top-level fields in the order written, keys borrowed from the text when
+/// they hold no escapes.
+#[derive(Debug)]
+pub(crate) struct Fields<'a>(Vec<(Cow<'a, str>, Value)>);
+
+impl Fields<'_> {
+    /// Fields written, repeated keys counted each time.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The map serde_json builds from the same text: a repeated key keeps its first place and
+    /// its last value.
+    pub(crate) fn into_map(self) -> Map<String, Value> {
+        let mut map = Map::new();
+        for (k, v) in self.0 {
+            map.insert(k.into_owned(), v);
+        }
+        map
+    }
+}
+
+impl Field for Fields<'_> {
+    /// The last value written under `name`, as the map keeps it.
+    #[inline]
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_ref() == name)
+            .map(|(_, v)| v)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(Key(k)) = map.next_key()? {
+                    fields.push((k, map.next_value()?));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+/// A key, borrowed from the text unless it had to be unescaped.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_answer_what_the_map_answers() {
+        let bodies = [
+            r#"{}"#,
+            r#"{"a":1,"b":{"c":[1,2]},"text":"hi"}"#,
+            // Repeated keys: the map keeps the first place and the last value.
+            r#"{"a":1,"b":2,"a":3}"#,
+            r#"{"te\u0078t":"escaped key","text":"plain"}"#,
+            r#"{"k\"q":null,"":true,"é":"x"}"#,
+        ];
+        for body in bodies {
+            let map: Map<String, Value> = serde_json::from_str(body).unwrap();
+            let fields: Fields<'_> = serde_json::from_str(body).unwrap();
+            for probe in ["a", "b", "c", "text", "k\"q", "", "é", "missing"] {
+                assert_eq!(fields.field(probe), map.field(probe), "{body} {probe:?}");
+            }
+            let rebuilt = fields.into_map();
+            assert_eq!(rebuilt, map, "{body}");
+            let order = |m: &Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(order(&rebuilt), order(&map), "{body}");
+        }
+        for not_an_object in ["[1]", "\"s\"", "3", "null", "{\"a\":}"] {
+            assert!(serde_json::from_str::<Fields<'_>>(not_an_object).is_err());
+        }
+    }
 
     #[test]
     fn answers_what_get_answers_at_every_size() {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::json_map::Field as _;
+use crate::json_map::{Field, Fields, SCAN_UP_TO};
 
 /// The inference endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,14 +261,7 @@ fn chat_text(messages: &[Value]) -> Result<Arc<str>, ApiError> {
             }
         }
         match obj.field("content") {
-            Some(Value::String(s)) => text.push_str(s),
-            Some(Value::Array(parts)) => {
-                for p in parts {
-                    if let Some(s) = p.field("text").and_then(Value::as_str) {
-                        text.push_str(s);
-                    }
-                }
-            }
+            Some(c @ (Value::String(_) | Value::Array(_))) => push_content_text(&mut text, c),
             None | Some(Value::Null) => {}
             Some(_) => {
                 return Err(ApiError::invalid_field(
@@ -336,26 +329,81 @@ pub fn parse_keeping_tree(endpoint: Endpoint, raw: Bytes) -> Result<ParsedReques
 }
 
 fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedRequest, ApiError> {
-    let value: Value = serde_json::from_slice(&raw).map_err(ApiError::malformed_json)?;
-    let Value::Object(body) = value else {
-        return Err(ApiError::bad_request(
+    // The common path reads the top level as its list of fields; the map is built when it is
+    // kept, when the object is wide (a hashed lookup beats a scan), or to answer a body that
+    // is not an object exactly as before.
+    let (facts, object) = match keep_tree {
+        false => match serde_json::from_slice::<Fields<'_>>(&raw) {
+            Ok(fields) if fields.len() <= SCAN_UP_TO => {
+                let facts = facts_of(endpoint, &fields)?;
+                let object = facts.replaces_field.then(|| fields.into_map());
+                (facts, object)
+            }
+            _ => {
+                let body = object_of(&raw)?;
+                let facts = facts_of(endpoint, &body)?;
+                let object = facts.replaces_field.then_some(body);
+                (facts, object)
+            }
+        },
+        true => {
+            let body = object_of(&raw)?;
+            (facts_of(endpoint, &body)?, Some(body))
+        }
+    };
+    Ok(ParsedRequest {
+        endpoint,
+        raw,
+        object: object.map(Arc::new),
+        model: facts.model,
+        stream: facts.stream,
+        text: facts.text,
+        batch: facts.batch,
+        n: facts.n,
+        logprobs: facts.logprobs,
+        prompt_tokens: facts.prompt_tokens,
+    })
+}
+
+/// The body as a JSON object, or the error naming what is wrong with it.
+fn object_of(raw: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice(raw).map_err(ApiError::malformed_json)? {
+        Value::Object(body) => Ok(body),
+        _ => Err(ApiError::bad_request(
             "invalid_request",
             "request body must be a JSON object",
-        ));
-    };
-    check_common_fields(&body)?;
+        )),
+    }
+}
+
+/// What validation learns of a body (see [`ParsedRequest`]).
+struct Facts {
+    model: Option<Arc<str>>,
+    stream: bool,
+    text: Arc<str>,
+    batch: Option<usize>,
+    n: usize,
+    logprobs: bool,
+    prompt_tokens: u64,
+    /// The body has a field the router sets: forwarded bodies are rebuilt from the tree.
+    replaces_field: bool,
+}
+
+/// Validates a body's fields for `endpoint`.
+fn facts_of(endpoint: Endpoint, body: &impl Field) -> Result<Facts, ApiError> {
+    check_common_fields(body)?;
     let stream = body
         .field("stream")
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let Prompt { batch, text, n } = match endpoint {
-        Endpoint::Generate => generate_prompt(&body)?,
-        Endpoint::ChatCompletions => chat_prompt(&body)?,
-        Endpoint::Completions => completions_prompt(&body)?,
-        Endpoint::Responses => responses_prompt(&body)?,
+        Endpoint::Generate => generate_prompt(body)?,
+        Endpoint::ChatCompletions => chat_prompt(body)?,
+        Endpoint::Completions => completions_prompt(body)?,
+        Endpoint::Responses => responses_prompt(body)?,
     };
-    check_fan_out(endpoint, &body, batch, n)?;
-    let logprobs = endpoint == Endpoint::Generate && wants_logprobs(&body);
+    check_fan_out(endpoint, body, batch, n)?;
+    let logprobs = endpoint == Endpoint::Generate && wants_logprobs(body);
     let model = body
         .field("model")
         .and_then(Value::as_str)
@@ -364,12 +412,8 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
     // A named model is forwarded as is, so only an empty or null `model` may be replaced.
     let replaces_field = ROUTER_FIELDS.iter().any(|k| body.field(k).is_some())
         || (model.is_none() && body.field("model").is_some());
-    let prompt_tokens = prompt_field(endpoint, &body).map_or(1, |p| estimate_tokens(p, n));
-    let object = (keep_tree || replaces_field).then(|| Arc::new(body));
-    Ok(ParsedRequest {
-        endpoint,
-        raw,
-        object,
+    let prompt_tokens = prompt_field(endpoint, body).map_or(1, |p| estimate_tokens(p, n));
+    Ok(Facts {
         model,
         stream,
         text,
@@ -377,6 +421,7 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
         n,
         logprobs,
         prompt_tokens,
+        replaces_field,
     })
 }
 
@@ -384,7 +429,7 @@ fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedR
 /// [`MAX_CHOICES`]), naming the field to change.
 fn check_fan_out(
     endpoint: Endpoint,
-    body: &Map<String, Value>,
+    body: &impl Field,
     batch: Option<usize>,
     n: usize,
 ) -> Result<(), ApiError> {
@@ -423,7 +468,7 @@ struct Prompt {
 }
 
 /// The fields every endpoint shares, type-checked before the endpoint's own.
-fn check_common_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
+fn check_common_fields(body: &impl Field) -> Result<(), ApiError> {
     field_type(
         "stream",
         body.field("stream"),
@@ -443,7 +488,7 @@ fn check_common_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
 }
 
 /// `/generate`: `sampling_params` (and its `n`), then `text`, else `input_ids`.
-fn generate_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+fn generate_prompt(body: &impl Field) -> Result<Prompt, ApiError> {
     field_type(
         "sampling_params",
         body.field("sampling_params"),
@@ -487,7 +532,7 @@ fn input_ids_batch(ids: &Value) -> Result<Option<usize>, ApiError> {
 }
 
 /// `/v1/chat/completions`: `n`, then a non-empty `messages` list.
-fn chat_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+fn chat_prompt(body: &impl Field) -> Result<Prompt, ApiError> {
     let n = positive_n("n", body.field("n"))?;
     let text = match body.field("messages") {
         Some(Value::Array(m)) if !m.is_empty() => chat_text(m)?,
@@ -507,7 +552,7 @@ fn chat_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
 }
 
 /// `/v1/completions`: `n`, then `prompt`.
-fn completions_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+fn completions_prompt(body: &impl Field) -> Result<Prompt, ApiError> {
     let n = positive_n("n", body.field("n"))?;
     let Some(prompt) = body.field("prompt").filter(|p| !p.is_null()) else {
         return Err(ApiError::invalid_field("prompt", "is required"));
@@ -517,7 +562,7 @@ fn completions_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
 }
 
 /// `/v1/responses`: `input`, a string or a list of input items (one sample, no batch).
-fn responses_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+fn responses_prompt(body: &impl Field) -> Result<Prompt, ApiError> {
     let text = match body.field("input") {
         Some(Value::String(s)) => truncate(s),
         Some(Value::Array(items)) => input_items_text(items),
@@ -541,24 +586,31 @@ fn responses_prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
 /// The routing text of `/v1/responses` input items: their string contents and text parts.
 fn input_items_text(items: &[Value]) -> Arc<str> {
     let mut t = String::new();
-    for it in items {
-        match it.field("content") {
-            Some(Value::String(s)) => t.push_str(s),
-            Some(Value::Array(parts)) => {
-                for p in parts {
-                    if let Some(s) = p.field("text").and_then(Value::as_str) {
-                        t.push_str(s);
-                    }
-                }
-            }
-            _ => {}
-        }
+    for content in items.iter().filter_map(|it| it.field("content")) {
+        push_content_text(&mut t, content);
     }
     truncate(&t)
 }
 
+/// A message's or input item's `content`: a string, or the `text` of its parts (anything else
+/// adds nothing).
+fn push_content_text(out: &mut String, content: &Value) {
+    match content {
+        Value::String(s) => out.push_str(s),
+        Value::Array(parts) => {
+            for s in parts
+                .iter()
+                .filter_map(|p| p.field("text").and_then(Value::as_str))
+            {
+                out.push_str(s);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `/generate`'s `return_logprob`: true for the request, or for any of its prompts.
-fn wants_logprobs(body: &Map<String, Value>) -> bool {
+fn wants_logprobs(body: &impl Field) -> bool {
     match body.field("return_logprob") {
         Some(Value::Bool(b)) => *b,
         Some(Value::Array(each)) => each.iter().any(|v| v.as_bool() == Some(true)),
@@ -567,7 +619,7 @@ fn wants_logprobs(body: &Map<String, Value>) -> bool {
 }
 
 /// The field whose tokens the Prefill worker processes (see [`estimate_tokens`]).
-fn prompt_field(endpoint: Endpoint, body: &Map<String, Value>) -> Option<&Value> {
+fn prompt_field(endpoint: Endpoint, body: &impl Field) -> Option<&Value> {
     match endpoint {
         Endpoint::ChatCompletions => body.field("messages"),
         Endpoint::Completions => body.field("prompt"),
@@ -580,211 +632,4 @@ fn prompt_field(endpoint: Endpoint, body: &Map<String, Value>) -> Option<&Value>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(endpoint: Endpoint, body: &str) -> String {
-        parse(endpoint, Bytes::copy_from_slice(body.as_bytes()))
-            .unwrap_err()
-            .message
-    }
-
-    fn ok(endpoint: Endpoint, body: &[u8]) -> ParsedRequest {
-        parse(endpoint, Bytes::copy_from_slice(body)).unwrap()
-    }
-
-    fn json(b: &Bytes) -> Value {
-        serde_json::from_slice(b).unwrap()
-    }
-
-    #[test]
-    fn fan_out_is_bounded_on_every_route_before_anything_is_built() {
-        let prompts = |k: usize| vec!["\"\""; k].join(",");
-        let ids = vec!["[1]"; 300].join(",");
-        let cases = [
-            (
-                Endpoint::Generate,
-                format!(
-                    r#"{{"text":[{}],"sampling_params":{{"n":500}}}}"#,
-                    prompts(2000)
-                ),
-                ["'text'", "at most 256 prompts"],
-            ),
-            (
-                Endpoint::Generate,
-                format!(
-                    r#"{{"text":[{}],"sampling_params":{{"n":5}}}}"#,
-                    prompts(256)
-                ),
-                ["'sampling_params.n'", "at most 1024"],
-            ),
-            (
-                Endpoint::Generate,
-                r#"{"input_ids":[[1],[2],[3]],"sampling_params":{"n":400}}"#.to_string(),
-                ["'sampling_params.n'", "3 prompts × 400 samples"],
-            ),
-            (
-                Endpoint::Generate,
-                format!(r#"{{"input_ids":[{ids}]}}"#),
-                ["'input_ids'", "lists 300 prompts"],
-            ),
-            (
-                Endpoint::Completions,
-                format!(r#"{{"prompt":[{}],"n":8}}"#, prompts(200)),
-                ["'n'", "200 prompts × 8 samples"],
-            ),
-        ];
-        for (endpoint, body, wanted) in cases {
-            let e = err(endpoint, &body);
-            assert!(wanted.iter().all(|w| e.contains(w)), "{e}");
-        }
-        // At the bound it is served.
-        let r = ok(
-            Endpoint::Completions,
-            format!(r#"{{"prompt":[{}],"n":4}}"#, prompts(256)).as_bytes(),
-        );
-        assert_eq!(r.sub_requests(), 1024);
-        let r = ok(
-            Endpoint::ChatCompletions,
-            br#"{"messages":[{"role":"user","content":"x"}],"n":1024}"#,
-        );
-        assert_eq!(r.sub_requests(), 1024);
-    }
-
-    #[test]
-    fn the_tree_is_kept_when_asked() {
-        let raw = Bytes::from_static(br#"{"text":"hi","sampling_params":{"temperature":0}}"#);
-        let kept = parse_keeping_tree(Endpoint::Generate, raw.clone()).unwrap();
-        assert_eq!(
-            Some(&Value::Object(kept.tree().unwrap().clone())),
-            Some(&json(&raw))
-        );
-        assert!(parse(Endpoint::Generate, raw).unwrap().tree().is_none());
-    }
-
-    #[test]
-    fn fields_are_spliced_without_a_tree_and_replaced_with_one() {
-        let r = ok(Endpoint::Generate, br#"  {"text":"hi"} "#);
-        assert!(r.object.is_none());
-        // A named model is never replaced, so it does not need the tree either.
-        assert!(
-            ok(Endpoint::Generate, br#"{"text":"hi","model":"m"}"#)
-                .object
-                .is_none()
-        );
-        let b = r.body_with(&[
-            ("bootstrap_room", Value::from(7)),
-            ("bootstrap_port", Value::Null),
-        ]);
-        assert_eq!(
-            json(&b),
-            serde_json::json!({"text":"hi","bootstrap_room":7,"bootstrap_port":null})
-        );
-        assert_eq!(r.body_with(&[]), r.raw);
-        // The client already sent a field the router sets: replaced, never doubled.
-        let r = ok(Endpoint::Generate, br#"{"text":"hi","bootstrap_room":1}"#);
-        assert!(r.object.is_some());
-        let b = r.body_with(&[("bootstrap_room", Value::from(9))]);
-        assert_eq!(
-            json(&b),
-            serde_json::json!({"text":"hi","bootstrap_room":9})
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&b)
-                .matches("bootstrap_room")
-                .count(),
-            1
-        );
-    }
-
-    #[test]
-    fn a_filled_in_model_is_added_once() {
-        let r = ok(Endpoint::Completions, br#"{"prompt":"x","model":null}"#);
-        assert!(r.model.is_none());
-        let b = r.body_with(&[("model", Value::from("m"))]);
-        assert_eq!(json(&b)["model"], "m");
-        assert_eq!(String::from_utf8_lossy(&b).matches("model").count(), 1);
-        let named = ok(Endpoint::Completions, br#"{"prompt":"x","model":"a"}"#);
-        assert_eq!(named.model.as_deref(), Some("a"));
-        assert!(
-            ok(Endpoint::Completions, br#"{"prompt":"x","model":""}"#)
-                .model
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn malformed_and_wrong_shapes_name_the_problem() {
-        assert!(err(Endpoint::ChatCompletions, "{").contains("not valid JSON"));
-        assert!(err(Endpoint::ChatCompletions, "[1]").contains("JSON object"));
-        assert!(err(Endpoint::ChatCompletions, r#"{"messages":"hi"}"#).contains("'messages'"));
-        assert!(err(Endpoint::ChatCompletions, r#"{"messages":[1]}"#).contains("messages[0]"));
-        assert!(
-            err(
-                Endpoint::ChatCompletions,
-                r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#
-            )
-            .contains("'stream'")
-        );
-        assert!(
-            err(
-                Endpoint::ChatCompletions,
-                r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#
-            )
-            .contains("'n'")
-        );
-        assert!(err(Endpoint::Completions, r#"{"model":"m"}"#).contains("'prompt'"));
-        assert!(err(Endpoint::Generate, r#"{"text":5}"#).contains("'text'"));
-        assert!(err(Endpoint::Generate, r#"{}"#).contains("'text'"));
-        assert!(err(Endpoint::Responses, r#"{"input":3}"#).contains("'input'"));
-    }
-
-    #[test]
-    fn batches_and_samples() {
-        let r = ok(Endpoint::Generate, br#"{"text":["a","b","c"]}"#);
-        assert_eq!(
-            (r.batch, r.sub_requests(), r.is_batched()),
-            (Some(3), 3, true)
-        );
-        let r = ok(Endpoint::Generate, br#"{"input_ids":[1,2,3]}"#);
-        assert_eq!((r.batch, r.is_batched()), (None, false));
-        let r = ok(
-            Endpoint::Generate,
-            br#"{"input_ids":[[1],[2]],"sampling_params":{"n":2}}"#,
-        );
-        assert_eq!(r.sub_requests(), 4);
-        let r = ok(Endpoint::Completions, br#"{"prompt":[1,2,3]}"#);
-        assert_eq!(r.batch, None);
-        let r = ok(Endpoint::Completions, br#"{"prompt":["x","y"],"n":3}"#);
-        assert_eq!(r.sub_requests(), 6);
-        let r = ok(
-            Endpoint::ChatCompletions,
-            br#"{"messages":[{"role":"user","content":"hello"}],"n":2,"stream":true}"#,
-        );
-        assert_eq!((r.n, r.stream, &*r.text), (2, true, "hello"));
-    }
-
-    #[test]
-    fn prompt_tokens_are_estimated_from_text_and_counted_from_ids() {
-        // 17 bytes of text ("user" + 13): 5 tokens.
-        let chat = ok(
-            Endpoint::ChatCompletions,
-            br#"{"messages":[{"role":"user","content":"hello, world!"}]}"#,
-        );
-        assert_eq!(chat.prompt_tokens, 5);
-        // Token ids are exact, times the samples.
-        let ids = ok(
-            Endpoint::Generate,
-            br#"{"input_ids":[1,2,3,4,5,6,7],"sampling_params":{"n":2}}"#,
-        );
-        assert_eq!(ids.prompt_tokens, 14);
-        // A batch sums its prompts: 8 bytes (2) + 3 ids.
-        let batch = ok(Endpoint::Completions, br#"{"prompt":["abcdefgh",[1,2,3]]}"#);
-        assert_eq!(batch.prompt_tokens, 5);
-        // Never zero.
-        let empty = ok(Endpoint::Generate, br#"{"text":""}"#);
-        assert_eq!(empty.prompt_tokens, 1);
-        let input = ok(Endpoint::Responses, br#"{"input":"abcde"}"#);
-        assert_eq!(input.prompt_tokens, 2);
-    }
-}
+mod tests;
