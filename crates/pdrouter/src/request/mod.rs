@@ -331,38 +331,50 @@ pub fn parse_keeping_tree(endpoint: Endpoint, raw: Bytes) -> Result<ParsedReques
 fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedRequest, ApiError> {
     // The common path reads the top level as its list of fields; the map is built when it is
     // kept, when the object is wide (a hashed lookup beats a scan), or to answer a body that
-    // is not an object exactly as before.
+    // is not an object (or not JSON) exactly as before.
     let (facts, object) = match keep_tree {
-        false => match serde_json::from_slice::<Fields<'_>>(&raw) {
-            Ok(fields) if fields.len() <= SCAN_UP_TO => {
-                let facts = facts_of(endpoint, &fields)?;
-                let object = facts.replaces_field.then(|| fields.into_map());
-                (facts, object)
-            }
-            _ => {
-                let body = object_of(&raw)?;
-                let facts = facts_of(endpoint, &body)?;
-                let object = facts.replaces_field.then_some(body);
-                (facts, object)
-            }
-        },
+        false => {
+            let body = match serde_json::from_slice::<Fields<'_>>(&raw) {
+                Ok(fields) if fields.len() <= SCAN_UP_TO => {
+                    let facts = facts_of(endpoint, &fields)?;
+                    let object = facts.replaces_field.then(|| fields.into_map());
+                    return Ok(ParsedRequest::new(endpoint, raw, facts, object));
+                }
+                Ok(fields) => fields.into_map(),
+                Err(_) => object_of(&raw)?,
+            };
+            let facts = facts_of(endpoint, &body)?;
+            let object = facts.replaces_field.then_some(body);
+            (facts, object)
+        }
         true => {
             let body = object_of(&raw)?;
             (facts_of(endpoint, &body)?, Some(body))
         }
     };
-    Ok(ParsedRequest {
-        endpoint,
-        raw,
-        object: object.map(Arc::new),
-        model: facts.model,
-        stream: facts.stream,
-        text: facts.text,
-        batch: facts.batch,
-        n: facts.n,
-        logprobs: facts.logprobs,
-        prompt_tokens: facts.prompt_tokens,
-    })
+    Ok(ParsedRequest::new(endpoint, raw, facts, object))
+}
+
+impl ParsedRequest {
+    fn new(
+        endpoint: Endpoint,
+        raw: Bytes,
+        facts: Facts,
+        object: Option<Map<String, Value>>,
+    ) -> Self {
+        ParsedRequest {
+            endpoint,
+            raw,
+            object: object.map(Arc::new),
+            model: facts.model,
+            stream: facts.stream,
+            text: facts.text,
+            batch: facts.batch,
+            n: facts.n,
+            logprobs: facts.logprobs,
+            prompt_tokens: facts.prompt_tokens,
+        }
+    }
 }
 
 /// The body as a JSON object, or the error naming what is wrong with it.
