@@ -16,7 +16,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Largest map scanned instead of looked up.
@@ -104,29 +105,9 @@ impl<'de> Deserialize<'de> for Fields<'de> {
 }
 
 /// A key, borrowed from the text unless it had to be unescaped.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(KeyVisitor)
-    }
-}
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
 
 #[cfg(test)]
 mod tests {
@@ -153,6 +134,14 @@ mod tests {
             let order = |m: &Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
             assert_eq!(order(&rebuilt), order(&map), "{body}");
         }
+        // A key without escapes is read in place, not copied.
+        let fields: Fields<'_> = serde_json::from_str(bodies[3]).unwrap();
+        let borrowed: Vec<bool> = fields
+            .0
+            .iter()
+            .map(|(k, _)| matches!(k, Cow::Borrowed(_)))
+            .collect();
+        assert_eq!(borrowed, [false, true]);
         for not_an_object in ["[1]", "\"s\"", "3", "null", "{\"a\":}"] {
             assert!(serde_json::from_str::<Fields<'_>>(not_an_object).is_err());
         }

@@ -48,13 +48,8 @@ fn direct_api<B>(req: &Request<B>) -> Option<Api> {
     if req.method() != Method::POST {
         return None;
     }
-    match req.uri().path() {
-        "/generate" => Some(Api::Generate),
-        "/v1/chat/completions" => Some(Api::Chat),
-        "/v1/completions" => Some(Api::Completion),
-        "/v1/responses" => Some(Api::Responses),
-        _ => None,
-    }
+    let path = req.uri().path();
+    Api::ALL.into_iter().find(|api| api.path() == path)
 }
 
 impl hyper::service::Service<Request<Incoming>> for Front {

@@ -28,30 +28,23 @@ pub(crate) const GARBAGE: &[u8] = b"<<mock garbage>> this is }{ not JSON \x01\x0
 type AppState = State<Arc<Shared>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/health", get(health))
         .route("/health_generate", get(health))
         .route("/v1/models", get(models))
         .route("/get_server_info", get(server_info))
         .route("/get_model_info", get(model_info))
         .route("/mock/stats", get(stats))
-        .route("/mock/controls", post(set_controls))
-        .route(
-            "/generate",
-            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Generate, h, b)),
-        )
-        .route(
-            "/v1/chat/completions",
-            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Chat, h, b)),
-        )
-        .route(
-            "/v1/completions",
-            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Completion, h, b)),
-        )
-        .route(
-            "/v1/responses",
-            post(|s: AppState, h: HeaderMap, b: Bytes| generation(s, Api::Responses, h, b)),
-        )
+        .route("/mock/controls", post(set_controls));
+    // The same table `front::Front` sends generation requests past the router by.
+    Api::ALL
+        .into_iter()
+        .fold(routes, |r, api| {
+            r.route(
+                api.path(),
+                post(move |s: AppState, h: HeaderMap, b: Bytes| generation(s, api, h, b)),
+            )
+        })
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
             require_key,

@@ -35,6 +35,16 @@ struct GenerateItem<'a> {
     index: Option<usize>,
 }
 
+/// `/generate`'s answer: one object, or an array for a batch.
+// Lives only until it is serialised; boxing the item would cost an allocation per answer.
+#[allow(clippy::large_enum_variant)]
+#[derive(Serialize)]
+#[serde(untagged)]
+enum GenerateAnswer<'a> {
+    One(GenerateItem<'a>),
+    Batch(Vec<GenerateItem<'a>>),
+}
+
 /// `meta_info` of a `/generate` result.
 #[derive(Serialize)]
 struct MetaInfo<'a> {
@@ -363,18 +373,26 @@ impl Plan {
 
     /// The complete non-streaming JSON body.
     pub(crate) fn full_body(&self) -> Vec<u8> {
-        // `/generate` items are written straight from their fields: no tree of maps built
+        // `/generate` answers are written straight from their fields: no tree of maps built
         // only to be serialised.
-        let body = match (self.api, self.batch) {
-            (Api::Generate, false) => serde_json::to_vec(&self.generate_item(0, self.tokens, true)),
-            (Api::Generate, true) => serde_json::to_vec(
-                &(0..self.samples.len())
-                    .map(|i| self.generate_item(i, self.tokens, true))
-                    .collect::<Vec<_>>(),
-            ),
+        match self.api {
+            Api::Generate => serde_json::to_vec(&self.generate_answer()),
             _ => serde_json::to_vec(&self.full_value()),
-        };
-        body.unwrap_or_default()
+        }
+        .unwrap_or_default()
+    }
+
+    /// `/generate`'s whole answer: its one item, or a batch's array of them.
+    fn generate_answer(&self) -> GenerateAnswer<'_> {
+        if self.batch {
+            GenerateAnswer::Batch(
+                (0..self.samples.len())
+                    .map(|i| self.generate_item(i, self.tokens, true))
+                    .collect(),
+            )
+        } else {
+            GenerateAnswer::One(self.generate_item(0, self.tokens, true))
+        }
     }
 
     /// The complete non-streaming answer, as JSON to add fields to.
@@ -382,7 +400,7 @@ impl Plan {
         let text = self.out.text(self.tokens as usize);
         let finish = self.out.finish.openai();
         match self.api {
-            Api::Generate => serde_json::from_slice(&self.full_body()).unwrap_or_default(),
+            Api::Generate => serde_json::to_value(self.generate_answer()).unwrap_or_default(),
             Api::Chat => json!({
                 "id": self.id,
                 "object": "chat.completion",

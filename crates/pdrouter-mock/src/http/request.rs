@@ -19,6 +19,21 @@ pub(crate) enum Api {
     Responses,
 }
 
+impl Api {
+    /// Every generation API an SGLang worker serves.
+    pub(crate) const ALL: [Api; 4] = [Api::Generate, Api::Chat, Api::Completion, Api::Responses];
+
+    /// Its path.
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Api::Generate => "/generate",
+            Api::Chat => "/v1/chat/completions",
+            Api::Completion => "/v1/completions",
+            Api::Responses => "/v1/responses",
+        }
+    }
+}
+
 /// One prompt: its token count and, when the request gave token ids, the ids.
 pub(super) type Prompt = (u64, Option<Vec<Value>>);
 

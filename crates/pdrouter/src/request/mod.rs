@@ -329,52 +329,33 @@ pub fn parse_keeping_tree(endpoint: Endpoint, raw: Bytes) -> Result<ParsedReques
 }
 
 fn parse_body(endpoint: Endpoint, raw: Bytes, keep_tree: bool) -> Result<ParsedRequest, ApiError> {
-    // The common path reads the top level as its list of fields; the map is built when it is
-    // kept, when the object is wide (a hashed lookup beats a scan), or to answer a body that
-    // is not an object (or not JSON) exactly as before.
-    let (facts, object) = match keep_tree {
-        false => {
-            let body = match serde_json::from_slice::<Fields<'_>>(&raw) {
-                Ok(fields) if fields.len() <= SCAN_UP_TO => {
-                    let facts = facts_of(endpoint, &fields)?;
-                    let object = facts.replaces_field.then(|| fields.into_map());
-                    return Ok(ParsedRequest::new(endpoint, raw, facts, object));
-                }
-                Ok(fields) => fields.into_map(),
-                Err(_) => object_of(&raw)?,
-            };
-            let facts = facts_of(endpoint, &body)?;
-            let object = facts.replaces_field.then_some(body);
-            (facts, object)
-        }
-        true => {
-            let body = object_of(&raw)?;
-            (facts_of(endpoint, &body)?, Some(body))
+    let (mut req, object) = if keep_tree {
+        let body = object_of(&raw)?;
+        (validate(endpoint, &body)?.0, Some(body))
+    } else {
+        // The common path reads the top level as its list of fields; the map is built when it
+        // is kept, when the object is wide (a hashed lookup beats a scan), or to answer a body
+        // that is not an object (or not JSON) exactly as before.
+        match serde_json::from_slice::<Fields<'_>>(&raw) {
+            Ok(fields) if fields.len() <= SCAN_UP_TO => {
+                let (req, replaces) = validate(endpoint, &fields)?;
+                (req, replaces.then(|| fields.into_map()))
+            }
+            parsed => {
+                let body = match parsed {
+                    Ok(fields) => fields.into_map(),
+                    Err(_) => object_of(&raw)?,
+                };
+                let (req, replaces) = validate(endpoint, &body)?;
+                (req, replaces.then_some(body))
+            }
         }
     };
-    Ok(ParsedRequest::new(endpoint, raw, facts, object))
-}
-
-impl ParsedRequest {
-    fn new(
-        endpoint: Endpoint,
-        raw: Bytes,
-        facts: Facts,
-        object: Option<Map<String, Value>>,
-    ) -> Self {
-        ParsedRequest {
-            endpoint,
-            raw,
-            object: object.map(Arc::new),
-            model: facts.model,
-            stream: facts.stream,
-            text: facts.text,
-            batch: facts.batch,
-            n: facts.n,
-            logprobs: facts.logprobs,
-            prompt_tokens: facts.prompt_tokens,
-        }
-    }
+    // Moved in once nothing borrows it (a clone would allocate a shared header for a body
+    // that came as a `Vec`).
+    req.raw = raw;
+    req.object = object.map(Arc::new);
+    Ok(req)
 }
 
 /// The body as a JSON object, or the error naming what is wrong with it.
@@ -388,21 +369,10 @@ fn object_of(raw: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// What validation learns of a body (see [`ParsedRequest`]).
-struct Facts {
-    model: Option<Arc<str>>,
-    stream: bool,
-    text: Arc<str>,
-    batch: Option<usize>,
-    n: usize,
-    logprobs: bool,
-    prompt_tokens: u64,
-    /// The body has a field the router sets: forwarded bodies are rebuilt from the tree.
-    replaces_field: bool,
-}
-
-/// Validates a body's fields for `endpoint`.
-fn facts_of(endpoint: Endpoint, body: &impl Field) -> Result<Facts, ApiError> {
+/// Validates a body's fields for `endpoint`: the request without its body and tree (the
+/// caller, [`parse_body`], puts them in), and whether the body has a field the router sets
+/// (then forwarded bodies are rebuilt from the tree, which the caller keeps).
+fn validate(endpoint: Endpoint, body: &impl Field) -> Result<(ParsedRequest, bool), ApiError> {
     check_common_fields(body)?;
     let stream = body
         .field("stream")
@@ -425,7 +395,10 @@ fn facts_of(endpoint: Endpoint, body: &impl Field) -> Result<Facts, ApiError> {
     let replaces_field = ROUTER_FIELDS.iter().any(|k| body.field(k).is_some())
         || (model.is_none() && body.field("model").is_some());
     let prompt_tokens = prompt_field(endpoint, body).map_or(1, |p| estimate_tokens(p, n));
-    Ok(Facts {
+    let req = ParsedRequest {
+        endpoint,
+        raw: Bytes::new(),
+        object: None,
         model,
         stream,
         text,
@@ -433,8 +406,8 @@ fn facts_of(endpoint: Endpoint, body: &impl Field) -> Result<Facts, ApiError> {
         n,
         logprobs,
         prompt_tokens,
-        replaces_field,
-    })
+    };
+    Ok((req, replaces_field))
 }
 
 /// Refuses more prompts, or prompts × samples, than one request may fan out to (see
